@@ -1,0 +1,62 @@
+// Package ingest moves audit events from their sources (files, stdin, NATS
+// JetStream, core NATS) through decoding into batches, and hands each batch to a
+// Sink that stores it. A source acknowledges a batch only after the Sink committed it.
+package ingest
+
+import (
+	"context"
+	"time"
+
+	"github.com/mcptrail/mcptrail/audit"
+)
+
+// DeadLetter is a rejected message or line, kept with its raw bytes so that
+// nothing is silently dropped.
+type DeadLetter struct {
+	At     time.Time // when it was rejected
+	Source string    // file path ("-" for stdin) or NATS subject
+	Line   int64     // 1-based line number in a file; 0 for NATS
+	Seq    uint64    // JetStream stream sequence; 0 for files and core NATS
+	Format string    // the format it was decoded as, or "auto" when undetectable
+	Reason string    // machine-readable reason code (audit.Reason*)
+	Detail string    // human-readable explanation
+	Raw    []byte    // the raw bytes, truncated to the event size limit
+}
+
+// Checkpoint is the position of the last message of a batch in a durable
+// source. The Sink stores it in the same transaction as the batch, so a source
+// that restarts after a crash can skip what was committed but not acknowledged.
+type Checkpoint struct {
+	Consumer string // durable consumer (or other source) name
+	Seq      uint64 // stream sequence of the last message in the batch
+}
+
+// Batch is what a source hands to the Sink in one piece: stored in one
+// transaction, all or nothing.
+type Batch struct {
+	Events      []audit.Event
+	DeadLetters []DeadLetter
+	Checkpoint  *Checkpoint // nil for sources without positions (files, core NATS)
+}
+
+// Result counts what happened to a batch.
+type Result struct {
+	Ingested   int // new events stored
+	Duplicates int // events whose id was already stored (or repeated in the batch)
+	Rejected   int // dead letters stored
+}
+
+// Add accumulates r2 into r.
+func (r *Result) Add(r2 Result) {
+	r.Ingested += r2.Ingested
+	r.Duplicates += r2.Duplicates
+	r.Rejected += r2.Rejected
+}
+
+// Sink stores batches. analytics.Store implements it.
+type Sink interface {
+	// Append stores the batch in one transaction and returns its counts.
+	Append(ctx context.Context, b Batch) (Result, error)
+	// Checkpoint returns the last committed sequence of a consumer, 0 if none.
+	Checkpoint(ctx context.Context, consumer string) (uint64, error)
+}
