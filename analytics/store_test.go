@@ -1,0 +1,228 @@
+package analytics
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
+)
+
+func openTemp(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "t.duckdb"), Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func sampleEvents(n int, base time.Time) []audit.Event {
+	evs := make([]audit.Event, n)
+	lat := 12.5
+	code := int64(-32000)
+	for i := range evs {
+		evs[i] = audit.Event{
+			ID: fmt.Sprintf("e-%d", i), TS: base.Add(time.Duration(i) * time.Second), Server: "proxmox-mcp",
+			Tool: "get_vm_status", Method: "tools/call", Decision: audit.Allowed, Status: "ok",
+			Grant: "ops", Agent: "agent-1", Session: "s1", LatencyMS: &lat,
+			ArgKeys: []string{"node", "vmid"}, ArgsHash: "sha256:ab", Attrs: map[string]string{"k": "v"},
+		}
+		if i%2 == 1 {
+			evs[i].Decision, evs[i].Status, evs[i].ErrorCode, evs[i].ArgKeys, evs[i].Attrs = audit.Denied, "", &code, nil, nil
+		}
+	}
+	return evs
+}
+
+func count(t *testing.T, s *Store, q string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, s.DB().QueryRow(q).Scan(&n))
+	return n
+}
+
+func TestOpenMigratesAndReopens(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.duckdb")
+	s, err := Open(context.Background(), path, Options{})
+	require.NoError(t, err)
+	assert.Equal(t, SchemaVersion(), count(t, s, `SELECT max(version) FROM schema_migrations`))
+	for _, table := range []string{"calls", "dead_letters", "tools", "policies", "suppressions", "checkpoints"} {
+		assert.Equal(t, 1, count(t, s, `SELECT count(*) FROM information_schema.tables WHERE table_name = '`+table+`'`), table)
+	}
+	_, err = s.Append(context.Background(), ingest.Batch{Events: sampleEvents(3, time.Now())})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+
+	s, err = Open(context.Background(), path, Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	assert.Equal(t, len(migrations), count(t, s, `SELECT count(*) FROM schema_migrations`), "migrations run once")
+	assert.Equal(t, 3, count(t, s, `SELECT count(*) FROM calls`), "data survives reopen")
+}
+
+func TestOpenErrors(t *testing.T) {
+	_, err := Open(context.Background(), filepath.Join(t.TempDir(), "missing", "x.duckdb"), Options{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "does not exist")
+
+	_, err = Open(context.Background(), filepath.Join(t.TempDir(), "none.duckdb"), Options{ReadOnly: true})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "no such file")
+}
+
+func TestAppendDeduplicates(t *testing.T) {
+	s := openTemp(t)
+	ctx := context.Background()
+	base := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+	evs := sampleEvents(10, base)
+
+	r, err := s.Append(ctx, ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	assert.Equal(t, ingest.Result{Ingested: 10}, r)
+
+	// The same events again, plus two new ones and a repeat inside the batch.
+	more := append(append([]audit.Event{}, evs...), sampleEvents(12, base)[10:]...)
+	more = append(more, more[11])
+	r, err = s.Append(ctx, ingest.Batch{Events: more})
+	require.NoError(t, err)
+	assert.Equal(t, ingest.Result{Ingested: 2, Duplicates: 11}, r)
+	assert.Equal(t, 12, count(t, s, `SELECT count(*) FROM calls`))
+	assert.Equal(t, 12, count(t, s, `SELECT count(DISTINCT id) FROM calls`))
+}
+
+func TestAppendStoresEveryField(t *testing.T) {
+	s := openTemp(t)
+	ts := time.Date(2026, 11, 20, 10, 0, 0, 123456000, time.FixedZone("X", 3600))
+	lat, code := 7.25, int64(-32602)
+	ev := audit.Event{ID: "full", TS: ts, Server: "proxmox-mcp", Tool: "vm_agent_exec", Method: "tools/call",
+		Decision: audit.RateLimited, Status: "error", Gateway: "gw1", Grant: "ops", Agent: "a", Session: "s",
+		RequestID: "7", Rule: "/tools/x/limits/0", Reason: "slow down", ErrorCode: &code, LatencyMS: &lat,
+		ArgsHash: "sha256:00", ArgKeys: []string{"command", "vmid"}, Args: []byte(`{"command":"ls","vmid":1}`),
+		PolicyVersion: "v3", Attrs: map[string]string{"region": "eu"}}
+	_, err := s.Append(context.Background(), ingest.Batch{Events: []audit.Event{ev}})
+	require.NoError(t, err)
+
+	var got struct {
+		ts                                                               time.Time
+		server, tool, method, decision, status, gateway, grant, agent    string
+		session, requestID, rule, reason, argsHash, args, pv, keys, attr string
+		code                                                             int64
+		lat                                                              float64
+	}
+	require.NoError(t, s.DB().QueryRow(`SELECT ts, server, tool, method, decision, status, gateway, "grant", agent,
+		session, request_id, rule, reason, args_hash, args::VARCHAR, policy_version, arg_keys::VARCHAR, attrs['region'],
+		error_code, latency_ms FROM calls`).Scan(&got.ts, &got.server, &got.tool, &got.method, &got.decision, &got.status,
+		&got.gateway, &got.grant, &got.agent, &got.session, &got.requestID, &got.rule, &got.reason, &got.argsHash,
+		&got.args, &got.pv, &got.keys, &got.attr, &got.code, &got.lat))
+	assert.True(t, got.ts.Equal(ts))
+	assert.Equal(t, "rate_limited", got.decision)
+	assert.Equal(t, "ops", got.grant)
+	assert.Equal(t, "[command, vmid]", got.keys)
+	assert.Equal(t, "eu", got.attr)
+	assert.JSONEq(t, `{"command":"ls","vmid":1}`, got.args)
+	assert.Equal(t, int64(-32602), got.code)
+	assert.Equal(t, 7.25, got.lat)
+	assert.Equal(t, 1, count(t, s, `SELECT count(*) FROM calls WHERE ingested_at IS NOT NULL`))
+}
+
+func TestAppendDeadLettersAndCheckpoint(t *testing.T) {
+	s := openTemp(t)
+	ctx := context.Background()
+	raw := []byte{'{', 0xff, 0xfe, '}'}
+	r, err := s.Append(ctx, ingest.Batch{
+		Events:      sampleEvents(2, time.Now()),
+		DeadLetters: []ingest.DeadLetter{{Source: "bad.jsonl", Line: 4, Reason: "not_utf8", Detail: "invalid UTF-8", Raw: raw}},
+		Checkpoint:  &ingest.Checkpoint{Consumer: "mcptrail", Seq: 42},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, ingest.Result{Ingested: 2, Rejected: 1}, r)
+	var gotRaw []byte
+	var line int
+	require.NoError(t, s.DB().QueryRow(`SELECT raw, line FROM dead_letters`).Scan(&gotRaw, &line))
+	assert.Equal(t, raw, gotRaw)
+	assert.Equal(t, 4, line)
+	seq, err := s.Checkpoint(ctx, "mcptrail")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(42), seq)
+	seq, err = s.Checkpoint(ctx, "other")
+	require.NoError(t, err)
+	assert.Zero(t, seq)
+}
+
+func TestAppendFailureCommitsNothing(t *testing.T) {
+	s := openTemp(t)
+	ctx := context.Background()
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err := s.Append(cancelled, ingest.Batch{Events: sampleEvents(5, time.Now()), Checkpoint: &ingest.Checkpoint{Consumer: "c", Seq: 9}})
+	require.Error(t, err)
+	assert.Zero(t, count(t, s, `SELECT count(*) FROM calls`))
+	seq, err := s.Checkpoint(ctx, "c")
+	require.NoError(t, err)
+	assert.Zero(t, seq, "the checkpoint commits only with its batch")
+	// The store stays usable after a failed batch.
+	r, err := s.Append(ctx, ingest.Batch{Events: sampleEvents(5, time.Now())})
+	require.NoError(t, err)
+	assert.Equal(t, 5, r.Ingested)
+}
+
+func TestQueryIsReadOnly(t *testing.T) {
+	s := openTemp(t)
+	ctx := context.Background()
+	_, err := s.Append(ctx, ingest.Batch{Events: sampleEvents(4, time.Now())})
+	require.NoError(t, err)
+	attach := filepath.Join(t.TempDir(), "other.duckdb")
+	refused := []string{
+		`INSERT INTO calls SELECT * FROM calls`,
+		`DELETE FROM calls`,
+		`UPDATE calls SET tool = 'x'`,
+		`DROP TABLE calls`,
+		`CREATE TABLE x AS SELECT 1`,
+		`ATTACH '` + attach + `' AS other`,
+		`COPY calls TO '` + filepath.Join(t.TempDir(), "out.csv") + `'`,
+		`LOAD json`,
+		`SET threads = 1`,
+		`DELETE FROM calls; SELECT 1`,
+		`SELECT 1; DELETE FROM calls`,
+		`CHECKPOINT`,
+	}
+	for _, q := range refused {
+		t.Run(q, func(t *testing.T) {
+			err := s.Query(ctx, q, nil, func([]Column) error { return nil }, func([]any) error { return nil })
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrNotReadOnly)
+		})
+	}
+	assert.Equal(t, 4, count(t, s, `SELECT count(*) FROM calls`), "database unchanged")
+	assert.NoFileExists(t, attach)
+}
+
+func TestQueryBindsParameters(t *testing.T) {
+	s := openTemp(t)
+	ctx := context.Background()
+	_, err := s.Append(ctx, ingest.Batch{Events: sampleEvents(6, time.Now())})
+	require.NoError(t, err)
+	var cols []Column
+	var rows [][]any
+	err = s.Query(ctx, `SELECT decision, count(*) AS n FROM calls WHERE tool = $tool GROUP BY ALL ORDER BY 1`,
+		[]any{namedArg("tool", "get_vm_status")},
+		func(c []Column) error { cols = c; return nil },
+		func(r []any) error { rows = append(rows, append([]any(nil), r...)); return nil })
+	require.NoError(t, err)
+	require.Len(t, cols, 2)
+	assert.Equal(t, "decision", cols[0].Name)
+	assert.Equal(t, [][]any{{"allowed", int64(3)}, {"denied", int64(3)}}, rows)
+
+	// A value that looks like SQL stays a value.
+	rows = nil
+	err = s.Query(ctx, `SELECT count(*) FROM calls WHERE tool = $tool`, []any{namedArg("tool", "x' OR '1'='1")},
+		func([]Column) error { return nil }, func(r []any) error { rows = append(rows, append([]any(nil), r...)); return nil })
+	require.NoError(t, err)
+	assert.Equal(t, [][]any{{int64(0)}}, rows)
+}
