@@ -1,0 +1,145 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+
+	"github.com/mattn/go-isatty"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
+)
+
+func newIngestCmd(a *app) *cobra.Command {
+	var (
+		format string
+		server string
+		strict bool
+	)
+	cmd := &cobra.Command{
+		Use:   "ingest FILE... | -",
+		Short: "Load audit events from JSONL files (or stdin) into the database",
+		Long: `Load audit events, one JSON object per line, into the database. The format is
+detected per line (native v1, CloudEvents, Intercept JSONL, docker/mcp-gateway)
+unless --format names one. Rejected lines go to the dead_letters table and are
+reported; they fail the command only with --strict.`,
+		Example: `  mcptrail ingest events.jsonl
+  mcptrail ingest --format intercept --server proxmox-mcp ~/.intercept/events/*.jsonl
+  zcat old.jsonl.gz | mcptrail ingest -`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, files []string) error {
+			f, err := audit.ParseFormat(format)
+			if err != nil {
+				return usageErrorf("--format: %v", err)
+			}
+			for _, name := range files {
+				if name == "-" {
+					continue
+				}
+				st, err := os.Stat(name)
+				if err != nil {
+					return fmt.Errorf("cannot read %s: %w", name, errors.Unwrap(err))
+				}
+				if st.IsDir() {
+					return fmt.Errorf("%s is a folder: give the JSONL files in it", name)
+				}
+			}
+			if a.daemonHoldsDB(cmd.Context()) {
+				return fmt.Errorf("mcptrail serve is running on %s and holds the database: publish events to NATS (mcp.audit.<server>) for it to ingest, or stop it first", a.dbPath())
+			}
+			store, closeStore, err := a.openStore(cmd.Context(), false)
+			if err != nil {
+				if errors.Is(err, analytics.ErrLocked) {
+					return fmt.Errorf("%w; ingest needs the file for writing", err)
+				}
+				return err
+			}
+			defer closeStore()
+
+			opts := audit.Options{Format: f, MaxEventBytes: a.cfg.Ingest.MaxEventBytes, StoreArgs: a.cfg.Ingest.StoreArgs, Server: server}
+			bar := a.progressBar(files)
+			var tot ingest.Totals
+			for _, name := range files {
+				t, err := ingestOne(cmd, a, name, opts, store, bar)
+				tot.Result.Add(t.Result)
+				tot.Skipped += t.Skipped
+				tot.Lines += t.Lines
+				if err != nil {
+					return err
+				}
+			}
+			if bar != nil {
+				_ = bar.Finish()
+				fmt.Fprintln(a.stderr)
+			}
+			if tot.Skipped > 0 {
+				a.log.Info("skipped lines that are not tool calls", "lines", tot.Skipped)
+			}
+			fmt.Fprintf(a.stdout, "ingested %d, duplicates %d, rejected %d\n", tot.Ingested, tot.Duplicates, tot.Rejected)
+			if strict && tot.Rejected > 0 {
+				return fmt.Errorf("%d line(s) rejected (--strict): see mcptrail query dead_letters", tot.Rejected)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "auto", "input format: auto, native, cloudevents, intercept or docker")
+	cmd.Flags().StringVar(&server, "server", "", "server name for every event (Intercept logs name only the upstream command)")
+	cmd.Flags().BoolVar(&strict, "strict", false, "exit 1 when any line is rejected")
+	return cmd
+}
+
+func ingestOne(cmd *cobra.Command, a *app, name string, opts audit.Options, sink ingest.Sink, bar *progressbar.ProgressBar) (ingest.Totals, error) {
+	var r io.Reader = a.stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return ingest.Totals{}, fmt.Errorf("open %s: %w", name, err)
+		}
+		defer f.Close()
+		r = f
+	}
+	dec := &ingest.Decoder{Opts: opts, Workers: runtime.GOMAXPROCS(0)}
+	fo := ingest.FileOptions{Name: name, Log: a.log}
+	if bar != nil {
+		fo.Progress = bar
+	}
+	tot, err := ingest.ReadStream(cmd.Context(), r, dec, sink, fo)
+	if err != nil {
+		return tot, err
+	}
+	if tot.Lines == 0 {
+		a.log.Warn("input is empty", "file", name)
+	}
+	return tot, nil
+}
+
+// progressBar shows progress on a terminal only; pipes and CI stay quiet.
+func (a *app) progressBar(files []string) *progressbar.ProgressBar {
+	f, ok := a.stderr.(*os.File)
+	if !ok || !(isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())) {
+		return nil
+	}
+	var total int64
+	for _, name := range files {
+		if name == "-" {
+			total = -1
+			break
+		}
+		if st, err := os.Stat(name); err == nil {
+			total += st.Size()
+		}
+	}
+	return progressbar.NewOptions64(total,
+		progressbar.OptionSetWriter(a.stderr),
+		progressbar.OptionShowBytes(true),
+		progressbar.OptionSetDescription("ingest"),
+		progressbar.OptionThrottle(100_000_000),
+		progressbar.OptionClearOnFinish(),
+	)
+}

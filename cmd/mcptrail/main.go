@@ -1,0 +1,92 @@
+// Command mcptrail turns the audit trail of MCP gateways into analytics and
+// least-privilege policy. Each command lives in its own file.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes of SPEC §6.
+const (
+	exitOK       = 0
+	exitFailure  = 1
+	exitUsage    = 2
+	exitFailOn   = 3
+	exitNotMine  = 125 // daemon API only: the request names another database
+	exitInternal = exitFailure
+)
+
+// exitError carries an exit code through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// run executes one command line and returns its exit code. The daemon's API
+// calls it too (with an open store), so output is the same either way.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	return a.execute(ctx, args)
+}
+
+func (a *app) execute(ctx context.Context, args []string) int {
+	root := newRootCmd(a)
+	root.SetArgs(args)
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	err := root.ExecuteContext(ctx)
+	if a.forwardedCode != nil {
+		return *a.forwardedCode
+	}
+	if err == nil {
+		return exitOK
+	}
+	code := exitCode(err)
+	if code != exitFailOn || !errors.Is(err, errQuietFailOn) {
+		fmt.Fprintf(a.stderr, "mcptrail: %v\n", err)
+	}
+	if code == exitUsage && a.cmdUsage != "" {
+		fmt.Fprintf(a.stderr, "Run '%s --help' for usage.\n", a.cmdUsage)
+	}
+	return code
+}
+
+// errQuietFailOn marks a --fail-on exit whose findings were already printed.
+var errQuietFailOn = errors.New("fail-on threshold reached")
+
+func exitCode(err error) int {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	if isConfigError(err) || isFlagError(err) {
+		return exitUsage
+	}
+	return exitFailure
+}
+
+func newLogger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/config"
+)
+
+// app is the state one command line runs with.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+
+	args       []string // the command line, for forwarding to a daemon
+	configFile string
+	nowFlag    string
+
+	v   *viper.Viper
+	cfg *config.Config
+	now time.Time
+	log *slog.Logger
+
+	// store is the daemon's open database when the command runs inside the
+	// daemon's API; commands then use it instead of opening the file.
+	store *analytics.Store
+
+	forwardedCode *int   // set when a daemon ran the command for us
+	cmdUsage      string // command path, for usage hints
+}
+
+func newRootCmd(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "mcptrail",
+		Short: "Analytics and least-privilege policy from the audit trail of MCP gateways",
+		Long: `mcptrail ingests one audit event per MCP tool call (from NATS or files) into DuckDB,
+answers SQL over the whole call history, and recommends each server's policy.json.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			a.cmdUsage = cmd.CommandPath()
+			return a.load(cmd)
+		},
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.configFile, "config", "", "config file (default ./config.yaml when present)")
+	pf.String("db", "", "DuckDB database file (storage.path)")
+	pf.StringVar(&a.nowFlag, "now", "", "RFC 3339 time used instead of the clock, for reproducible output (or MCPTRAIL_NOW)")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		a.cmdUsage = cmd.CommandPath()
+		return &exitError{code: exitUsage, err: err}
+	})
+	root.AddCommand(
+		newIngestCmd(a),
+		newQueryCmd(a),
+		newQueriesCmd(a),
+		// newSimulateCmd(a),
+		// newServeCmd(a),
+	)
+	return root
+}
+
+// load reads the configuration: defaults < config.yaml < MCPTRAIL_* < flags.
+func (a *app) load(cmd *cobra.Command) error {
+	a.v = config.New()
+	if f := cmd.Flags().Lookup("db"); f != nil {
+		if err := a.v.BindPFlag("storage.path", f); err != nil {
+			return err
+		}
+	}
+	// Commands bind their own flags to config keys (e.g. serve's --listen).
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if key, ok := f.Annotations[configKeyAnnotation]; ok && len(key) == 1 {
+			_ = a.v.BindPFlag(key[0], f)
+		}
+	})
+	file, err := config.ReadFile(a.v, a.configFile)
+	if err != nil {
+		return err
+	}
+	_ = file
+	cfg, err := config.Load(a.v)
+	if err != nil {
+		return err
+	}
+	a.cfg = cfg
+	a.log = newLogger(a.stderr, slog.LevelInfo)
+	now, err := a.parseNow()
+	if err != nil {
+		return err
+	}
+	a.now = now
+	return nil
+}
+
+const configKeyAnnotation = "mcptrail/config-key"
+
+// bindFlag ties a command flag to a config key, so the flag overrides the
+// file and the environment.
+func bindFlag(cmd *cobra.Command, flag, key string) {
+	f := cmd.Flags().Lookup(flag)
+	if f.Annotations == nil {
+		f.Annotations = map[string][]string{}
+	}
+	f.Annotations[configKeyAnnotation] = []string{key}
+}
+
+func (a *app) parseNow() (time.Time, error) {
+	s := a.nowFlag
+	src := "--now"
+	if s == "" {
+		s = os.Getenv("MCPTRAIL_NOW")
+		src = "MCPTRAIL_NOW"
+	}
+	if s == "" {
+		return time.Now().UTC(), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, usageErrorf("%s %q is not an RFC 3339 time (e.g. 2026-11-29T12:00:00Z)", src, s)
+	}
+	return t.UTC(), nil
+}
+
+// nowIsFixed reports whether --now or MCPTRAIL_NOW set the time.
+func (a *app) nowIsFixed() bool { return a.nowFlag != "" || os.Getenv("MCPTRAIL_NOW") != "" }
+
+func isConfigError(err error) bool {
+	var ce *config.Error
+	return errors.As(err, &ce)
+}
+
+func isFlagError(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "accepts ", "requires at least", "required flag", "invalid argument", "flag needs an argument"} {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// dbPath is the absolute database path the command works on.
+func (a *app) dbPath() string {
+	p := a.cfg.Storage.Path
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
+}
+
+// openStore opens the database file, or returns the daemon's when running
+// inside it. The caller closes it with the returned function.
+func (a *app) openStore(ctx context.Context, readOnly bool) (*analytics.Store, func(), error) {
+	if a.store != nil {
+		return a.store, func() {}, nil
+	}
+	s, err := analytics.Open(ctx, a.cfg.Storage.Path, analytics.Options{ReadOnly: readOnly})
+	if err != nil {
+		if errors.Is(err, analytics.ErrLocked) {
+			return nil, nil, fmt.Errorf("%w: is `mcptrail serve` running on it? No daemon answered at %s (http.listen)", err, a.cfg.HTTP.Listen)
+		}
+		return nil, nil, err
+	}
+	return s, func() {
+		if err := s.Close(); err != nil {
+			a.log.Error("close database", "path", a.cfg.Storage.Path, "err", err)
+		}
+	}, nil
+}

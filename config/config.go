@@ -1,0 +1,421 @@
+// Package config loads mcptrail's configuration (SPEC §7) with viper: built-in
+// defaults, then config.yaml, then MCPTRAIL_* environment variables, then flags.
+// Every value is validated; an error names the key, the bad value and what is
+// allowed.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/viper"
+
+	"github.com/mcptrail/mcptrail/internal/duration"
+)
+
+// EnvPrefix prefixes every environment variable: MCPTRAIL_NATS_EMBEDDED_LISTEN.
+const EnvPrefix = "MCPTRAIL"
+
+// Defaults are the values used when nothing else sets a key. config.yaml at
+// the repository root documents exactly these; a test holds them equal.
+var Defaults = map[string]any{
+	"storage.path":                "./mcptrail.duckdb",
+	"nats.url":                    "",
+	"nats.embedded.listen":        "127.0.0.1:4222",
+	"nats.embedded.store_dir":     "./mcptrail-data/nats",
+	"nats.subject":                "mcp.audit.>",
+	"nats.jetstream":              true,
+	"nats.stream":                 "MCP_AUDIT",
+	"nats.consumer":               "mcptrail",
+	"nats.servers":                []string{},
+	"nats.queue":                  "",
+	"nats.creds":                  "",
+	"nats.nkey":                   "",
+	"nats.token":                  "",
+	"nats.user":                   "",
+	"nats.password":               "",
+	"nats.tls.ca":                 "",
+	"nats.tls.cert":               "",
+	"nats.tls.key":                "",
+	"nats.stream_max_age":         "7d",
+	"ingest.batch_size":           5000,
+	"ingest.flush_interval":       "1s",
+	"ingest.max_event_bytes":      65536,
+	"ingest.store_args":           false,
+	"http.listen":                 "127.0.0.1:8474",
+	"http.token":                  "",
+	"recommend.window":            "30d",
+	"recommend.min_days":          7,
+	"recommend.min_sessions":      20,
+	"recommend.headroom":          1.5,
+	"recommend.min_limit":         5,
+	"recommend.rare_max_calls":    5,
+	"recommend.rare_max_days":     3,
+	"recommend.poll_min_calls":    3,
+	"recommend.poll_max_interval": "60s",
+	"recommend.poll_max_cv":       0.5,
+	"recommend.runaway_factor":    3.0,
+	"recommend.grace":             "14d",
+	"recommend.overrides":         "",
+	"reports":                     []any{},
+}
+
+// Config is the validated configuration.
+type Config struct {
+	Storage   Storage
+	NATS      NATS
+	Ingest    Ingest
+	HTTP      HTTP
+	Recommend Recommend
+	Reports   []map[string]any // validated by the report package
+	// File is the config file that was read, or "" when none.
+	File string
+}
+
+// Storage is storage.*.
+type Storage struct{ Path string }
+
+// NATS is nats.*.
+type NATS struct {
+	URL          string
+	Listen       string // nats.embedded.listen
+	StoreDir     string // nats.embedded.store_dir
+	Subject      string
+	JetStream    bool
+	Stream       string
+	Consumer     string
+	Servers      []string
+	Queue        string
+	Creds        string
+	NKey         string
+	Token        string
+	User         string
+	Password     string
+	TLSCA        string
+	TLSCert      string
+	TLSKey       string
+	StreamMaxAge time.Duration
+}
+
+// Ingest is ingest.*.
+type Ingest struct {
+	BatchSize     int
+	FlushInterval time.Duration
+	MaxEventBytes int
+	StoreArgs     bool
+}
+
+// HTTP is http.*.
+type HTTP struct {
+	Listen string
+	Token  string
+}
+
+// Recommend is recommend.*.
+type Recommend struct {
+	Window          time.Duration
+	MinDays         int
+	MinSessions     int
+	Headroom        float64
+	MinLimit        int
+	RareMaxCalls    int
+	RareMaxDays     int
+	PollMinCalls    int
+	PollMaxInterval time.Duration
+	PollMaxCV       float64
+	RunawayFactor   float64
+	Grace           time.Duration
+	Overrides       string
+}
+
+// Error is a configuration error: exit code 2.
+type Error struct{ Msg string }
+
+func (e *Error) Error() string { return e.Msg }
+
+func errorf(format string, args ...any) error { return &Error{Msg: fmt.Sprintf(format, args...)} }
+
+// New returns a viper instance with defaults and environment binding; the
+// caller binds flags and then calls Load.
+func New() *viper.Viper {
+	v := viper.New()
+	for k, val := range Defaults {
+		v.SetDefault(k, val)
+	}
+	v.SetEnvPrefix(EnvPrefix)
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	v.AutomaticEnv()
+	return v
+}
+
+// ReadFile reads the config file: path when given (it must exist), else
+// ./config.yaml when present. It returns the file read, or "".
+func ReadFile(v *viper.Viper, path string) (string, error) {
+	explicit := path != ""
+	if !explicit {
+		path = "config.yaml"
+		if _, err := os.Stat(path); err != nil {
+			return "", nil
+		}
+	}
+	if _, err := os.Stat(path); err != nil {
+		return "", errorf("config file %s: %v: pass an existing file to --config", path, errors.Unwrap(err))
+	}
+	v.SetConfigFile(path)
+	v.SetConfigType("yaml")
+	if err := v.ReadInConfig(); err != nil {
+		return "", errorf("config file %s: %v", path, err)
+	}
+	if err := checkUnknownKeys(v, path); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// checkUnknownKeys catches misspelt keys, which viper would silently ignore.
+func checkUnknownKeys(v *viper.Viper, path string) error {
+	var unknown []string
+	for _, k := range v.AllKeys() {
+		if _, ok := Defaults[k]; ok || strings.HasPrefix(k, "reports") {
+			continue
+		}
+		if v.InConfig(k) {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	return errorf("config file %s: unknown key %s: see config.yaml at the repository root for every key", path, strings.Join(unknown, ", "))
+}
+
+// Load validates every key and returns the configuration.
+func Load(v *viper.Viper) (*Config, error) {
+	p := parser{v: v}
+	c := &Config{File: v.ConfigFileUsed()}
+	c.Storage.Path = p.str("storage.path", nonEmpty)
+	c.NATS = NATS{
+		URL: p.str("nats.url", natsURL), Listen: p.str("nats.embedded.listen", hostPort),
+		StoreDir: p.str("nats.embedded.store_dir", nonEmpty), Subject: p.str("nats.subject", nonEmpty),
+		JetStream: p.boolean("nats.jetstream"), Stream: p.str("nats.stream", nonEmpty),
+		Consumer: p.str("nats.consumer", nonEmpty), Servers: p.list("nats.servers"),
+		Queue: p.str("nats.queue", nil), Creds: p.str("nats.creds", nil), NKey: p.str("nats.nkey", nil),
+		Token: p.str("nats.token", nil), User: p.str("nats.user", nil), Password: p.str("nats.password", nil),
+		TLSCA: p.str("nats.tls.ca", nil), TLSCert: p.str("nats.tls.cert", nil), TLSKey: p.str("nats.tls.key", nil),
+		StreamMaxAge: p.duration("nats.stream_max_age"),
+	}
+	c.Ingest = Ingest{
+		BatchSize: p.integer("ingest.batch_size", 1, 1_000_000), FlushInterval: p.duration("ingest.flush_interval"),
+		MaxEventBytes: p.integer("ingest.max_event_bytes", 1024, 64<<20), StoreArgs: p.boolean("ingest.store_args"),
+	}
+	c.HTTP = HTTP{Listen: p.str("http.listen", hostPort), Token: p.str("http.token", nil)}
+	c.Recommend = Recommend{
+		Window: p.duration("recommend.window"), MinDays: p.integer("recommend.min_days", 0, 3650),
+		MinSessions: p.integer("recommend.min_sessions", 0, 1<<30), Headroom: p.float("recommend.headroom", 1, 100),
+		MinLimit: p.integer("recommend.min_limit", 1, 1<<30), RareMaxCalls: p.integer("recommend.rare_max_calls", 0, 1<<30),
+		RareMaxDays: p.integer("recommend.rare_max_days", 0, 3650), PollMinCalls: p.integer("recommend.poll_min_calls", 2, 1<<20),
+		PollMaxInterval: p.duration("recommend.poll_max_interval"), PollMaxCV: p.float("recommend.poll_max_cv", 0.0001, 10),
+		RunawayFactor: p.float("recommend.runaway_factor", 1, 1000), Grace: p.duration("recommend.grace"),
+		Overrides: p.str("recommend.overrides", nil),
+	}
+	if raw := v.Get("reports"); raw != nil {
+		list, ok := raw.([]any)
+		if !ok {
+			p.fail("reports", raw, "a list of report schedules")
+		}
+		for i, item := range list {
+			m, ok := item.(map[string]any)
+			if !ok {
+				p.fail(fmt.Sprintf("reports[%d]", i), item, "a mapping with name, schedule, servers, window, formats, out_dir")
+				continue
+			}
+			c.Reports = append(c.Reports, m)
+		}
+	}
+	if len(p.errs) > 0 {
+		return nil, &Error{Msg: strings.Join(p.errs, "\n")}
+	}
+	return c, nil
+}
+
+type parser struct {
+	v    *viper.Viper
+	errs []string
+}
+
+func (p *parser) fail(key string, val any, allowed string) {
+	p.errs = append(p.errs, fmt.Sprintf("config: %s = %q: %s (set it in config.yaml, %s or a flag)",
+		key, fmt.Sprint(val), allowed, EnvName(key)))
+}
+
+// EnvName is the environment variable that sets key.
+func EnvName(key string) string {
+	return EnvPrefix + "_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+type check func(string) string
+
+func nonEmpty(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "must not be empty"
+	}
+	return ""
+}
+
+func hostPort(s string) string {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "must be host:port, e.g. 127.0.0.1:4222"
+	}
+	_ = host
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return "the port must be a number from 0 to 65535"
+	}
+	return ""
+}
+
+func natsURL(s string) string {
+	if s == "" {
+		return ""
+	}
+	for _, one := range strings.Split(s, ",") {
+		u, err := url.Parse(strings.TrimSpace(one))
+		if err != nil || u.Host == "" {
+			return "must be empty (embedded server) or nats://host:port[,nats://host:port...]"
+		}
+		switch u.Scheme {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return "the scheme must be nats, tls, ws or wss"
+		}
+	}
+	return ""
+}
+
+func (p *parser) str(key string, c check) string {
+	val := p.v.Get(key)
+	s, ok := val.(string)
+	if !ok && val != nil {
+		s = fmt.Sprint(val)
+	}
+	if c != nil {
+		if msg := c(s); msg != "" {
+			p.fail(key, s, msg)
+		}
+	}
+	return s
+}
+
+func (p *parser) boolean(key string) bool {
+	switch val := p.v.Get(key).(type) {
+	case bool:
+		return val
+	case string:
+		b, err := strconv.ParseBool(strings.TrimSpace(val))
+		if err == nil {
+			return b
+		}
+		p.fail(key, val, "must be true or false")
+	default:
+		p.fail(key, val, "must be true or false")
+	}
+	return false
+}
+
+func (p *parser) integer(key string, lo, hi int) int {
+	val := p.v.Get(key)
+	var n int
+	switch x := val.(type) {
+	case int:
+		n = x
+	case int64:
+		n = int(x)
+	case float64:
+		if x != float64(int(x)) {
+			p.fail(key, val, fmt.Sprintf("must be a whole number from %d to %d", lo, hi))
+			return 0
+		}
+		n = int(x)
+	case string:
+		var err error
+		n, err = strconv.Atoi(strings.TrimSpace(x))
+		if err != nil {
+			p.fail(key, val, fmt.Sprintf("must be a whole number from %d to %d", lo, hi))
+			return 0
+		}
+	default:
+		p.fail(key, val, fmt.Sprintf("must be a whole number from %d to %d", lo, hi))
+		return 0
+	}
+	if n < lo || n > hi {
+		p.fail(key, val, fmt.Sprintf("must be a whole number from %d to %d", lo, hi))
+	}
+	return n
+}
+
+func (p *parser) float(key string, lo, hi float64) float64 {
+	val := p.v.Get(key)
+	var f float64
+	switch x := val.(type) {
+	case int:
+		f = float64(x)
+	case int64:
+		f = float64(x)
+	case float64:
+		f = x
+	case string:
+		var err error
+		f, err = strconv.ParseFloat(strings.TrimSpace(x), 64)
+		if err != nil {
+			p.fail(key, val, fmt.Sprintf("must be a number from %g to %g", lo, hi))
+			return 0
+		}
+	default:
+		p.fail(key, val, fmt.Sprintf("must be a number from %g to %g", lo, hi))
+		return 0
+	}
+	if f < lo || f > hi {
+		p.fail(key, val, fmt.Sprintf("must be a number from %g to %g", lo, hi))
+	}
+	return f
+}
+
+func (p *parser) duration(key string) time.Duration {
+	val := p.v.Get(key)
+	d, err := duration.Parse(fmt.Sprint(val))
+	if err != nil || d <= 0 {
+		p.fail(key, val, "must be a positive duration such as 90s, 15m, 12h, 7d or 2w")
+	}
+	return d
+}
+
+// list reads a string list; from the environment it is comma-separated.
+func (p *parser) list(key string) []string {
+	var out []string
+	switch val := p.v.Get(key).(type) {
+	case nil:
+	case string:
+		for _, s := range strings.Split(val, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+	case []string:
+		out = append(out, val...)
+	case []any:
+		for _, s := range val {
+			out = append(out, strings.TrimSpace(fmt.Sprint(s)))
+		}
+	default:
+		p.fail(key, val, "must be a list of names (comma-separated in the environment)")
+	}
+	return out
+}

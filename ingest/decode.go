@@ -1,0 +1,122 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/mcptrail/mcptrail/audit"
+)
+
+// Message is one raw payload from a source: a file line or a NATS message.
+type Message struct {
+	Data   []byte
+	Source string // file path ("-" for stdin) or NATS subject
+	Line   int64  // 1-based line number in a file; 0 for NATS
+	Seq    uint64 // JetStream stream sequence; 0 otherwise
+}
+
+// Decoded is the outcome of decoding a slice of messages, in message order.
+type Decoded struct {
+	Events  []audit.Event
+	Dead    []DeadLetter
+	Skipped int // lines that are not tool calls (Intercept heartbeats, blank lines...)
+	// Formats holds the detected format of each event, parallel to Events, and
+	// of each dead letter in Dead.Format; metrics label by it.
+	Formats []audit.Format
+}
+
+// Decoder decodes batches of messages in parallel. It keeps the Intercept
+// instance → server map across batches, so one Decoder must serve one stream
+// of messages in order (one file, or one consumer).
+type Decoder struct {
+	Opts    audit.Options
+	Workers int // parallel decoders; 1 when < 1
+
+	intercept audit.InterceptServers
+}
+
+type decodeResult struct {
+	res audit.Result
+	err error
+}
+
+// Decode decodes msgs with d.Workers goroutines over contiguous chunks, then
+// applies the order-dependent steps (Intercept server resolution, dead-letter
+// routing) sequentially so the outcome does not depend on scheduling.
+func (d *Decoder) Decode(ctx context.Context, msgs []Message) (Decoded, error) {
+	results := make([]decodeResult, len(msgs))
+	workers := max(d.Workers, 1)
+	chunk := (len(msgs) + workers - 1) / max(workers, 1)
+	var wg sync.WaitGroup
+	for start := 0; start < len(msgs); start += max(chunk, 1) {
+		end := min(start+chunk, len(msgs))
+		wg.Add(1)
+		go func(part []Message, out []decodeResult) {
+			defer wg.Done()
+			for i := range part {
+				out[i].res, out[i].err = audit.Decode(part[i].Data, d.Opts)
+			}
+		}(msgs[start:end], results[start:end])
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return Decoded{}, err
+	}
+
+	out := Decoded{Events: make([]audit.Event, 0, len(msgs)), Formats: make([]audit.Format, 0, len(msgs))}
+	limit := d.Opts.MaxEventBytes
+	if limit <= 0 {
+		limit = audit.DefaultMaxEventBytes
+	}
+	for i := range results {
+		r := &results[i]
+		err := r.err
+		if err == nil {
+			err = d.intercept.Apply(&r.res, d.Opts)
+		}
+		if err != nil {
+			out.Dead = append(out.Dead, deadLetter(msgs[i], r.res.Format, err, limit))
+			continue
+		}
+		switch r.res.Kind {
+		case audit.KindEvent:
+			out.Events = append(out.Events, r.res.Event)
+			out.Formats = append(out.Formats, r.res.Format)
+		default:
+			out.Skipped++
+		}
+	}
+	return out, nil
+}
+
+// DecodeMessages decodes one self-contained slice of messages with a fresh
+// Decoder. Sources that see a continuing stream should keep a Decoder instead.
+func DecodeMessages(ctx context.Context, msgs []Message, opts audit.Options, workers int) (events []audit.Event, dead []DeadLetter, skipped int) {
+	d := Decoder{Opts: opts, Workers: workers}
+	out, err := d.Decode(ctx, msgs)
+	if err != nil {
+		return nil, nil, 0
+	}
+	return out.Events, out.Dead, out.Skipped
+}
+
+func deadLetter(m Message, format audit.Format, err error, limit int) DeadLetter {
+	reason := audit.ReasonOf(err)
+	detail := err.Error()
+	var rej *audit.Rejection
+	if errors.As(err, &rej) {
+		detail = rej.Detail
+	}
+	raw := m.Data
+	if len(raw) > limit {
+		raw = raw[:limit]
+	}
+	if format == "" {
+		format = audit.FormatAuto
+	}
+	return DeadLetter{
+		Source: m.Source, Line: m.Line, Seq: m.Seq, Format: string(format),
+		Reason: reason, Detail: detail, Raw: append([]byte(nil), raw...),
+	}
+}

@@ -1,0 +1,14 @@
+-- name: hourly_volume
+-- description: Calls per UTC hour with refusals and upstream errors, oldest first.
+-- param: server string = "" : only this MCP server (empty: every server)
+-- param: since duration = 2d : how far back from now
+SELECT time_bucket(INTERVAL 1 HOUR, ts, TIMESTAMPTZ '2000-01-01 00:00:00+00') AS hour,
+       count(*) AS calls,
+       count(*) FILTER (decision <> 'allowed') AS refused,
+       count(*) FILTER (status = 'error') AS errors,
+       count(DISTINCT session) AS sessions
+FROM calls
+WHERE ts >= $now - to_seconds($since) AND ts <= $now
+  AND ($server = '' OR server = $server)
+GROUP BY hour
+ORDER BY hour;
