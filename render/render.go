@@ -107,7 +107,7 @@ func formatFloat(f float64) string {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return strconv.FormatFloat(f, 'g', -1, 64)
 	}
-	// Round away float noise (0.30000000000000004) while keeping precision.
+	// The shortest representation that reads back as the same float.
 	return strconv.FormatFloat(f, 'f', -1, 64)
 }
 

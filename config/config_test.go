@@ -1,0 +1,149 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/spf13/viper"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
+)
+
+// The root config.yaml documents every key with exactly the defaults.
+func TestRepositoryConfigMatchesDefaults(t *testing.T) {
+	data, err := os.ReadFile("../config.yaml")
+	require.NoError(t, err)
+	var doc map[string]any
+	require.NoError(t, yaml.Unmarshal(data, &doc))
+	flat := map[string]any{}
+	flatten("", doc, flat)
+	for key, want := range Defaults {
+		got, ok := flat[key]
+		require.True(t, ok, "config.yaml lacks %s", key)
+		assert.Equal(t, normalise(want), normalise(got), key)
+	}
+	for key := range flat {
+		_, ok := Defaults[key]
+		assert.True(t, ok, "config.yaml documents %s, which has no default", key)
+	}
+}
+
+func flatten(prefix string, m map[string]any, out map[string]any) {
+	for k, v := range m {
+		key := k
+		if prefix != "" {
+			key = prefix + "." + k
+		}
+		if sub, ok := v.(map[string]any); ok {
+			flatten(key, sub, out)
+			continue
+		}
+		out[key] = v
+	}
+}
+
+func normalise(v any) any {
+	switch x := v.(type) {
+	case int:
+		return float64(x)
+	case []string:
+		if len(x) == 0 {
+			return "[]"
+		}
+	case []any:
+		if len(x) == 0 {
+			return "[]"
+		}
+	}
+	return v
+}
+
+func TestDefaultsLoad(t *testing.T) {
+	c, err := Load(New())
+	require.NoError(t, err)
+	assert.Equal(t, "./mcptrail.duckdb", c.Storage.Path)
+	assert.Equal(t, "127.0.0.1:4222", c.NATS.Listen)
+	assert.True(t, c.NATS.JetStream)
+	assert.Equal(t, 5000, c.Ingest.BatchSize)
+	assert.Equal(t, time.Second, c.Ingest.FlushInterval)
+	assert.Equal(t, 30*24*time.Hour, c.Recommend.Window)
+	assert.Equal(t, 14*24*time.Hour, c.Recommend.Grace)
+	assert.Equal(t, 1.5, c.Recommend.Headroom)
+	assert.Empty(t, c.NATS.Servers)
+}
+
+func TestPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("storage:\n  path: /from/file.duckdb\ningest:\n  batch_size: 100\nnats:\n  servers: [a, b]\n"), 0o600))
+
+	v := New()
+	_, err := ReadFile(v, file)
+	require.NoError(t, err)
+	c, err := Load(v)
+	require.NoError(t, err)
+	assert.Equal(t, "/from/file.duckdb", c.Storage.Path, "file over default")
+	assert.Equal(t, []string{"a", "b"}, c.NATS.Servers)
+
+	t.Setenv("MCPTRAIL_STORAGE_PATH", "/from/env.duckdb")
+	t.Setenv("MCPTRAIL_NATS_SERVERS", "x, y")
+	t.Setenv("MCPTRAIL_NATS_EMBEDDED_LISTEN", "127.0.0.1:5222")
+	v = New()
+	_, err = ReadFile(v, file)
+	require.NoError(t, err)
+	c, err = Load(v)
+	require.NoError(t, err)
+	assert.Equal(t, "/from/env.duckdb", c.Storage.Path, "env over file")
+	assert.Equal(t, []string{"x", "y"}, c.NATS.Servers, "lists are comma-separated in the environment")
+	assert.Equal(t, "127.0.0.1:5222", c.NATS.Listen)
+	assert.Equal(t, 100, c.Ingest.BatchSize)
+
+	v.Set("storage.path", "/from/flag.duckdb") // what a bound flag does
+	c, err = Load(v)
+	require.NoError(t, err)
+	assert.Equal(t, "/from/flag.duckdb", c.Storage.Path, "flag over env")
+}
+
+func TestBadValues(t *testing.T) {
+	for _, tc := range []struct {
+		key, val, want string
+	}{
+		{"ingest.batch_size", "lots", "ingest.batch_size = \"lots\": must be a whole number"},
+		{"ingest.batch_size", "0", "from 1 to"},
+		{"ingest.flush_interval", "soon", "ingest.flush_interval = \"soon\": must be a positive duration"},
+		{"nats.embedded.listen", "4222", "must be host:port"},
+		{"nats.url", "http://x:4222", "scheme must be nats"},
+		{"nats.jetstream", "maybe", "must be true or false"},
+		{"recommend.headroom", "0.5", "must be a number from 1"},
+		{"recommend.window", "-3d", "positive duration"},
+		{"storage.path", "", "must not be empty"},
+	} {
+		t.Run(tc.key+"="+tc.val, func(t *testing.T) {
+			v := New()
+			v.Set(tc.key, tc.val)
+			_, err := Load(v)
+			require.Error(t, err)
+			var ce *Error
+			require.ErrorAs(t, err, &ce)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Contains(t, err.Error(), EnvName(tc.key), "names how to set it")
+		})
+	}
+}
+
+func TestUnknownKeyInFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("nats:\n  embeded:\n    listen: 1.2.3.4:1\n"), 0o600))
+	_, err := ReadFile(New(), file)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "unknown key nats.embeded.listen")
+}
+
+func TestMissingExplicitFile(t *testing.T) {
+	_, err := ReadFile(viper.New(), filepath.Join(t.TempDir(), "nope.yaml"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "--config")
+}
