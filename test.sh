@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The project's test command: go vet, every test, then each fuzz target briefly.
+# FUZZTIME sets how long each fuzz target runs (default 10s; 0 skips fuzzing).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+FUZZTIME="${FUZZTIME:-10s}"
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test"
+go test -count=1 -timeout 20m ./...
+
+if [ "$FUZZTIME" != "0" ]; then
+	echo "== fuzz ($FUZZTIME per target)"
+	# Every `func FuzzXxx(f *testing.F)` in a _test.go file, with its package directory.
+	grep -rl --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]+\(f \*testing\.F\)' . | sort | while read -r file; do
+		dir=$(dirname "$file")
+		grep -oE '^func Fuzz[A-Za-z0-9_]+' "$file" | sed 's/^func //' | while read -r target; do
+			echo "-- $dir $target"
+			go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$dir" >/dev/null
+		done
+	done
+fi
+echo "== all checks passed"
