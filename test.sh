@@ -19,7 +19,10 @@ if [ "$FUZZTIME" != "0" ]; then
 		dir=$(dirname "$file")
 		grep -oE '^func Fuzz[A-Za-z0-9_]+' "$file" | sed 's/^func //' | while read -r target; do
 			echo "-- $dir $target"
-			go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$dir" >/dev/null
+			if ! out=$(go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$dir" 2>&1); then
+				echo "$out"
+				exit 1
+			fi
 		done
 	done
 fi
