@@ -62,7 +62,12 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if opts.ReadOnly {
 		dsn += "?access_mode=read_only"
 	}
-	connector, err := duckdb.NewConnector(dsn, nil)
+	// Every connection works in UTC: date_trunc and friends on TIMESTAMPTZ follow
+	// the session time zone, and policy windows are calendar-aligned in UTC.
+	connector, err := duckdb.NewConnector(dsn, func(execer driver.ExecerContext) error {
+		_, err := execer.ExecContext(context.Background(), "SET TimeZone = 'UTC'", nil)
+		return err
+	})
 	if err != nil {
 		return nil, wrapOpenError(path, err)
 	}

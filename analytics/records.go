@@ -1,0 +1,290 @@
+package analytics
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ToolRecord is one tool of an imported catalog with its risk classification.
+type ToolRecord struct {
+	Server, Tool, Description string
+	Annotations, InputSchema  json.RawMessage
+	Category, Severity        string
+	RiskSource, Why           string
+	FirstSeen, LastSeen       time.Time // first and last import that listed the tool
+}
+
+// ImportCatalog records one catalog import: new tools get first_seen = at,
+// known ones keep it and move last_seen; classifications are refreshed.
+// It returns how many tools were new.
+func (s *Store) ImportCatalog(ctx context.Context, server, source string, at time.Time, tools []ToolRecord) (added int, err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("import catalog: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	known := map[string]bool{}
+	rows, err := tx.QueryContext(ctx, `SELECT tool FROM tools WHERE server = ?`, server)
+	if err != nil {
+		return 0, fmt.Errorf("import catalog: %w", err)
+	}
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("import catalog: %w", err)
+		}
+		known[t] = true
+	}
+	rows.Close()
+	for _, t := range tools {
+		if !known[t.Tool] {
+			added++
+		}
+		if _, err := tx.ExecContext(ctx, `
+INSERT INTO tools VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (server, tool) DO UPDATE SET description = excluded.description, annotations = excluded.annotations,
+	input_schema = excluded.input_schema, category = excluded.category, severity = excluded.severity,
+	risk_source = excluded.risk_source, why = excluded.why, last_seen = excluded.last_seen`,
+			server, t.Tool, nullable(t.Description), rawJSON(t.Annotations), rawJSON(t.InputSchema),
+			t.Category, t.Severity, t.RiskSource, nullable(t.Why), at.UTC(), at.UTC()); err != nil {
+			return 0, fmt.Errorf("import catalog: tool %s: %w", t.Tool, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO catalog_imports VALUES (?, ?, ?, ?)`, server, at.UTC(), nullable(source), len(tools)); err != nil {
+		return 0, fmt.Errorf("import catalog: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("import catalog: commit: %w", err)
+	}
+	return added, nil
+}
+
+func rawJSON(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
+}
+
+// Tools returns the imported tools of server, sorted by name.
+func (s *Store) Tools(ctx context.Context, server string) ([]ToolRecord, error) {
+	rows, err := s.db.QueryContext(ctx, `
+SELECT server, tool, coalesce(description, ''), coalesce(annotations::VARCHAR, ''), coalesce(input_schema::VARCHAR, ''),
+       category, severity, risk_source, coalesce(why, ''), first_seen, last_seen
+FROM tools WHERE server = ? ORDER BY tool`, server)
+	if err != nil {
+		return nil, fmt.Errorf("read tools of %s: %w", server, err)
+	}
+	defer rows.Close()
+	var out []ToolRecord
+	for rows.Next() {
+		var t ToolRecord
+		var ann, schema string
+		if err := rows.Scan(&t.Server, &t.Tool, &t.Description, &ann, &schema, &t.Category, &t.Severity,
+			&t.RiskSource, &t.Why, &t.FirstSeen, &t.LastSeen); err != nil {
+			return nil, fmt.Errorf("read tools of %s: %w", server, err)
+		}
+		if ann != "" {
+			t.Annotations = json.RawMessage(ann)
+		}
+		if schema != "" {
+			t.InputSchema = json.RawMessage(schema)
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// FirstCatalogImport returns when server's catalog was first imported.
+func (s *Store) FirstCatalogImport(ctx context.Context, server string) (time.Time, bool, error) {
+	var t sql.NullTime
+	if err := s.db.QueryRowContext(ctx, `SELECT min(imported_at) FROM catalog_imports WHERE server = ?`, server).Scan(&t); err != nil {
+		return time.Time{}, false, fmt.Errorf("read catalog imports of %s: %w", server, err)
+	}
+	return t.Time, t.Valid, nil
+}
+
+// PolicyRecord is one imported policy document.
+type PolicyRecord struct {
+	Server, Grant, Source string
+	ImportedAt            time.Time
+	Document              []byte // canonical JSON
+}
+
+// ImportPolicy records a policy document unless it equals the latest one
+// recorded for the same server and grant; it reports whether it was new.
+func (s *Store) ImportPolicy(ctx context.Context, rec PolicyRecord) (bool, error) {
+	latest, err := s.LatestPolicy(ctx, rec.Server, rec.Grant)
+	if err != nil {
+		return false, err
+	}
+	if latest != nil && string(latest.Document) == string(rec.Document) {
+		return false, nil
+	}
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO policies VALUES (?, ?, ?, ?, ?)`,
+		rec.Server, rec.Grant, rec.ImportedAt.UTC(), nullable(rec.Source), string(rec.Document)); err != nil {
+		return false, fmt.Errorf("import policy for %s: %w", rec.Server, err)
+	}
+	return true, nil
+}
+
+// LatestPolicy returns the newest policy recorded for server and grant, or nil.
+func (s *Store) LatestPolicy(ctx context.Context, server, grant string) (*PolicyRecord, error) {
+	hist, err := s.PolicyHistory(ctx, server, grant)
+	if err != nil || len(hist) == 0 {
+		return nil, err
+	}
+	return &hist[len(hist)-1], nil
+}
+
+// PolicyHistory returns every policy recorded for server and grant, oldest first.
+func (s *Store) PolicyHistory(ctx context.Context, server, grant string) ([]PolicyRecord, error) {
+	rows, err := s.db.QueryContext(ctx, `
+SELECT server, "grant", coalesce(source, ''), imported_at, document::VARCHAR
+FROM policies WHERE server = ? AND "grant" = ? ORDER BY imported_at, rowid`, server, grant)
+	if err != nil {
+		return nil, fmt.Errorf("read policies of %s: %w", server, err)
+	}
+	defer rows.Close()
+	var out []PolicyRecord
+	for rows.Next() {
+		var r PolicyRecord
+		var doc string
+		if err := rows.Scan(&r.Server, &r.Grant, &r.Source, &r.ImportedAt, &doc); err != nil {
+			return nil, fmt.Errorf("read policies of %s: %w", server, err)
+		}
+		r.Document = []byte(doc)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Suppression is an accepted or dismissed finding, until it expires.
+type Suppression struct {
+	FindingID string    `json:"finding_id"`
+	Reason    string    `json:"reason"`
+	Owner     string    `json:"by"`
+	Until     time.Time `json:"until"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// SuppressionChange is one recorded change to a suppression.
+type SuppressionChange struct {
+	At        time.Time  `json:"at"`
+	FindingID string     `json:"finding_id"`
+	Action    string     `json:"action"` // suppress, update, unsuppress
+	Reason    string     `json:"reason,omitempty"`
+	Owner     string     `json:"by,omitempty"`
+	Until     *time.Time `json:"until,omitempty"`
+}
+
+// Suppress creates or replaces a suppression and records the change.
+func (s *Store) Suppress(ctx context.Context, sup Suppression) (action string, err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return "", fmt.Errorf("suppress: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM suppressions WHERE finding_id = ?`, sup.FindingID).Scan(&n); err != nil {
+		return "", fmt.Errorf("suppress: %w", err)
+	}
+	action = "suppress"
+	if n > 0 {
+		action = "update"
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO suppressions VALUES (?, ?, ?, ?, ?)`,
+		sup.FindingID, sup.Reason, nullable(sup.Owner), sup.Until.UTC(), sup.CreatedAt.UTC()); err != nil {
+		return "", fmt.Errorf("suppress: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO suppression_log VALUES (?, ?, ?, ?, ?, ?)`,
+		sup.CreatedAt.UTC(), sup.FindingID, action, sup.Reason, nullable(sup.Owner), sup.Until.UTC()); err != nil {
+		return "", fmt.Errorf("suppress: log: %w", err)
+	}
+	return action, tx.Commit()
+}
+
+// ErrNoSuppression means the finding is not suppressed.
+var ErrNoSuppression = errors.New("no suppression for that finding")
+
+// Unsuppress removes a suppression and records the change.
+func (s *Store) Unsuppress(ctx context.Context, findingID, owner string, at time.Time) (err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("unsuppress: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	r, err := tx.ExecContext(ctx, `DELETE FROM suppressions WHERE finding_id = ?`, findingID)
+	if err != nil {
+		return fmt.Errorf("unsuppress: %w", err)
+	}
+	if n, _ := r.RowsAffected(); n == 0 {
+		return fmt.Errorf("unsuppress %s: %w", findingID, ErrNoSuppression)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO suppression_log VALUES (?, ?, 'unsuppress', NULL, ?, NULL)`,
+		at.UTC(), findingID, nullable(owner)); err != nil {
+		return fmt.Errorf("unsuppress: log: %w", err)
+	}
+	return tx.Commit()
+}
+
+// Suppressions returns every suppression, expired ones included, by finding id.
+func (s *Store) Suppressions(ctx context.Context) ([]Suppression, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT finding_id, reason, coalesce(owner, ''), until, created_at FROM suppressions ORDER BY finding_id`)
+	if err != nil {
+		return nil, fmt.Errorf("read suppressions: %w", err)
+	}
+	defer rows.Close()
+	var out []Suppression
+	for rows.Next() {
+		var sup Suppression
+		if err := rows.Scan(&sup.FindingID, &sup.Reason, &sup.Owner, &sup.Until, &sup.CreatedAt); err != nil {
+			return nil, fmt.Errorf("read suppressions: %w", err)
+		}
+		out = append(out, sup)
+	}
+	return out, rows.Err()
+}
+
+// SuppressionLog returns the changes made at or after since, oldest first.
+func (s *Store) SuppressionLog(ctx context.Context, since time.Time) ([]SuppressionChange, error) {
+	rows, err := s.db.QueryContext(ctx, `
+SELECT changed_at, finding_id, action, coalesce(reason, ''), coalesce(owner, ''), until
+FROM suppression_log WHERE changed_at >= ? ORDER BY changed_at, rowid`, since.UTC())
+	if err != nil {
+		return nil, fmt.Errorf("read suppression log: %w", err)
+	}
+	defer rows.Close()
+	var out []SuppressionChange
+	for rows.Next() {
+		var c SuppressionChange
+		var until sql.NullTime
+		if err := rows.Scan(&c.At, &c.FindingID, &c.Action, &c.Reason, &c.Owner, &until); err != nil {
+			return nil, fmt.Errorf("read suppression log: %w", err)
+		}
+		if until.Valid {
+			u := until.Time.UTC()
+			c.Until = &u
+		}
+		c.At = c.At.UTC()
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
