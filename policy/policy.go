@@ -1,0 +1,187 @@
+package policy
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// Values of Policy.Default.
+const (
+	DefaultAllow = "allow"
+	DefaultDeny  = "deny"
+)
+
+// Values of Limit.Window: fixed, calendar-aligned UTC windows.
+const (
+	WindowMinute = "minute"
+	WindowHour   = "hour"
+	WindowDay    = "day"
+)
+
+// Values of Limit.Scope. An empty scope means ScopeGrant (PolicyLayer's default).
+const (
+	ScopeGrant   = "grant"
+	ScopeSession = "session"
+	ScopeAgent   = "agent"
+)
+
+// Version is the only policy.json version PolicyLayer recognises.
+const Version = "1"
+
+// HideAll in Policy.Hide hides every tool.
+const HideAll = "*"
+
+// Policy is one PolicyLayer policy.json document. Fields this package does not
+// know are kept in Extra (at every level) and written back, so that mcptrail
+// never drops what a newer gateway understands.
+type Policy struct {
+	Version  string               // "1"
+	Default  string               // DefaultAllow or DefaultDeny: for tools not listed in Tools
+	Hide     []string             // removed from tools/list and denied; "*" hides every tool
+	AllTools *ToolRule            // rules counting every tool's calls together (usually only Limits)
+	Tools    map[string]*ToolRule // per-tool rules; under default deny, {} allows the tool
+	Extra    map[string]json.RawMessage
+}
+
+// ToolRule holds the rules of one tool (or of all_tools). A nil *ToolRule in
+// Policy.Tools is the same as {}: the tool is listed and allowed.
+type ToolRule struct {
+	Require []Condition // all must hold for the call to be allowed
+	DenyIf  []DenyRule  // the first matching entry denies the call
+	Limits  []Limit     // quotas; every applicable one must have room
+	Extra   map[string]json.RawMessage
+}
+
+// DenyRule denies a call when all its Conditions hold. With no conditions it
+// denies unconditionally, which is how "require approval" is written.
+type DenyRule struct {
+	Conditions []Condition
+	OnDeny     string // message shown to the agent
+	Extra      map[string]json.RawMessage
+}
+
+// Condition is one predicate over the call's arguments, as in Intercept:
+// Path is "args.<key>[.<key>...]", Op one of Ops, Value raw JSON (nil when absent).
+type Condition struct {
+	Path  string
+	Op    string
+	Value json.RawMessage
+	Extra map[string]json.RawMessage
+}
+
+// Limit is a quota: at most Max calls per Window, counted per Scope.
+type Limit struct {
+	Counter string // counter id, unique within its limits list
+	Window  string // WindowMinute, WindowHour or WindowDay
+	Max     int    // calls allowed per window, at least 1
+	Scope   string // ScopeGrant (or empty), ScopeSession or ScopeAgent
+	Extra   map[string]json.RawMessage
+}
+
+// Ops lists the condition operators, in Intercept's order.
+var Ops = []string{"eq", "neq", "in", "not_in", "lt", "lte", "gt", "gte", "regex", "contains", "exists"}
+
+// Windows lists the limit windows; Scopes the limit scopes.
+var (
+	Windows = []string{WindowMinute, WindowHour, WindowDay}
+	Scopes  = []string{ScopeGrant, ScopeSession, ScopeAgent}
+)
+
+// IsApproval reports whether d is a "require approval" entry: a deny with no conditions.
+func (d DenyRule) IsApproval() bool { return len(d.Conditions) == 0 }
+
+// EffectiveScope returns the scope the limit counts by, ScopeGrant when empty.
+func (l Limit) EffectiveScope() string {
+	if l.Scope == "" {
+		return ScopeGrant
+	}
+	return l.Scope
+}
+
+// Hidden reports whether tool is hidden by the policy (listed in hide, or hide holds "*").
+func (p *Policy) Hidden(tool string) bool {
+	return p != nil && (slices.Contains(p.Hide, tool) || slices.Contains(p.Hide, HideAll))
+}
+
+// ToolNames returns the names listed under tools, sorted.
+func (p *Policy) ToolNames() []string {
+	if p == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(p.Tools))
+}
+
+// Clone returns a deep copy of p, so that a proposed policy can be built from a
+// current one without changing it.
+func (p *Policy) Clone() *Policy {
+	if p == nil {
+		return nil
+	}
+	q := &Policy{
+		Version:  p.Version,
+		Default:  p.Default,
+		Hide:     slices.Clone(p.Hide),
+		AllTools: p.AllTools.Clone(),
+		Extra:    cloneExtra(p.Extra),
+	}
+	if p.Tools != nil {
+		q.Tools = make(map[string]*ToolRule, len(p.Tools))
+		for name, r := range p.Tools {
+			q.Tools[name] = r.Clone()
+		}
+	}
+	return q
+}
+
+// Clone returns a deep copy of r.
+func (r *ToolRule) Clone() *ToolRule {
+	if r == nil {
+		return nil
+	}
+	q := &ToolRule{Extra: cloneExtra(r.Extra)}
+	for _, c := range r.Require {
+		q.Require = append(q.Require, c.clone())
+	}
+	for _, d := range r.DenyIf {
+		nd := DenyRule{OnDeny: d.OnDeny, Extra: cloneExtra(d.Extra)}
+		for _, c := range d.Conditions {
+			nd.Conditions = append(nd.Conditions, c.clone())
+		}
+		q.DenyIf = append(q.DenyIf, nd)
+	}
+	for _, l := range r.Limits {
+		l.Extra = cloneExtra(l.Extra)
+		q.Limits = append(q.Limits, l)
+	}
+	return q
+}
+
+func (c Condition) clone() Condition {
+	c.Value = slices.Clone(c.Value)
+	c.Extra = cloneExtra(c.Extra)
+	return c
+}
+
+func cloneExtra(m map[string]json.RawMessage) map[string]json.RawMessage {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]json.RawMessage, len(m))
+	for k, v := range m {
+		out[k] = slices.Clone(v)
+	}
+	return out
+}
+
+// pointerEscape escapes one JSON pointer reference token (RFC 6901).
+func pointerEscape(s string) string {
+	if !strings.ContainsAny(s, "~/") {
+		return s
+	}
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+// ToolPointer returns the JSON pointer of a tool's rules, "/tools/<name>".
+func ToolPointer(tool string) string { return "/tools/" + pointerEscape(tool) }
