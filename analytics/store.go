@@ -202,14 +202,15 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 
 	now := time.Now().UTC()
 	if len(b.Events) > 0 {
-		lo, hi, err := s.stage(conn, b.Events)
+		events := uniqueByID(b.Events)
+		lo, hi, err := s.stage(conn, events)
 		if err != nil {
 			return res, err
 		}
 		r, err := conn.ExecContext(ctx, `
 INSERT INTO calls
 SELECT s.* REPLACE (?::TIMESTAMPTZ AS ingested_at)
-FROM (SELECT * FROM staging QUALIFY row_number() OVER (PARTITION BY id) = 1) s
+FROM staging s
 ANTI JOIN (SELECT id FROM calls WHERE ts BETWEEN ? AND ?) c ON s.id = c.id`, now, lo, hi)
 		if err != nil {
 			return res, fmt.Errorf("append: insert calls: %w", err)
@@ -238,6 +239,28 @@ ANTI JOIN (SELECT id FROM calls WHERE ts BETWEEN ? AND ?) c ON s.id = c.id`, now
 	}
 	committed = true
 	return res, nil
+}
+
+// uniqueByID drops repeats of an id within the batch, keeping the first: a
+// map in Go is cheaper than a window function over the staged rows.
+func uniqueByID(events []audit.Event) []audit.Event {
+	seen := make(map[string]struct{}, len(events))
+	out := events
+	copied := false
+	for i := range events {
+		if _, dup := seen[events[i].ID]; dup {
+			if !copied {
+				out = append(make([]audit.Event, 0, len(events)), events[:i]...)
+				copied = true
+			}
+			continue
+		}
+		seen[events[i].ID] = struct{}{}
+		if copied {
+			out = append(out, events[i])
+		}
+	}
+	return out
 }
 
 // stage appends events to the staging table with the Appender and returns the
