@@ -2,7 +2,7 @@
 -- description: Calls per UTC hour with refusals and upstream errors, oldest first.
 -- param: server string = "" : only this MCP server (empty: every server)
 -- param: since duration = 2d : how far back from now
-SELECT time_bucket(INTERVAL 1 HOUR, ts, TIMESTAMPTZ '2000-01-01 00:00:00+00') AS hour,
+SELECT to_timestamp((epoch_ms(ts) // 3600000) * 3600) AS hour,
        count(*) AS calls,
        count(*) FILTER (decision <> 'allowed') AS refused,
        count(*) FILTER (status = 'error') AS errors,

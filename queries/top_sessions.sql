@@ -10,7 +10,7 @@ SELECT coalesce(session, 'gateway:' || gateway, '(none)') AS session,
        count(*) FILTER (decision <> 'allowed') AS refused,
        min(ts) AS first_call,
        max(ts) AS last_call,
-       round(epoch(max(ts) - min(ts)), 0) AS span_s
+       round((epoch_ms(max(ts)) - epoch_ms(min(ts))) / 1000.0, 0) AS span_s
 FROM calls
 WHERE ts >= $now - to_seconds($since) AND ts <= $now
   AND ($server = '' OR server = $server)

@@ -67,7 +67,8 @@ answers SQL over the whole call history, and recommends each server's policy.jso
 		newIngestCmd(a),
 		newQueryCmd(a),
 		newQueriesCmd(a),
-		// newSimulateCmd(a),
+		newSimulateCmd(a),
+		newRecommendCmd(a),
 		// newServeCmd(a),
 	)
 	return root
@@ -97,7 +98,11 @@ func (a *app) load(cmd *cobra.Command) error {
 		return err
 	}
 	a.cfg = cfg
-	a.log = newLogger(a.stderr, slog.LevelInfo)
+	level := slog.LevelInfo
+	if os.Getenv("MCPTRAIL_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	a.log = newLogger(a.stderr, level)
 	now, err := a.parseNow()
 	if err != nil {
 		return err

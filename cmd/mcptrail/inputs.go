@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/catalog"
+	"github.com/mcptrail/mcptrail/policy"
+	"github.com/mcptrail/mcptrail/recommend"
+)
+
+// overrides loads recommend.overrides, when set.
+func (a *app) overrides() (catalog.Overrides, error) {
+	path := a.cfg.Recommend.Overrides
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("recommend.overrides: %w", err)
+	}
+	o, err := catalog.LoadOverrides(data, path)
+	if err != nil {
+		return nil, fmt.Errorf("recommend.overrides: %w", err)
+	}
+	return o, nil
+}
+
+// importCatalog parses, classifies and records a tools/list file.
+func (a *app) importCatalog(ctx context.Context, store *analytics.Store, file, server string) (string, int, int, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", 0, 0, fmt.Errorf("read catalog: %w", err)
+	}
+	cat, err := catalog.Parse(data, file)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	if server == "" {
+		server = cat.Server
+	}
+	if server == "" {
+		return "", 0, 0, usageErrorf("%s names no server: pass --server NAME", file)
+	}
+	ov, err := a.overrides()
+	if err != nil {
+		return "", 0, 0, err
+	}
+	if unknown := ov.UnknownTools(cat); len(unknown) > 0 {
+		a.log.Warn("overrides name tools the catalog does not have", "tools", unknown)
+	}
+	recs := make([]analytics.ToolRecord, 0, len(cat.Tools))
+	for _, t := range cat.Tools {
+		c := catalog.Classify(t, ov)
+		var ann json.RawMessage
+		if t.Annotations != nil {
+			ann, _ = json.Marshal(t.Annotations)
+		}
+		recs = append(recs, analytics.ToolRecord{Server: server, Tool: t.Name, Description: t.Description,
+			Annotations: ann, InputSchema: t.InputSchema, Category: string(c.Category), Severity: string(c.Severity),
+			RiskSource: string(c.Source), Why: c.Why})
+	}
+	added, err := store.ImportCatalog(ctx, server, file, a.now, recs)
+	return server, len(recs), added, err
+}
+
+// recommendInputs gathers the catalog, current policy and suppressions for a
+// server, importing --catalog and --policy files first so that later runs
+// know when each tool appeared.
+func (a *app) recommendInputs(ctx context.Context, store *analytics.Store, server, grant, catalogFile, policyFile string) (recommend.Options, error) {
+	opts := recommend.Options{Server: server, Grant: grant, Now: a.now}
+	if catalogFile != "" {
+		if _, _, _, err := a.importCatalog(ctx, store, catalogFile, server); err != nil {
+			return opts, err
+		}
+	}
+	if policyFile != "" {
+		data, err := os.ReadFile(policyFile)
+		if err != nil {
+			return opts, fmt.Errorf("read policy: %w", err)
+		}
+		p, err := policy.Parse(data, policyFile)
+		if err != nil {
+			return opts, err
+		}
+		doc, err := p.Canonical()
+		if err != nil {
+			return opts, err
+		}
+		if _, err := store.ImportPolicy(ctx, analytics.PolicyRecord{Server: server, Grant: grant, Source: policyFile, ImportedAt: a.now, Document: doc}); err != nil {
+			return opts, err
+		}
+	}
+	tools, err := store.Tools(ctx, server)
+	if err != nil {
+		return opts, err
+	}
+	history, err := store.PolicyHistory(ctx, server, grant)
+	if err != nil {
+		return opts, err
+	}
+	if len(history) == 0 && grant != "" {
+		if history, err = store.PolicyHistory(ctx, server, ""); err != nil {
+			return opts, err
+		}
+	}
+	if len(history) > 0 {
+		latest := history[len(history)-1]
+		if opts.Current, err = policy.Parse(latest.Document, "recorded policy of "+server); err != nil {
+			return opts, err
+		}
+	}
+	for _, t := range tools {
+		opts.Catalog = append(opts.Catalog, catalog.Classification{Tool: t.Tool, Category: catalog.Category(t.Category),
+			Severity: catalog.Severity(t.Severity), Source: catalog.Source(t.RiskSource), Why: t.Why})
+	}
+	opts.ToolAdded = toolAdded(tools, history)
+	if opts.Suppressions, err = store.Suppressions(ctx); err != nil {
+		return opts, err
+	}
+	if opts.SuppressionLog, err = store.SuppressionLog(ctx, a.now.Add(-a.cfg.Recommend.Window)); err != nil {
+		return opts, err
+	}
+	return opts, nil
+}
+
+// toolAdded maps each tool to when a catalog or policy import first listed
+// it. Tools of the server's first import get no entry: the first import
+// gives no grace (there is nothing to compare with).
+func toolAdded(tools []analytics.ToolRecord, history []analytics.PolicyRecord) map[string]time.Time {
+	first := map[string]time.Time{}
+	note := func(tool string, at time.Time) {
+		if t, ok := first[tool]; !ok || at.Before(t) {
+			first[tool] = at
+		}
+	}
+	for _, t := range tools {
+		note(t.Tool, t.FirstSeen)
+	}
+	for _, h := range history {
+		var doc struct {
+			Tools map[string]json.RawMessage `json:"tools"`
+			Hide  []string                   `json:"hide"`
+		}
+		if json.Unmarshal(h.Document, &doc) != nil {
+			continue
+		}
+		for t := range doc.Tools {
+			note(t, h.ImportedAt)
+		}
+		for _, t := range doc.Hide {
+			note(t, h.ImportedAt)
+		}
+	}
+	var origin time.Time
+	for _, at := range first {
+		if origin.IsZero() || at.Before(origin) {
+			origin = at
+		}
+	}
+	out := map[string]time.Time{}
+	for tool, at := range first {
+		if at.After(origin) {
+			out[tool] = at
+		}
+	}
+	return out
+}

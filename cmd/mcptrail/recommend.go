@@ -1,0 +1,128 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/mattn/go-isatty"
+	"github.com/spf13/cobra"
+
+	"github.com/mcptrail/mcptrail/catalog"
+	"github.com/mcptrail/mcptrail/internal/duration"
+	"github.com/mcptrail/mcptrail/recommend"
+)
+
+func newRecommendCmd(a *app) *cobra.Command {
+	var server, grant, since, catalogFile, policyFile, format, out, failOn string
+	cmd := &cobra.Command{
+		Use:   "recommend --server S",
+		Short: "Propose a least-privilege policy.json for a server from its call history",
+		Long: `Analyse one server's call history and propose its policy: unused tools hidden,
+rarely used risky tools behind approval, rate limits from observed peaks, polling
+loops and retry storms, denied probes and unknown tools. Every finding carries its
+evidence and confidence; the proposed policy is replayed over the same window.`,
+		Example: `  mcptrail recommend --server proxmox-mcp
+  mcptrail recommend --server proxmox-mcp --policy policy.json --format diff
+  mcptrail recommend --server proxmox-mcp --out pr/ --fail-on high`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := recommend.ParseFormat(format)
+			if err != nil {
+				return usageErrorf("%v", err)
+			}
+			if server == "" {
+				return usageErrorf("--server is required: the MCP server to analyse (e.g. proxmox-mcp)")
+			}
+			params := a.recommendParams()
+			if since != "" {
+				d, err := duration.Parse(since)
+				if err != nil || d <= 0 {
+					return usageErrorf("--since %q: want a positive duration such as 30d, 2w or 72h", since)
+				}
+				params.Window = d
+			}
+			var threshold catalog.Severity
+			if failOn != "" {
+				if threshold, err = catalog.ParseSeverity(failOn); err != nil {
+					return usageErrorf("--fail-on: %v", err)
+				}
+			}
+			if done, err := a.forward(cmd); done || err != nil {
+				return err
+			}
+			store, closeStore, err := a.openStore(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer closeStore()
+			opts, err := a.recommendInputs(cmd.Context(), store, server, grant, catalogFile, policyFile)
+			if err != nil {
+				return err
+			}
+			opts.Params = params
+			opts.Log = a.log
+			report, err := recommend.Recommend(cmd.Context(), store.DB(), opts)
+			if err != nil {
+				if errors.Is(err, recommend.ErrNoCalls) {
+					return err
+				}
+				return fmt.Errorf("recommend: %w", err)
+			}
+			if a.nowIsFixed() {
+				report.GeneratedAt = a.now
+			}
+			if out != "" {
+				if err := recommend.WriteFolder(out, report); err != nil {
+					return err
+				}
+				a.log.Info("wrote the PR folder", "dir", out)
+			}
+			if err := recommend.Write(a.stdout, report, f, a.colorOut()); err != nil {
+				return err
+			}
+			if threshold != "" {
+				if n := reached(report, threshold); n > 0 {
+					return &exitError{code: exitFailOn, err: fmt.Errorf("%d finding(s) at or above %s (--fail-on)", n, threshold)}
+				}
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&server, "server", "", "MCP server to analyse (required)")
+	fl.StringVar(&grant, "grant", "", "scope the analysis to one grant")
+	fl.StringVar(&since, "since", "", "window of history to analyse (default recommend.window, 30d)")
+	fl.StringVar(&catalogFile, "catalog", "", "MCP tools/list file of the server (imported, then used)")
+	fl.StringVar(&policyFile, "policy", "", "the server's current policy.json (recorded, then used)")
+	fl.StringVar(&format, "format", "text", "output: text, json, markdown, policy, diff or intercept")
+	fl.StringVar(&out, "out", "", "also write the PR folder (policy.json, policy.diff, PR.md, recommendations.json) here")
+	fl.StringVar(&failOn, "fail-on", "", "exit 3 when a finding reaches this severity: info, low, medium, high, critical")
+	return cmd
+}
+
+func (a *app) recommendParams() recommend.Params {
+	r := a.cfg.Recommend
+	return recommend.Params{
+		Window: r.Window, MinDays: r.MinDays, MinSessions: r.MinSessions, Headroom: r.Headroom, MinLimit: r.MinLimit,
+		RareMaxCalls: r.RareMaxCalls, RareMaxDays: r.RareMaxDays, PollMinCalls: r.PollMinCalls,
+		PollMaxInterval: r.PollMaxInterval, PollMaxCV: r.PollMaxCV, RunawayFactor: r.RunawayFactor, Grace: r.Grace,
+	}
+}
+
+// reached counts unsuppressed findings at or above the threshold.
+func reached(r *recommend.Report, threshold catalog.Severity) int {
+	n := 0
+	for _, f := range r.Findings {
+		if f.Suppressed == nil && catalog.Severity(f.Severity).Rank() >= threshold.Rank() {
+			n++
+		}
+	}
+	return n
+}
+
+// colorOut reports whether stdout is a terminal that takes colour.
+func (a *app) colorOut() bool {
+	f, ok := a.stdout.(*os.File)
+	return ok && os.Getenv("NO_COLOR") == "" && isatty.IsTerminal(f.Fd())
+}

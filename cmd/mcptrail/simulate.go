@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/internal/duration"
+	"github.com/mcptrail/mcptrail/simulate"
+)
+
+func newSimulateCmd(a *app) *cobra.Command {
+	var (
+		scenario string
+		seed     int64
+		rate     float64
+		dur      string
+		count    int
+		natsURL  string
+		out      string
+	)
+	cmd := &cobra.Command{
+		Use:   "simulate [--scenario NAME] [--seed N] [--duration D | --count N] [--nats URL | --out FILE]",
+		Short: "Generate realistic gateway traffic for the Proxmox MCP server",
+		Long: `Generate deterministic, realistic MCP gateway audit events for the Proxmox MCP
+server (its real catalog of 286 tools): several agents and grants over several
+days, mostly reads, vm_agent_exec followed by vm_agent_exec_status polling, the
+occasional runaway loop, rare destructive calls, denials and errors. Traffic
+ends at --now (default: the clock); the same --seed, --count and --now give the
+same events. Events go to --out (JSONL, "-" for stdout) or, with --nats, are
+published through JetStream like a gateway would.`,
+		Example: `  mcptrail simulate --count 100000 --out events.jsonl
+  mcptrail simulate --scenario loops --seed 7 --out loops.jsonl
+  mcptrail simulate --duration 1h --nats nats://127.0.0.1:4222 --rate 500`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts := simulate.Options{Scenario: scenario, Seed: seed, Count: count, Now: a.now}
+			if dur != "" {
+				d, err := duration.Parse(dur)
+				if err != nil || d <= 0 {
+					return usageErrorf("--duration %q: want a positive duration such as 36h or 7d", dur)
+				}
+				opts.Duration = d
+			}
+			if dur != "" && count > 0 {
+				opts.Count = count // both: exactly count events over the duration
+			}
+			if count < 0 {
+				return usageErrorf("--count must be positive")
+			}
+			if natsURL != "" && out != "" {
+				return usageErrorf("give --nats URL or --out FILE, not both")
+			}
+			if rate < 0 {
+				return usageErrorf("--rate must be positive (events per second)")
+			}
+			if err := checkScenario(scenario); err != nil {
+				return err
+			}
+			if natsURL != "" {
+				return a.publishSimulation(cmd, opts, natsURL, rate)
+			}
+			return a.writeSimulation(cmd, opts, out)
+		},
+	}
+	cmd.Flags().StringVar(&scenario, "scenario", simulate.DefaultScenario, "traffic scenario (see the list below)")
+	cmd.Flags().Int64Var(&seed, "seed", 1, "random seed: the same seed gives the same events")
+	cmd.Flags().Float64Var(&rate, "rate", 0, "with --nats: events per second to publish (0: as fast as acknowledged)")
+	cmd.Flags().StringVar(&dur, "duration", "", "span of simulated time ending at --now (e.g. 7d)")
+	cmd.Flags().IntVar(&count, "count", 0, "exact number of events")
+	cmd.Flags().StringVar(&natsURL, "nats", "", "publish to this NATS server through JetStream")
+	cmd.Flags().StringVar(&out, "out", "", `write JSONL to this file ("-" or empty: stdout)`)
+	cmd.Long += "\n\nScenarios:\n"
+	for _, s := range simulate.Scenarios() {
+		cmd.Long += fmt.Sprintf("  %-8s %s\n", s.Name, s.Description)
+	}
+	return cmd
+}
+
+func checkScenario(name string) error {
+	for _, s := range simulate.Scenarios() {
+		if s.Name == name {
+			return nil
+		}
+	}
+	names := ""
+	for i, s := range simulate.Scenarios() {
+		if i > 0 {
+			names += ", "
+		}
+		names += s.Name
+	}
+	return usageErrorf("unknown --scenario %q: allowed values are %s", name, names)
+}
+
+func (a *app) writeSimulation(cmd *cobra.Command, opts simulate.Options, out string) error {
+	var w io.Writer = a.stdout
+	var f *os.File
+	if out != "" && out != "-" {
+		var err error
+		f, err = os.Create(out)
+		if err != nil {
+			return fmt.Errorf("create %s: %w", out, err)
+		}
+		defer f.Close()
+		w = f
+	}
+	bw := bufio.NewWriterSize(w, 1<<20)
+	enc := json.NewEncoder(bw)
+	start := time.Now()
+	stats, err := simulate.Generate(cmd.Context(), opts, func(e audit.Event) error { return enc.Encode(e) })
+	if err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("write events: %w", err)
+	}
+	if f != nil {
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("close %s: %w", out, err)
+		}
+		a.log.Info("simulated traffic written", "file", out, "events", stats.Events, "sessions", stats.Sessions,
+			"from", stats.From.Format(time.RFC3339), "to", stats.To.Format(time.RFC3339), "took", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}

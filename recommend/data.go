@@ -1,0 +1,383 @@
+package recommend
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// Time arithmetic in these queries goes through epoch_ms: subtracting
+// TIMESTAMPTZ values or truncating them runs through ICU's calendar per row,
+// which measured an order of magnitude slower.
+
+// sessionKey is the SQL expression of a call's session for analysis: where
+// events carry no session (Intercept writes none), the gateway instance
+// stands in for it (SPEC §5).
+const sessionKey = `coalesce(session, 'gateway:' || gateway, '')`
+
+// inWindow is the WHERE clause shared by every detector.
+const inWindow = `server = $server AND ($grant = '' OR "grant" = $grant) AND ts > $from AND ts <= $to`
+
+// query binds the analysis scope and any extra named arguments.
+type query struct {
+	db       *sql.DB
+	server   string
+	grant    string
+	from, to time.Time
+}
+
+func (q query) args(extra ...any) []any {
+	return append([]any{
+		sql.Named("server", q.server), sql.Named("grant", q.grant),
+		sql.Named("from", q.from), sql.Named("to", q.to),
+	}, extra...)
+}
+
+func (q query) rows(ctx context.Context, what, text string, extra ...any) (*sql.Rows, error) {
+	rows, err := q.db.QueryContext(ctx, text, q.args(extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return rows, nil
+}
+
+// windowStats counts the window's calls, sessions, agents and active days.
+func (q query) windowStats(ctx context.Context) (w Window, activeDays int, err error) {
+	err = q.db.QueryRowContext(ctx, `
+SELECT count(*), count(DISTINCT `+sessionKey+`) FILTER (`+sessionKey+` <> ''), count(DISTINCT agent),
+       count(DISTINCT epoch_ms(ts) // 86400000)
+FROM calls WHERE `+inWindow, q.args()...).Scan(&w.Calls, &w.Sessions, &w.Agents, &activeDays)
+	if err != nil {
+		return w, 0, fmt.Errorf("window statistics: %w", err)
+	}
+	w.From, w.To = q.from, q.to
+	w.Days = int(q.to.Sub(q.from).Round(time.Hour).Hours() / 24)
+	return w, activeDays, nil
+}
+
+// usage is one tool's use: in the window, and over the whole history.
+type usage struct {
+	Tool           string
+	Calls          int64 // any decision, in the window
+	Allowed        int64 // allowed calls in the window
+	AllowedDays    int64 // distinct days with an allowed call in the window
+	Refused        int64 // calls not allowed in the window
+	Sessions       int64
+	WithSession    int64      // calls in the window that carry a session
+	LastAllowed    *time.Time // last allowed call ever (up to now)
+	EarlierPeriods int64      // window-length periods before the window with an allowed call
+}
+
+// toolUsage reads every tool's use in one scan of the server's history.
+func (q query) toolUsage(ctx context.Context, window time.Duration) (map[string]*usage, error) {
+	rows, err := q.rows(ctx, "tool usage", `
+SELECT tool,
+       count(*) FILTER (ts > $from),
+       count(*) FILTER (ts > $from AND decision = 'allowed'),
+       count(DISTINCT epoch_ms(ts) // 86400000) FILTER (ts > $from AND decision = 'allowed'),
+       count(*) FILTER (ts > $from AND decision <> 'allowed'),
+       count(DISTINCT `+sessionKey+`) FILTER (ts > $from),
+       count(*) FILTER (ts > $from AND coalesce(session, '') <> ''),
+       max(ts) FILTER (decision = 'allowed'),
+       count(DISTINCT (epoch_ms($from) - epoch_ms(ts)) // $period_ms) FILTER (ts <= $from AND decision = 'allowed')
+FROM calls
+WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND ts <= $to AND tool IS NOT NULL
+GROUP BY tool`, sql.Named("period_ms", window.Milliseconds()))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]*usage{}
+	for rows.Next() {
+		u := &usage{}
+		var last sql.NullTime
+		if err := rows.Scan(&u.Tool, &u.Calls, &u.Allowed, &u.AllowedDays, &u.Refused, &u.Sessions, &u.WithSession, &last, &u.EarlierPeriods); err != nil {
+			return nil, fmt.Errorf("tool usage: %w", err)
+		}
+		if last.Valid {
+			t := last.Time.UTC()
+			u.LastAllowed = &t
+		}
+		out[u.Tool] = u
+	}
+	return out, rows.Err()
+}
+
+// run is a maximal sequence, within one session, of consecutive calls of one
+// tool with the same arguments, each within the polling interval of the
+// previous one. Polling loops and retry storms are runs.
+type run struct {
+	Session     string
+	Tool        string
+	StartTool   string  // the call just before the run ("" at a session's start)
+	StartGap    float64 // seconds from that call to the run's first call
+	Polls       int64
+	SpanS       float64 // seconds from the first to the last call of the run
+	MeanGap     float64
+	SDGap       float64
+	MedianGap   float64
+	Errors      int64
+	LastStatus  string
+	First, Last time.Time
+	Agent       string
+}
+
+// runs finds every run of at least minCalls calls. The sequence work (LAG
+// over each session's calls in time order) runs in DuckDB; only the runs,
+// far fewer than the calls, come back.
+func (q query) runs(ctx context.Context, minCalls int, maxInterval time.Duration) ([]run, error) {
+	rows, err := q.rows(ctx, "call sequences", `
+WITH c AS (
+	SELECT id, ts, tool, args_hash, status, agent, `+sessionKey+` AS sk
+	FROM calls WHERE `+inWindow+` AND tool IS NOT NULL
+), s AS (
+	SELECT *,
+	       lag(tool) OVER w AS prev_tool, lag(args_hash) OVER w AS prev_hash,
+	       (epoch_ms(ts) - epoch_ms(lag(ts) OVER w)) / 1000.0 AS gap
+	FROM c WINDOW w AS (PARTITION BY sk ORDER BY ts, id)
+), m AS (
+	SELECT *, (prev_tool IS NULL OR tool <> prev_tool OR args_hash IS NULL
+	           OR prev_hash IS NULL OR args_hash <> prev_hash OR gap > $max_gap)::INTEGER AS brk
+	FROM s
+), r AS (
+	SELECT *, sum(brk) OVER (PARTITION BY sk ORDER BY ts, id ROWS UNBOUNDED PRECEDING) AS run_no
+	FROM m
+)
+SELECT sk, any_value(tool), coalesce(arg_min(prev_tool, ts), ''), coalesce(arg_min(gap, ts), 0),
+       count(*), (epoch_ms(max(ts)) - epoch_ms(min(ts))) / 1000.0,
+       coalesce(avg(gap) FILTER (brk = 0), 0), coalesce(stddev_pop(gap) FILTER (brk = 0), 0),
+       coalesce(median(gap) FILTER (brk = 0), 0),
+       count(*) FILTER (status = 'error'), coalesce(arg_max(status, ts), ''),
+       min(ts), max(ts), coalesce(any_value(agent), '')
+FROM r
+GROUP BY sk, run_no
+HAVING count(*) >= $min_calls
+ORDER BY min(ts), sk`, sql.Named("max_gap", maxInterval.Seconds()), sql.Named("min_calls", minCalls))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []run
+	for rows.Next() {
+		var r run
+		if err := rows.Scan(&r.Session, &r.Tool, &r.StartTool, &r.StartGap, &r.Polls, &r.SpanS, &r.MeanGap,
+			&r.SDGap, &r.MedianGap, &r.Errors, &r.LastStatus, &r.First, &r.Last, &r.Agent); err != nil {
+			return nil, fmt.Errorf("call sequences: %w", err)
+		}
+		r.First, r.Last = r.First.UTC(), r.Last.UTC()
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// peakStats summarises, for one tool, each scope value's peak calls per window.
+type peakStats struct {
+	Tool               string
+	P50, P90, P99, Max float64
+	Scopes             int64 // scope values (sessions, grants or agents) seen
+	Sessions           int64
+	WithSession        int64 // calls that carry a session
+	Calls              int64
+	RunawayPeak        float64 // highest peak among excluded runaway loops' sessions (polled tools)
+}
+
+// bucketMillis is the length of a fixed policy window. Buckets are computed
+// as epoch_ms(ts) // length: calendar-aligned in UTC like the evaluator's
+// windows, and plain integer arithmetic instead of a time-zone-aware
+// date_trunc over every row.
+func bucketMillis(window string) int64 {
+	switch window {
+	case "hour":
+		return 3_600_000
+	case "day":
+		return 86_400_000
+	}
+	return 60_000
+}
+
+// scopeExpr is the SQL counter key of a scope, mirroring the policy
+// evaluator: a call without the scope's key counts under its grant.
+func scopeExpr(scope string) string {
+	g := `'g:' || coalesce("grant", '')`
+	switch scope {
+	case "session":
+		return `CASE WHEN coalesce(session, '') <> '' THEN 's:' || session ELSE ` + g + ` END`
+	case "agent":
+		return `CASE WHEN coalesce(agent, '') <> '' THEN 'a:' || agent ELSE ` + g + ` END`
+	}
+	return g
+}
+
+// peaks computes per-tool percentiles of per-scope peak counts per window
+// over the calls that pass the policy's other rules (allowed or rate-limited).
+// Calls inside excluded runs (runaway loops) are left out.
+func (q query) peaks(ctx context.Context, scope, window string, excluded []run) (map[string]*peakStats, error) {
+	conn, err := q.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("peaks: %w", err)
+	}
+	defer conn.Close()
+	if err := loadExcluded(ctx, conn, excluded); err != nil {
+		return nil, err
+	}
+	rows, err := conn.QueryContext(ctx, `
+WITH c AS (
+	SELECT tool, ts, session, `+scopeExpr(scope)+` AS k, `+sessionKey+` AS sk
+	FROM calls WHERE `+inWindow+` AND tool IS NOT NULL AND decision IN ('allowed', 'rate_limited')
+), kept AS (
+	SELECT c.* FROM c ANTI JOIN excluded_runs x ON c.sk = x.sk AND c.tool = x.tool AND c.ts BETWEEN x.t0 AND x.t1
+), per AS (
+	SELECT tool, k, epoch_ms(ts) // $bucket_ms AS w, count(*) AS n FROM kept GROUP BY ALL
+), pk AS (
+	SELECT tool, k, max(n) AS peak FROM per GROUP BY ALL
+), totals AS (
+	SELECT tool, count(*) AS calls, count(session) FILTER (session <> '') AS with_session,
+	       count(DISTINCT sk) AS sessions
+	FROM c GROUP BY tool
+)
+SELECT pk.tool, quantile_cont(peak, 0.5), quantile_cont(peak, 0.9), quantile_cont(peak, 0.99), max(peak), count(*),
+       any_value(t.sessions), any_value(t.with_session), any_value(t.calls)
+FROM pk JOIN totals t USING (tool)
+GROUP BY pk.tool`, q.args(sql.Named("bucket_ms", bucketMillis(window)))...)
+	if err != nil {
+		return nil, fmt.Errorf("peaks: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]*peakStats{}
+	for rows.Next() {
+		p := &peakStats{}
+		if err := rows.Scan(&p.Tool, &p.P50, &p.P90, &p.P99, &p.Max, &p.Scopes, &p.Sessions, &p.WithSession, &p.Calls); err != nil {
+			return nil, fmt.Errorf("peaks: %w", err)
+		}
+		out[p.Tool] = p
+	}
+	return out, rows.Err()
+}
+
+// loadExcluded fills the connection's temporary table of excluded runs.
+func loadExcluded(ctx context.Context, conn *sql.Conn, excluded []run) error {
+	if _, err := conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE excluded_runs (sk VARCHAR, tool VARCHAR, t0 TIMESTAMPTZ, t1 TIMESTAMPTZ)`); err != nil {
+		return fmt.Errorf("excluded runs: %w", err)
+	}
+	for _, r := range excluded {
+		if _, err := conn.ExecContext(ctx, `INSERT INTO excluded_runs VALUES (?, ?, ?, ?)`, r.Session, r.Tool, r.First, r.Last); err != nil {
+			return fmt.Errorf("excluded runs: %w", err)
+		}
+	}
+	return nil
+}
+
+// peakOfRuns is the highest per-window count of a tool inside the given runs,
+// per scope key: what a limit would have to allow for those runs to finish.
+func (q query) peakOfRuns(ctx context.Context, scope, window string, runs []run) (float64, error) {
+	if len(runs) == 0 {
+		return 0, nil
+	}
+	conn, err := q.db.Conn(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("runaway peaks: %w", err)
+	}
+	defer conn.Close()
+	if err := loadExcluded(ctx, conn, runs); err != nil {
+		return 0, err
+	}
+	var peak sql.NullFloat64
+	err = conn.QueryRowContext(ctx, `
+WITH c AS (
+	SELECT c.tool, c.ts, `+scopeExpr(scope)+` AS k
+	FROM calls c SEMI JOIN excluded_runs x ON `+sessionKey+` = x.sk AND c.tool = x.tool AND c.ts BETWEEN x.t0 AND x.t1
+	WHERE `+inWindow+` AND decision IN ('allowed', 'rate_limited')
+)
+SELECT max(n) FROM (SELECT k, epoch_ms(ts) // $bucket_ms AS w, count(*) AS n FROM c GROUP BY ALL)`,
+		q.args(sql.Named("bucket_ms", bucketMillis(window)))...).Scan(&peak)
+	if err != nil {
+		return 0, fmt.Errorf("runaway peaks: %w", err)
+	}
+	return peak.Float64, nil
+}
+
+// probe is a burst of refused calls to several tools in one session.
+type probe struct {
+	Session, Agent string
+	Tools          int64
+	Calls          int64
+	First, Last    time.Time
+	ToolNames      []string
+}
+
+// probes finds sessions that hit at least minTools distinct refused (or
+// unknown) tools within one 5-minute bucket.
+func (q query) probes(ctx context.Context, minTools int, unknown []string) ([]probe, error) {
+	rows, err := q.rows(ctx, "denied probes", `
+WITH c AS (
+	SELECT `+sessionKey+` AS sk, agent, tool, ts
+	FROM calls WHERE `+inWindow+` AND tool IS NOT NULL
+	  AND (decision IN ('denied', 'hidden') OR list_contains($unknown, tool))
+), b AS (
+	SELECT sk, epoch_ms(ts) // 300000 AS w, any_value(agent) AS agent,
+	       count(DISTINCT tool) AS tools, count(*) AS calls, min(ts) AS t0, max(ts) AS t1,
+	       list(DISTINCT tool ORDER BY tool) AS names
+	FROM c GROUP BY sk, w HAVING count(DISTINCT tool) >= $min_tools
+)
+SELECT sk, coalesce(agent, ''), tools, calls, t0, t1, names FROM b ORDER BY t0, sk`,
+		sql.Named("min_tools", minTools), sql.Named("unknown", stringList(unknown)))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []probe
+	for rows.Next() {
+		var p probe
+		var names []any
+		if err := rows.Scan(&p.Session, &p.Agent, &p.Tools, &p.Calls, &p.First, &p.Last, &names); err != nil {
+			return nil, fmt.Errorf("denied probes: %w", err)
+		}
+		for _, n := range names {
+			p.ToolNames = append(p.ToolNames, fmt.Sprint(n))
+		}
+		p.First, p.Last = p.First.UTC(), p.Last.UTC()
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// stringList makes a value DuckDB binds as a VARCHAR[] (never empty, so the
+// list has a type).
+func stringList(s []string) []string {
+	if len(s) == 0 {
+		return []string{"\x00"}
+	}
+	return s
+}
+
+// refusedStats counts, per tool, refused calls and the sessions and agents
+// behind them, for allow candidates and unknown tools.
+type refusedStats struct {
+	Tool                             string
+	Calls, Refused, Sessions, Agents int64
+	First, Last                      time.Time
+}
+
+func (q query) refusedByTool(ctx context.Context, exclude []string) (map[string]*refusedStats, error) {
+	rows, err := q.rows(ctx, "refused calls", `
+SELECT tool, count(*), count(*) FILTER (decision <> 'allowed'),
+       count(DISTINCT `+sessionKey+`) FILTER (decision <> 'allowed'),
+       count(DISTINCT agent) FILTER (decision <> 'allowed'), min(ts), max(ts)
+FROM calls WHERE `+inWindow+` AND tool IS NOT NULL AND NOT list_contains($exclude, `+sessionKey+`)
+GROUP BY tool`, sql.Named("exclude", stringList(exclude)))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]*refusedStats{}
+	for rows.Next() {
+		r := &refusedStats{}
+		if err := rows.Scan(&r.Tool, &r.Calls, &r.Refused, &r.Sessions, &r.Agents, &r.First, &r.Last); err != nil {
+			return nil, fmt.Errorf("refused calls: %w", err)
+		}
+		r.First, r.Last = r.First.UTC(), r.Last.UTC()
+		out[r.Tool] = r
+	}
+	return out, rows.Err()
+}

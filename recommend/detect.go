@@ -1,0 +1,548 @@
+package recommend
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/mcptrail/mcptrail/catalog"
+	"github.com/mcptrail/mcptrail/policy"
+)
+
+// detect runs every detector in an order where later ones can use earlier
+// results (loops before rate limits, probes before allow candidates).
+func (s *state) detect(ctx context.Context) error {
+	s.detectRisky()
+	s.detectUnused()
+	storms := s.detectRetryStorms()
+	if err := s.detectLoops(ctx, storms); err != nil {
+		return err
+	}
+	if err := s.detectRateLimits(ctx); err != nil {
+		return err
+	}
+	probeSessions, err := s.detectProbes(ctx)
+	if err != nil {
+		return err
+	}
+	return s.detectRefused(ctx, probeSessions)
+}
+
+func (s *state) riskSeverity(c catalog.Classification) string { return string(c.Category.Severity()) }
+
+func isRisky(c catalog.Category) bool {
+	return c == catalog.Exec || c == catalog.Destructive || c == catalog.Admin
+}
+
+// detectRisky reports allowed exec, destructive and admin tools. Rarely used
+// ones go behind approval; regularly used ones stay allowed and are reported.
+func (s *state) detectRisky() {
+	for _, t := range sortedKeys(s.usage) {
+		u := s.usage[t]
+		c := s.classes[t]
+		if u.Allowed == 0 || !isRisky(c.Category) {
+			continue
+		}
+		rare := u.Allowed <= int64(s.p.RareMaxCalls) && u.AllowedDays <= int64(s.p.RareMaxDays)
+		ev := map[string]any{
+			"category": string(c.Category), "risk_source": string(c.Source), "why": c.Why,
+			"allowed_calls": u.Allowed, "allowed_days": u.AllowedDays, "sessions": u.Sessions,
+			"last_called": u.LastAllowed, "rarely_used": rare,
+		}
+		f := Finding{Kind: KindRiskyTool, Tool: t, Evidence: ev, Confidence: s.confid}
+		if rare {
+			if hasApproval(s.currentRule(t)) {
+				continue // already behind approval: nothing to change
+			}
+			s.approval[t] = true
+			f.Severity = s.riskSeverity(c)
+			f.Action = Action{Op: OpRequireApproval}
+			f.Summary = fmt.Sprintf("%s is a %s tool used only %s on %s: put it behind human approval",
+				t, c.Category, plural(u.Allowed, "time", "times"), plural(u.AllowedDays, "day", "days"))
+		} else {
+			f.Severity = string(catalog.SeverityInfo)
+			f.Action = Action{Op: OpNone}
+			f.Summary = fmt.Sprintf("%s is a %s tool in regular use (%s on %s): it stays allowed; review who needs it",
+				t, c.Category, plural(u.Allowed, "call", "calls"), plural(u.AllowedDays, "day", "days"))
+		}
+		s.add(f)
+	}
+}
+
+func (s *state) currentRule(tool string) *policy.ToolRule {
+	if s.opts.Current == nil {
+		return nil
+	}
+	return s.opts.Current.Tools[tool]
+}
+
+// detectUnused reports tools of the universe with no allowed call in the
+// window. A tool within its grace period, or used periodically before the
+// window, is reported but not hidden.
+func (s *state) detectUnused() {
+	for _, t := range s.universe {
+		u := s.usage[t]
+		if u != nil && u.Allowed > 0 {
+			continue
+		}
+		if s.opts.Current != nil && s.opts.Current.Hidden(t) {
+			continue // already hidden
+		}
+		if len(s.opts.Catalog) > 0 && !s.inCat[t] && (s.opts.Current == nil || s.opts.Current.Tools[t] == nil) {
+			continue // unknown to the catalog: the unknown_tool detector reports it
+		}
+		c := s.classes[t]
+		var last *time.Time
+		var denied, earlier int64
+		if u != nil {
+			last, denied, earlier = u.LastAllowed, u.Refused, u.EarlierPeriods
+		}
+		ev := map[string]any{
+			"last_called": last, "denied_attempts": denied, "category": string(c.Category),
+			"in_catalog": s.inCat[t], "in_policy": s.currentRule(t) != nil || (s.opts.Current != nil && s.opts.Current.Tools != nil && hasKey(s.opts.Current.Tools, t)),
+		}
+		f := Finding{Kind: KindUnusedTool, Tool: t, Evidence: ev, Confidence: s.confid, Action: Action{Op: OpHide}}
+		switch c.Category {
+		case catalog.Admin:
+			f.Severity = string(catalog.SeverityHigh)
+		case catalog.Exec, catalog.Destructive:
+			f.Severity = string(catalog.SeverityMedium)
+		default:
+			f.Severity = string(catalog.SeverityLow)
+		}
+		since := "never called"
+		if last != nil {
+			since = "last called " + last.Format("2006-01-02")
+		}
+		f.Summary = fmt.Sprintf("%s (%s) was not used in the last %d days (%s): hide it", t, c.Category, s.window.Days, since)
+		if added, ok := s.opts.ToolAdded[t]; ok && s.opts.Now.Sub(added) < s.p.Grace {
+			f.Action = Action{Op: OpNone}
+			f.Severity = string(catalog.SeverityInfo)
+			f.Confidence = Low
+			ev["not_proposed"] = fmt.Sprintf("added on %s, within the %s grace period", added.UTC().Format("2006-01-02"), days(s.p.Grace))
+			f.Summary = fmt.Sprintf("%s is unused but was added %s ago: kept during the grace period", t, days(s.opts.Now.Sub(added)))
+		} else if earlier >= 2 {
+			f.Action = Action{Op: OpNone}
+			f.Severity = string(catalog.SeverityInfo)
+			f.Confidence = Low
+			ev["earlier_periods_used"] = earlier
+			ev["not_proposed"] = fmt.Sprintf("used in %d earlier %s periods: periodic use", earlier, days(s.p.Window))
+			f.Summary = fmt.Sprintf("%s is unused in this window but was used in %d earlier periods: kept as periodic", t, earlier)
+		}
+		if denied > 0 {
+			f.Summary += fmt.Sprintf(" (%s denied)", plural(denied, "attempt", "attempts"))
+		}
+		s.add(f)
+	}
+}
+
+func hasKey[V any](m map[string]V, k string) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// days writes a duration in whole days.
+func days(d time.Duration) string {
+	n := int(math.Round(d.Hours() / 24))
+	return fmt.Sprintf("%dd", n)
+}
+
+// isStorm tells a retry storm from polling: a run mostly of errors.
+func isStorm(r run) bool { return r.Errors*2 >= r.Polls && r.LastStatus == "error" }
+
+// detectRetryStorms reports tools whose same call was repeated in bursts
+// after errors.
+func (s *state) detectRetryStorms() map[string]bool {
+	byTool := map[string][]run{}
+	for _, r := range s.runs {
+		if isStorm(r) {
+			byTool[r.Tool] = append(byTool[r.Tool], r)
+		}
+	}
+	stormSessions := map[string]bool{}
+	for _, t := range sortedKeys(byTool) {
+		rs := byTool[t]
+		sessions := map[string]bool{}
+		var calls, maxRepeats int64
+		for _, r := range rs {
+			sessions[r.Session] = true
+			stormSessions[r.Session] = true
+			calls += r.Polls
+			maxRepeats = max(maxRepeats, r.Polls)
+		}
+		s.add(Finding{
+			Kind: KindRetryStorm, Tool: t, Severity: string(catalog.SeverityMedium), Confidence: s.confid,
+			Summary: fmt.Sprintf("%s was retried with the same arguments after errors in %s (%s, up to %d in a row)",
+				t, plural(int64(len(rs)), "burst", "bursts"), plural(calls, "call", "calls"), maxRepeats),
+			Evidence: map[string]any{"storms": len(rs), "calls": calls, "sessions": len(sessions), "max_repeats": maxRepeats,
+				"first": rs[0].First, "last": rs[len(rs)-1].Last},
+			Action: Action{Op: OpNone},
+		})
+	}
+	return stormSessions
+}
+
+type loopPair struct{ start, tool string }
+
+// detectLoops finds polling loops by their shape (SPEC §5), never by name.
+func (s *state) detectLoops(ctx context.Context, _ map[string]bool) error {
+	pairs := map[loopPair][]run{}
+	for _, r := range s.runs {
+		if isStorm(r) || r.StartTool == "" || r.StartTool == r.Tool || r.StartGap > s.p.PollMaxInterval.Seconds() {
+			continue
+		}
+		if cv(r) > s.p.PollMaxCV {
+			continue
+		}
+		k := loopPair{r.StartTool, r.Tool}
+		pairs[k] = append(pairs[k], r)
+	}
+	keys := make([]loopPair, 0, len(pairs))
+	for k := range pairs {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].tool != keys[j].tool {
+			return keys[i].tool < keys[j].tool
+		}
+		return keys[i].start < keys[j].start
+	})
+	// A polled tool may follow several start tools: the pair with the most
+	// loops carries the finding and the limit for it.
+	done := map[string]bool{}
+	sort.SliceStable(keys, func(i, j int) bool { return len(pairs[keys[i]]) > len(pairs[keys[j]]) })
+	for _, k := range keys {
+		if done[k.tool] || s.approval[k.tool] {
+			continue
+		}
+		done[k.tool] = true
+		if err := s.loopFinding(ctx, k, pairs[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func cv(r run) float64 {
+	if r.MeanGap <= 0 {
+		return 0
+	}
+	return r.SDGap / r.MeanGap
+}
+
+func (s *state) loopFinding(ctx context.Context, k loopPair, loops []run) error {
+	polls := make([]float64, len(loops))
+	gaps := make([]float64, len(loops))
+	cvs := make([]float64, len(loops))
+	for i, r := range loops {
+		polls[i], gaps[i], cvs[i] = float64(r.Polls), r.MedianGap, cv(r)
+	}
+	p95 := quantile(polls, 0.95)
+	limitRunaway := s.p.RunawayFactor * p95
+	var runaway, normal []run
+	var wasted int64
+	sessions := map[string]bool{}
+	runawaySessions := map[string]bool{}
+	for _, r := range loops {
+		sessions[r.Session] = true
+		if float64(r.Polls) > limitRunaway {
+			runaway = append(runaway, r)
+			runawaySessions[r.Session] = true
+			s.runawaySessions[r.Session] = true
+		} else {
+			normal = append(normal, r)
+		}
+		wasted += wastedPolls(r)
+	}
+	ev := map[string]any{
+		"start_tool": k.start, "loops": len(loops), "median_polls": quantile(polls, 0.5), "p95_polls": p95,
+		"median_interval_s": round(quantile(gaps, 0.5), 2), "interval_cv": round(quantile(cvs, 0.5), 3),
+		"wasted_calls": wasted, "runaway_loops": len(runaway), "runaway_sessions": len(runawaySessions),
+		"runaway_threshold_polls": round(limitRunaway, 1), "sessions": len(sessions),
+	}
+	if len(runaway) > 0 {
+		longest := slices.MaxFunc(runaway, func(a, b run) int { return int(a.Polls - b.Polls) })
+		ev["longest_loop_polls"] = longest.Polls
+	}
+	s.polled[k.tool] = true
+
+	// A per-session limit sized on the normal loops' peaks: the smallest
+	// window whose limit the runaway loops would exceed.
+	scope := s.scopeFor(k.tool)
+	var chosen *policy.Limit
+	var chosenStats *peakStats
+	var runawayPeak float64
+	for _, window := range []string{policy.WindowMinute, policy.WindowHour} {
+		stats, err := s.q.peaks(ctx, scope, window, runaway)
+		if err != nil {
+			return err
+		}
+		st := stats[k.tool]
+		if st == nil {
+			continue
+		}
+		l := policy.Limit{Counter: k.tool + "_rate", Window: window, Max: s.limitValue(st.P99), Scope: scope}
+		rp, err := s.q.peakOfRuns(ctx, scope, window, runaway)
+		if err != nil {
+			return err
+		}
+		chosen, chosenStats, runawayPeak = &l, st, rp
+		if len(runaway) == 0 || rp > float64(l.Max) {
+			break
+		}
+	}
+	f := Finding{Kind: KindPollingLoop, Tool: k.tool, Confidence: s.loopConfidence(len(loops)), Evidence: ev,
+		ID: FindingID(KindPollingLoop, s.opts.Server, s.opts.Grant, k.start+">"+k.tool)}
+	f.Severity = string(catalog.SeverityMedium)
+	if len(runaway) > 0 {
+		f.Severity = string(catalog.SeverityHigh)
+	}
+	f.Summary = fmt.Sprintf("%s is polled after %s: %s, median %s polls every %ss",
+		k.tool, k.start, plural(int64(len(loops)), "loop", "loops"), trimFloat(quantile(polls, 0.5)), trimFloat(round(quantile(gaps, 0.5), 1)))
+	if wasted > 0 {
+		f.Summary += fmt.Sprintf("; %s beyond a backoff's needs", plural(wasted, "poll", "polls"))
+	}
+	if len(runaway) > 0 {
+		f.Summary += fmt.Sprintf("; %s ran away", plural(int64(len(runaway)), "loop", "loops"))
+	}
+	if chosen != nil {
+		ev["limit_scope"], ev["limit_window"] = chosen.Scope, chosen.Window
+		ev["p50"], ev["p90"], ev["p99"], ev["max"] = chosenStats.P50, chosenStats.P90, chosenStats.P99, chosenStats.Max
+		if len(runaway) > 0 {
+			ev["runaway_peak"] = runawayPeak
+			ev["cuts_runaway_loops"] = runawayPeak > float64(chosen.Max)
+		}
+		f.Action = Action{Op: OpRateLimit, Limit: chosen}
+		f.Summary += fmt.Sprintf(": limit %d per %s per %s", chosen.Max, chosen.Window, chosen.Scope)
+		if cur := s.currentLimit(k.tool, chosen.Counter); cur != nil && cur.Max == chosen.Max && cur.Window == chosen.Window && cur.EffectiveScope() == chosen.Scope {
+			f.Action = Action{Op: OpNone}
+			f.Summary += " (already in force)"
+		}
+	} else {
+		f.Action = Action{Op: OpNone}
+	}
+	s.add(f)
+	return nil
+}
+
+// wastedPolls counts the polls beyond what an exponential backoff starting at
+// the loop's own interval would need to cover the same span.
+func wastedPolls(r run) int64 {
+	base := math.Max(r.MedianGap, 1)
+	needed := int64(math.Ceil(math.Log2(r.SpanS/base+1))) + 1
+	return max(r.Polls-needed, 0)
+}
+
+func (s *state) loopConfidence(loops int) string {
+	if s.confid == Low || loops < 5 {
+		return Low
+	}
+	if loops < 20 {
+		return Medium
+	}
+	return s.confid
+}
+
+// scopeFor limits per session where the tool's events carry sessions, else
+// per grant (PolicyLayer's default).
+func (s *state) scopeFor(tool string) string {
+	u := s.usage[tool]
+	if u == nil || u.WithSession*2 < u.Calls {
+		return policy.ScopeGrant
+	}
+	return policy.ScopeSession
+}
+
+// limitValue is ceil(p99 × headroom) with the configured floor.
+func (s *state) limitValue(p99 float64) int {
+	return max(int(math.Ceil(p99*s.p.Headroom-1e-9)), s.p.MinLimit)
+}
+
+// detectRateLimits derives a limit for every used tool from its observed
+// per-scope peaks (Cloudflare-style percentiles of per-session maxima).
+func (s *state) detectRateLimits(ctx context.Context) error {
+	stats, err := s.q.peaks(ctx, policy.ScopeSession, policy.WindowMinute, nil)
+	if err != nil {
+		return err
+	}
+	grantStats := map[string]*peakStats{}
+	needGrant := false
+	for _, st := range stats {
+		if st.WithSession*2 < st.Calls {
+			needGrant = true
+		}
+	}
+	if needGrant {
+		if grantStats, err = s.q.peaks(ctx, policy.ScopeGrant, policy.WindowMinute, nil); err != nil {
+			return err
+		}
+	}
+	for _, t := range sortedKeys(stats) {
+		st := stats[t]
+		scope := policy.ScopeSession
+		if st.WithSession*2 < st.Calls {
+			scope = policy.ScopeGrant
+			if g := grantStats[t]; g != nil {
+				st = g
+			}
+		}
+		if s.polled[t] || s.approval[t] {
+			continue
+		}
+		u := s.usage[t]
+		if u == nil || u.Allowed == 0 {
+			continue
+		}
+		l := policy.Limit{Counter: t + "_rate", Window: policy.WindowMinute, Max: s.limitValue(st.P99), Scope: scope}
+		conf := s.confid
+		switch {
+		case st.Scopes < 5:
+			conf = Low
+		case st.Scopes < int64(s.p.MinSessions) && conf == High:
+			conf = Medium
+		}
+		f := Finding{Kind: KindRateLimit, Tool: t, Severity: string(catalog.SeverityInfo), Confidence: conf,
+			Evidence: map[string]any{"scope": scope, "window": l.Window, "p50": st.P50, "p90": st.P90, "p99": st.P99,
+				"max": st.Max, "scopes": st.Scopes, "sessions": st.Sessions, "headroom": s.p.Headroom, "recommended": l.Max},
+			Action: Action{Op: OpRateLimit, Limit: &l},
+			Summary: fmt.Sprintf("%s: %d per %s per %s (p99 of per-%s peaks %s × %g headroom, over %s)",
+				t, l.Max, l.Window, scope, scope, trimFloat(st.P99), s.p.Headroom, plural(st.Scopes, scope, scope+"s")),
+		}
+		if cur := s.currentLimit(t, l.Counter); cur != nil {
+			f.Evidence["current_max"] = cur.Max
+			if cur.Max == l.Max && cur.Window == l.Window && cur.EffectiveScope() == scope {
+				continue // already in force
+			}
+		}
+		s.add(f)
+	}
+	return nil
+}
+
+// detectProbes reports agents (or sessions) that hit several denied, hidden or
+// unknown tools in a burst.
+func (s *state) detectProbes(ctx context.Context) (map[string]bool, error) {
+	var unknown []string
+	if len(s.opts.Catalog) > 0 {
+		for t := range s.usage {
+			if !s.inCat[t] {
+				unknown = append(unknown, t)
+			}
+		}
+		sort.Strings(unknown)
+	}
+	probes, err := s.q.probes(ctx, 3, unknown)
+	if err != nil {
+		return nil, err
+	}
+	type agg struct {
+		sessions    map[string]bool
+		bursts      int
+		calls       int64
+		tools       map[string]bool
+		first, last time.Time
+	}
+	byWho := map[string]*agg{}
+	probeSessions := map[string]bool{}
+	for _, p := range probes {
+		who := p.Agent
+		if who == "" {
+			who = p.Session
+		}
+		a := byWho[who]
+		if a == nil {
+			a = &agg{sessions: map[string]bool{}, tools: map[string]bool{}, first: p.First}
+			byWho[who] = a
+		}
+		a.sessions[p.Session] = true
+		probeSessions[p.Session] = true
+		a.bursts++
+		a.calls += p.Calls
+		for _, t := range p.ToolNames {
+			a.tools[t] = true
+		}
+		a.last = p.Last
+	}
+	for _, who := range sortedKeys(byWho) {
+		a := byWho[who]
+		tools := sortedKeys(a.tools)
+		s.add(Finding{
+			Kind: KindDeniedProbe, Tool: who, Severity: string(catalog.SeverityHigh), Confidence: s.confid,
+			Summary: fmt.Sprintf("%s hit %s it may not use in %s (%s): investigate",
+				who, plural(int64(len(tools)), "tool", "tools"), plural(int64(a.bursts), "burst", "bursts"), strings.Join(tools, ", ")),
+			Evidence: map[string]any{"sessions": len(a.sessions), "bursts": a.bursts, "calls": a.calls, "tools": tools,
+				"first": a.first, "last": a.last},
+			Action: Action{Op: OpNone},
+		})
+	}
+	return probeSessions, nil
+}
+
+// detectRefused reports unknown tools and allow candidates.
+func (s *state) detectRefused(ctx context.Context, probeSessions map[string]bool) error {
+	stats, err := s.q.refusedByTool(ctx, sortedKeys(probeSessions))
+	if err != nil {
+		return err
+	}
+	for _, t := range sortedKeys(s.usage) {
+		u := s.usage[t]
+		if len(s.opts.Catalog) > 0 && !s.inCat[t] && u.Calls > 0 {
+			s.add(Finding{
+				Kind: KindUnknownTool, Tool: t, Severity: unknownSeverity(u), Confidence: s.confid,
+				Summary: fmt.Sprintf("%s is not in the catalog but was called %s (%d allowed)", t, plural(u.Calls, "time", "times"), u.Allowed),
+				Evidence: map[string]any{"calls": u.Calls, "allowed": u.Allowed, "refused": u.Refused, "sessions": u.Sessions,
+					"last_called": u.LastAllowed},
+				Action: Action{Op: OpNone},
+			})
+			continue
+		}
+		st := stats[t]
+		c := s.classes[t]
+		if st == nil || c.Category != catalog.Read || u.Allowed > 0 {
+			continue
+		}
+		if st.Refused >= 5 && st.Sessions >= 3 {
+			s.add(Finding{
+				Kind: KindAllowCandidate, Tool: t, Severity: string(catalog.SeverityInfo), Confidence: Low,
+				Summary: fmt.Sprintf("%s (read-only) was refused %s in %s of otherwise normal sessions: consider allowing it (review only)",
+					t, plural(st.Refused, "time", "times"), plural(st.Sessions, "session", "sessions")),
+				Evidence: map[string]any{"refused": st.Refused, "sessions": st.Sessions, "agents": st.Agents, "first": st.First, "last": st.Last},
+				Action:   Action{Op: OpAllow},
+			})
+		}
+	}
+	return nil
+}
+
+func unknownSeverity(u *usage) string {
+	if u.Allowed > 0 {
+		return string(catalog.SeverityMedium)
+	}
+	return string(catalog.SeverityLow)
+}
+
+// quantile is the linear-interpolated quantile (DuckDB's quantile_cont).
+func quantile(v []float64, q float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	sort.Float64s(s)
+	pos := q * float64(len(s)-1)
+	lo := int(math.Floor(pos))
+	hi := int(math.Ceil(pos))
+	return s[lo] + (s[hi]-s[lo])*(pos-float64(lo))
+}
+
+func round(f float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(f*p) / p
+}
+
+func trimFloat(f float64) string {
+	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.2f", f), "0"), ".")
+}

@@ -1,0 +1,382 @@
+package recommend
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/catalog"
+	"github.com/mcptrail/mcptrail/policy"
+)
+
+// ErrNoCalls means the server has no calls in the window.
+var ErrNoCalls = errors.New("no calls")
+
+// state carries what the detectors share.
+type state struct {
+	opts     Options
+	q        query
+	p        Params
+	window   Window
+	days     int
+	confid   string // confidence from the data gates
+	usage    map[string]*usage
+	classes  map[string]catalog.Classification
+	inCat    map[string]bool
+	universe []string
+	runs     []run
+	findings []Finding
+	// polled maps a polled tool to its loop finding's limit, so that the
+	// rate-limit detector leaves it alone.
+	polled map[string]bool
+	// runawaySessions are the sessions that had a runaway loop.
+	runawaySessions map[string]bool
+	approval        map[string]bool
+}
+
+// Recommend analyses one server's history and returns the recommendation
+// with its proposed policy already replayed over the same window.
+func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
+	p := opts.Params
+	if p.Window <= 0 {
+		p = DefaultParams()
+	}
+	now := opts.Now.UTC()
+	s := &state{
+		opts: opts, p: p,
+		q:      query{db: db, server: opts.Server, grant: opts.Grant, from: now.Add(-p.Window), to: now},
+		polled: map[string]bool{}, runawaySessions: map[string]bool{}, approval: map[string]bool{},
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	stage := time.Now()
+	lap := func(name string) {
+		log.Debug("recommend stage", "stage", name, "took", time.Since(stage).Round(time.Millisecond))
+		stage = time.Now()
+	}
+	var err error
+	s.window, s.days, err = s.q.windowStats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if s.window.Calls == 0 {
+		grant := ""
+		if opts.Grant != "" {
+			grant = fmt.Sprintf(" and grant %q", opts.Grant)
+		}
+		return nil, fmt.Errorf("%w for server %q%s between %s and %s: check the name (mcptrail query calls_by_tool lists servers) or widen --since",
+			ErrNoCalls, opts.Server, grant, s.q.from.Format(time.RFC3339), now.Format(time.RFC3339))
+	}
+	gates := s.gates()
+	if s.usage, err = s.q.toolUsage(ctx, p.Window); err != nil {
+		return nil, err
+	}
+	s.classify()
+	lap("usage")
+	if s.runs, err = s.q.runs(ctx, p.PollMinCalls, p.PollMaxInterval); err != nil {
+		return nil, err
+	}
+	lap("sequences")
+	if err := s.detect(ctx); err != nil {
+		return nil, err
+	}
+	lap("detectors")
+	s.applySuppressions()
+	sortFindings(s.findings)
+
+	proposed := s.propose()
+	if err := proposed.Validate(); err != nil {
+		return nil, fmt.Errorf("proposed policy is invalid (a bug): %w", err)
+	}
+	replay, err := Run(ctx, db, ReplayOptions{Server: opts.Server, Grant: opts.Grant, From: s.q.from, To: now,
+		Policy: proposed, Runaway: s.runawaySessions})
+	if err != nil {
+		return nil, err
+	}
+	lap("replay")
+	patch, err := policy.Patch(opts.Current, proposed)
+	if err != nil {
+		return nil, fmt.Errorf("patch: %w", err)
+	}
+	changes := opts.SuppressionLog
+	if changes == nil {
+		changes = []analytics.SuppressionChange{}
+	}
+	return &Report{
+		Server: opts.Server, Grant: opts.Grant, GeneratedAt: time.Now().UTC(),
+		Window: s.window, Confidence: s.confid, Draft: s.confid == Low, Gates: gates,
+		Findings: s.findings, Policy: proposed, Current: opts.Current, Patch: patch, Replay: *replay,
+		SuppressionChanges: changes,
+	}, nil
+}
+
+// gates checks the data gates (Repokid-style minimum data before acting).
+func (s *state) gates() []Gate {
+	g := []Gate{
+		{Name: "min_days", OK: s.days >= s.p.MinDays,
+			Detail: fmt.Sprintf("%d day(s) with calls in the window; at least %d needed", s.days, s.p.MinDays)},
+		{Name: "min_sessions", OK: s.window.Sessions >= int64(s.p.MinSessions),
+			Detail: fmt.Sprintf("%d session(s) in the window; at least %d needed", s.window.Sessions, s.p.MinSessions)},
+		{Name: "catalog_present", OK: len(s.opts.Catalog) > 0,
+			Detail: catalogDetail(len(s.opts.Catalog))},
+		{Name: "current_policy", OK: s.opts.Current != nil,
+			Detail: policyDetail(s.opts.Current != nil)},
+	}
+	switch {
+	case !g[0].OK || !g[1].OK:
+		s.confid = Low
+	case !g[2].OK:
+		s.confid = Medium
+	default:
+		s.confid = High
+	}
+	return g
+}
+
+func catalogDetail(n int) string {
+	if n == 0 {
+		return "no catalog imported: the universe is the tools of the current policy plus the tools seen (mcptrail catalog import)"
+	}
+	return fmt.Sprintf("%d tools in the catalog", n)
+}
+
+func policyDetail(ok bool) string {
+	if ok {
+		return "the current policy is known: the proposal keeps its untouched rules"
+	}
+	return "no current policy given (--policy): the proposal starts from an empty policy"
+}
+
+// classify resolves every tool's risk: the catalog's classification, or the
+// name heuristics for tools the catalog lacks.
+func (s *state) classify() {
+	s.classes = map[string]catalog.Classification{}
+	s.inCat = map[string]bool{}
+	for _, c := range s.opts.Catalog {
+		s.classes[c.Tool] = c
+		s.inCat[c.Tool] = true
+	}
+	set := map[string]bool{}
+	for t := range s.inCat {
+		set[t] = true
+	}
+	if cur := s.opts.Current; cur != nil {
+		for t := range cur.Tools {
+			set[t] = true
+		}
+	}
+	if len(s.opts.Catalog) == 0 {
+		for t := range s.usage {
+			set[t] = true
+		}
+	}
+	for t := range s.usage {
+		if _, ok := s.classes[t]; !ok {
+			s.classes[t] = catalog.Classify(catalog.Tool{Name: t}, nil)
+		}
+	}
+	for t := range set {
+		if _, ok := s.classes[t]; !ok {
+			s.classes[t] = catalog.Classify(catalog.Tool{Name: t}, nil)
+		}
+	}
+	s.universe = sortedKeys(set)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// FindingID is stable across runs: kind, server, grant and subject.
+func FindingID(kind, server, grant, subject string) string {
+	g := grant
+	if g == "" {
+		g = "*"
+	}
+	return kind + ":" + server + ":" + g + ":" + subject
+}
+
+func (s *state) add(f Finding) {
+	if f.ID == "" {
+		f.ID = FindingID(f.Kind, s.opts.Server, s.opts.Grant, f.Tool)
+	}
+	s.findings = append(s.findings, f)
+}
+
+// applySuppressions marks findings with a suppression in force; expired ones
+// no longer apply.
+func (s *state) applySuppressions() {
+	active := map[string]Suppressed{}
+	for _, sup := range s.opts.Suppressions {
+		if sup.Until.After(s.opts.Now) {
+			active[sup.FindingID] = Suppressed{Reason: sup.Reason, By: sup.Owner, Until: sup.Until.UTC()}
+		}
+	}
+	for i := range s.findings {
+		if sup, ok := active[s.findings[i].ID]; ok {
+			sup := sup
+			s.findings[i].Suppressed = &sup
+		}
+	}
+}
+
+var kindOrder = []string{KindRiskyTool, KindPollingLoop, KindDeniedProbe, KindRetryStorm, KindUnusedTool,
+	KindRateLimit, KindUnknownTool, KindAllowCandidate}
+
+func sortFindings(fs []Finding) {
+	sort.SliceStable(fs, func(i, j int) bool {
+		a, b := fs[i], fs[j]
+		if ra, rb := severityRank(a.Severity), severityRank(b.Severity); ra != rb {
+			return ra > rb
+		}
+		if ka, kb := slices.Index(kindOrder, a.Kind), slices.Index(kindOrder, b.Kind); ka != kb {
+			return ka < kb
+		}
+		return a.ID < b.ID
+	})
+}
+
+func severityRank(s string) int { return catalog.Severity(s).Rank() }
+
+// propose builds the proposed policy: default deny; every used tool stays
+// allowed; the findings' actions applied unless suppressed; everything the
+// findings do not touch kept as it was.
+func (s *state) propose() *policy.Policy {
+	p := s.opts.Current.Clone()
+	if p == nil {
+		p = &policy.Policy{}
+	}
+	p.Version = policy.Version
+	p.Default = policy.DefaultDeny
+	if p.Tools == nil {
+		p.Tools = map[string]*policy.ToolRule{}
+	}
+	for t, u := range s.usage {
+		if u.Allowed == 0 {
+			continue
+		}
+		if _, ok := p.Tools[t]; !ok {
+			p.Tools[t] = &policy.ToolRule{}
+		}
+		p.Hide = slices.DeleteFunc(p.Hide, func(h string) bool { return h == t })
+	}
+	for _, f := range s.findings {
+		if f.Suppressed != nil {
+			continue
+		}
+		switch f.Action.Op {
+		case OpHide:
+			if !slices.Contains(p.Hide, f.Tool) {
+				p.Hide = append(p.Hide, f.Tool)
+			}
+			if r, ok := p.Tools[f.Tool]; ok && isEmptyRule(r) {
+				delete(p.Tools, f.Tool)
+			}
+		case OpRequireApproval:
+			r := p.Tools[f.Tool]
+			if r == nil {
+				r = &policy.ToolRule{}
+				p.Tools[f.Tool] = r
+			}
+			if !hasApproval(r) {
+				r.DenyIf = append(r.DenyIf, policy.DenyRule{OnDeny: "Requires human approval."})
+			}
+		case OpRateLimit:
+			if f.Action.Limit == nil {
+				continue
+			}
+			r := p.Tools[f.Tool]
+			if r == nil {
+				r = &policy.ToolRule{}
+				p.Tools[f.Tool] = r
+			}
+			setLimit(r, *f.Action.Limit)
+		}
+	}
+	sort.Strings(p.Hide)
+	return p
+}
+
+func isEmptyRule(r *policy.ToolRule) bool {
+	return r == nil || (len(r.Require) == 0 && len(r.DenyIf) == 0 && len(r.Limits) == 0 && len(r.Extra) == 0)
+}
+
+func hasApproval(r *policy.ToolRule) bool {
+	if r == nil {
+		return false
+	}
+	for _, d := range r.DenyIf {
+		if d.IsApproval() {
+			return true
+		}
+	}
+	return false
+}
+
+// setLimit replaces the limit with the same counter, or adds it.
+func setLimit(r *policy.ToolRule, l policy.Limit) {
+	for i := range r.Limits {
+		if r.Limits[i].Counter == l.Counter {
+			l.Extra = r.Limits[i].Extra
+			r.Limits[i] = l
+			return
+		}
+	}
+	r.Limits = append(r.Limits, l)
+}
+
+// currentLimit returns the current policy's limit for a tool's counter.
+func (s *state) currentLimit(tool, counter string) *policy.Limit {
+	if s.opts.Current == nil {
+		return nil
+	}
+	r := s.opts.Current.Tools[tool]
+	if r == nil {
+		return nil
+	}
+	for i := range r.Limits {
+		if r.Limits[i].Counter == counter {
+			return &r.Limits[i]
+		}
+	}
+	return nil
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%s %s", groupDigits(n), many)
+}
+
+// groupDigits writes 212400 as 212,400.
+func groupDigits(n int64) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}

@@ -1,0 +1,425 @@
+package recommend
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/policy"
+)
+
+// Output formats of `mcptrail recommend` (SPEC §5).
+var Formats = []string{"text", "json", "markdown", "policy", "diff", "intercept"}
+
+// ParseFormat validates a --format value.
+func ParseFormat(s string) (string, error) {
+	f := strings.ToLower(strings.TrimSpace(s))
+	if f == "" {
+		return "text", nil
+	}
+	for _, ok := range Formats {
+		if f == ok {
+			return f, nil
+		}
+	}
+	return "", fmt.Errorf("unknown --format %q: allowed values are %s", s, strings.Join(Formats, ", "))
+}
+
+// Write renders the report in format f. color adds ANSI colours to text.
+func Write(w io.Writer, r *Report, f string, color bool) error {
+	switch f {
+	case "json":
+		return writeJSON(w, r)
+	case "markdown":
+		_, err := io.WriteString(w, Markdown(r))
+		return err
+	case "policy":
+		b, err := r.Policy.Canonical()
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	case "diff":
+		_, err := io.WriteString(w, Diff(r))
+		return err
+	case "intercept":
+		b, err := policy.Intercept(r.Policy)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	_, err := io.WriteString(w, Text(r, color))
+	return err
+}
+
+func writeJSON(w io.Writer, r *Report) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("encode recommendation: %w", err)
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// Diff is the unified diff of the current policy's canonical JSON against
+// the proposed one ("current" is empty when unknown).
+func Diff(r *Report) string {
+	return policy.UnifiedDiff(r.Current, r.Policy, "current/policy.json", "proposed/policy.json")
+}
+
+// WriteFolder writes the PR-ready folder: policy.json, policy.diff, PR.md and
+// recommendations.json.
+func WriteFolder(dir string, r *Report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	pol, err := r.Policy.Canonical()
+	if err != nil {
+		return err
+	}
+	var js bytes.Buffer
+	if err := writeJSON(&js, r); err != nil {
+		return err
+	}
+	files := []struct {
+		name string
+		data []byte
+	}{
+		{"policy.json", pol},
+		{"policy.diff", []byte(Diff(r))},
+		{"PR.md", []byte(Markdown(r))},
+		{"recommendations.json", js.Bytes()},
+	}
+	for _, f := range files {
+		p := filepath.Join(dir, f.name)
+		if err := os.WriteFile(p, f.data, 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// Counts of the changes the proposal makes.
+type changeCounts struct {
+	hide, approval, limits, reported, suppressed int
+}
+
+func countChanges(r *Report) changeCounts {
+	var c changeCounts
+	for _, f := range r.Findings {
+		if f.Suppressed != nil {
+			c.suppressed++
+			continue
+		}
+		switch f.Action.Op {
+		case OpHide:
+			c.hide++
+		case OpRequireApproval:
+			c.approval++
+		case OpRateLimit:
+			c.limits++
+		default:
+			c.reported++
+		}
+	}
+	return c
+}
+
+// ReplaySentence says what the proposed policy would have done, e.g.
+// "would have rate-limited 1,843 of 212,400 calls, all in 3 runaway sessions".
+func ReplaySentence(r *Replay) string {
+	var parts []string
+	add := func(n int64, verb string) {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s", verb, groupDigits(n)))
+		}
+	}
+	add(r.RateLimited, "rate-limited")
+	add(r.ApprovalRequired, "held for approval")
+	add(r.Hidden, "refused as hidden")
+	add(r.Denied, "denied")
+	if len(parts) == 0 {
+		return fmt.Sprintf("would have allowed all %s calls", groupDigits(r.Calls))
+	}
+	s := "would have " + strings.Join(parts, ", ") + " of " + groupDigits(r.Calls) + " calls"
+	if r.RateLimited > 0 && r.RateLimitedSessions > 0 {
+		if r.RunawaySessions == r.RateLimitedSessions {
+			s += fmt.Sprintf(", the rate limits all in %s", plural(r.RunawaySessions, "runaway session", "runaway sessions"))
+		} else {
+			s += fmt.Sprintf(", the rate limits in %s", plural(r.RateLimitedSessions, "session", "sessions"))
+			if r.RunawaySessions > 0 {
+				s += fmt.Sprintf(" (%d with runaway loops)", r.RunawaySessions)
+			}
+		}
+	}
+	s += fmt.Sprintf("; %s the gateway allowed would change (%s, %s)",
+		plural(r.Changed, "call", "calls"), plural(r.SessionsAffected, "session", "sessions"), plural(r.AgentsAffected, "agent", "agents"))
+	return s
+}
+
+const (
+	ansiReset = "\x1b[0m"
+	ansiBold  = "\x1b[1m"
+	ansiDim   = "\x1b[2m"
+)
+
+var severityColor = map[string]string{
+	"critical": "\x1b[1;31m", "high": "\x1b[31m", "medium": "\x1b[33m", "low": "\x1b[36m", "info": "\x1b[2m",
+}
+
+// Text is the terminal summary.
+func Text(r *Report, color bool) string {
+	paint := func(code, s string) string {
+		if !color || code == "" {
+			return s
+		}
+		return code + s + ansiReset
+	}
+	var b strings.Builder
+	grant := "all grants"
+	if r.Grant != "" {
+		grant = "grant " + r.Grant
+	}
+	fmt.Fprintf(&b, "%s\n", paint(ansiBold, fmt.Sprintf("mcptrail recommendation for %s (%s)", r.Server, grant)))
+	fmt.Fprintf(&b, "window   %s → %s (%d days): %s, %s, %s\n", r.Window.From.Format("2006-01-02 15:04"), r.Window.To.Format("2006-01-02 15:04"),
+		r.Window.Days, plural(r.Window.Calls, "call", "calls"), plural(r.Window.Sessions, "session", "sessions"), plural(r.Window.Agents, "agent", "agents"))
+	fmt.Fprintf(&b, "confidence %s", r.Confidence)
+	if r.Draft {
+		fmt.Fprint(&b, paint(severityColor["medium"], " — DRAFT: the data gates are not met"))
+	}
+	fmt.Fprintln(&b)
+	for _, g := range r.Gates {
+		mark := "ok  "
+		if !g.OK {
+			mark = paint(severityColor["medium"], "FAIL")
+		}
+		fmt.Fprintf(&b, "  %s %-16s %s\n", mark, g.Name, g.Detail)
+	}
+	c := countChanges(r)
+	fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, fmt.Sprintf("Findings: %d (%d suppressed)", len(r.Findings), c.suppressed)))
+	if len(r.Findings) == 0 {
+		fmt.Fprintln(&b, "  none")
+	}
+	// Unused tools are many and alike: list the risky ones, count the rest.
+	var quietUnused int
+	for _, f := range r.Findings {
+		if f.Kind == KindUnusedTool && f.Severity == "low" && f.Suppressed == nil {
+			quietUnused++
+			continue
+		}
+		act := f.Action.Op
+		if f.Action.Limit != nil {
+			act = fmt.Sprintf("%s %d/%s per %s", act, f.Action.Limit.Max, f.Action.Limit.Window, f.Action.Limit.EffectiveScope())
+		}
+		if f.Suppressed != nil {
+			act = "suppressed until " + f.Suppressed.Until.Format("2006-01-02")
+		}
+		fmt.Fprintf(&b, "  %s %-15s %s\n      → %s  [%s confidence]  %s\n",
+			paint(severityColor[f.Severity], fmt.Sprintf("%-8s", strings.ToUpper(f.Severity))), f.Kind, f.Summary, act, f.Confidence,
+			paint(ansiDim, f.ID))
+	}
+	if quietUnused > 0 {
+		fmt.Fprintf(&b, "  %s unused_tool     %s of low risk unused in the window → hide (see --format markdown or json)\n",
+			paint(severityColor["low"], "LOW     "), plural(int64(quietUnused), "more tool", "more tools"))
+	}
+	fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, "Proposed policy"))
+	fmt.Fprintf(&b, "  default deny; %d tools allowed; hide %d; %d behind approval; %d rate limits; %d reported only\n",
+		len(r.Policy.Tools), len(r.Policy.Hide), c.approval, c.limits, c.reported)
+	fmt.Fprintf(&b, "  replay: %s\n", ReplaySentence(&r.Replay))
+	if len(r.SuppressionChanges) > 0 {
+		fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, "Suppression changes in the window"))
+		for _, ch := range r.SuppressionChanges {
+			fmt.Fprintf(&b, "  %s %-10s %s %s\n", ch.At.Format("2006-01-02"), ch.Action, ch.FindingID, suppressionDetail(ch))
+		}
+	}
+	return b.String()
+}
+
+func suppressionDetail(ch analytics.SuppressionChange) string {
+	var parts []string
+	if ch.Owner != "" {
+		parts = append(parts, "by "+ch.Owner)
+	}
+	if ch.Until != nil {
+		parts = append(parts, "until "+ch.Until.Format("2006-01-02"))
+	}
+	if ch.Reason != "" {
+		parts = append(parts, fmt.Sprintf("%q", ch.Reason))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Markdown is the PR body.
+func Markdown(r *Report) string {
+	var b strings.Builder
+	c := countChanges(r)
+	fmt.Fprintf(&b, "## mcptrail: least-privilege policy for `%s`", r.Server)
+	if r.Grant != "" {
+		fmt.Fprintf(&b, " (grant `%s`)", r.Grant)
+	}
+	b.WriteString("\n\n")
+	if r.Draft {
+		b.WriteString("> **Draft.** The data gates are not met, so every finding has low confidence. Review before merging.\n\n")
+	}
+	fmt.Fprintf(&b, "Derived from %s in %s by %s between %s and %s (%d days). ",
+		plural(r.Window.Calls, "call", "calls"), plural(r.Window.Sessions, "session", "sessions"), plural(r.Window.Agents, "agent", "agents"),
+		r.Window.From.Format("2006-01-02"), r.Window.To.Format("2006-01-02"), r.Window.Days)
+	fmt.Fprintf(&b, "The proposed policy denies by default, keeps every used tool allowed, hides %s, puts %s behind human approval and sets %s.\n\n",
+		plural(int64(c.hide), "unused tool", "unused tools"), plural(int64(c.approval), "rarely used risky tool", "rarely used risky tools"),
+		plural(int64(c.limits), "rate limit", "rate limits"))
+	fmt.Fprintf(&b, "**Replay:** over the same window the proposed policy %s.\n\n", ReplaySentence(&r.Replay))
+
+	b.WriteString("### Changes\n\n")
+	b.WriteString("| Change | Tool | Why | Evidence | Confidence |\n|---|---|---|---|---|\n")
+	var hides []Finding
+	for _, f := range r.Findings {
+		if f.Suppressed != nil || f.Action.Op == OpNone || f.Action.Op == OpAllow {
+			continue
+		}
+		if f.Action.Op == OpHide {
+			hides = append(hides, f)
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | `%s` | %s | %s | %s |\n", changeText(f), f.Tool, mdEscape(f.Summary), evidenceText(f), f.Confidence)
+	}
+	b.WriteString("\n")
+	if len(hides) > 0 {
+		fmt.Fprintf(&b, "<details><summary>Hide %s not used in the window</summary>\n\n", plural(int64(len(hides)), "tool", "tools"))
+		b.WriteString("| Change | Tool | Risk | Last called | Denied attempts | Confidence |\n|---|---|---|---|---|---|\n")
+		for _, f := range hides {
+			last := "never"
+			if t, ok := f.Evidence["last_called"].(*time.Time); ok && t != nil {
+				last = t.Format("2006-01-02")
+			}
+			fmt.Fprintf(&b, "| hide | `%s` | %v | %s | %v | %s |\n", f.Tool, f.Evidence["category"], last, f.Evidence["denied_attempts"], f.Confidence)
+		}
+		b.WriteString("\n</details>\n\n")
+	}
+	var review []Finding
+	for _, f := range r.Findings {
+		if f.Suppressed == nil && (f.Action.Op == OpNone || f.Action.Op == OpAllow) {
+			review = append(review, f)
+		}
+	}
+	if len(review) > 0 {
+		b.WriteString("### For review (not applied)\n\n| Severity | Finding | Subject | What we saw | Evidence |\n|---|---|---|---|---|\n")
+		for _, f := range review {
+			fmt.Fprintf(&b, "| %s | %s | `%s` | %s | %s |\n", f.Severity, f.Kind, f.Tool, mdEscape(f.Summary), evidenceText(f))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("### Replay impact\n\n")
+	fmt.Fprintf(&b, "| Decision | Calls |\n|---|---:|\n| allowed | %s |\n| rate limited | %s |\n| approval required | %s |\n| hidden | %s |\n| denied | %s |\n| **total** | **%s** |\n\n",
+		groupDigits(r.Replay.Allowed), groupDigits(r.Replay.RateLimited), groupDigits(r.Replay.ApprovalRequired),
+		groupDigits(r.Replay.Hidden), groupDigits(r.Replay.Denied), groupDigits(r.Replay.Calls))
+	var changed []string
+	for t, tr := range r.Replay.ByTool {
+		if tr.Changed > 0 {
+			changed = append(changed, t)
+		}
+	}
+	sort.Strings(changed)
+	if len(changed) > 0 {
+		b.WriteString("| Tool | Calls | Changed | Sessions affected |\n|---|---:|---:|---:|\n")
+		for _, t := range changed {
+			tr := r.Replay.ByTool[t]
+			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", t, groupDigits(tr.Calls), groupDigits(tr.Changed), groupDigits(tr.SessionsAffected))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("### Confidence and data gates\n\n")
+	fmt.Fprintf(&b, "Overall confidence: **%s**.\n\n| Gate | | Detail |\n|---|---|---|\n", r.Confidence)
+	for _, g := range r.Gates {
+		mark := "✅"
+		if !g.OK {
+			mark = "⚠️"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", g.Name, mark, mdEscape(g.Detail))
+	}
+	b.WriteString("\n")
+	var sup []Finding
+	for _, f := range r.Findings {
+		if f.Suppressed != nil {
+			sup = append(sup, f)
+		}
+	}
+	if len(sup) > 0 {
+		b.WriteString("### Suppressed findings\n\n| Finding | Reason | By | Until |\n|---|---|---|---|\n")
+		for _, f := range sup {
+			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", f.ID, mdEscape(f.Suppressed.Reason), f.Suppressed.By, f.Suppressed.Until.Format("2006-01-02"))
+		}
+		b.WriteString("\n")
+	}
+	if len(r.SuppressionChanges) > 0 {
+		b.WriteString("### Suppression changes\n\n| When | Action | Finding | Detail |\n|---|---|---|---|\n")
+		for _, ch := range r.SuppressionChanges {
+			fmt.Fprintf(&b, "| %s | %s | `%s` | %s |\n", ch.At.Format("2006-01-02"), ch.Action, ch.FindingID, mdEscape(suppressionDetail(ch)))
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "<sub>Generated by `mcptrail recommend --server %s`. Finding ids are stable: `mcptrail suppress ID --reason ... --until ...` keeps one out of future proposals.</sub>\n", r.Server)
+	return b.String()
+}
+
+func changeText(f Finding) string {
+	switch f.Action.Op {
+	case OpRequireApproval:
+		return "require approval"
+	case OpRateLimit:
+		if l := f.Action.Limit; l != nil {
+			return fmt.Sprintf("limit %d/%s per %s", l.Max, l.Window, l.EffectiveScope())
+		}
+	}
+	return f.Action.Op
+}
+
+// evidenceText lists a finding's evidence as key=value in key order.
+func evidenceText(f Finding) string {
+	keys := make([]string, 0, len(f.Evidence))
+	for k := range f.Evidence {
+		if k == "why" {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, k+"="+evidenceValue(f.Evidence[k]))
+	}
+	return mdEscape(strings.Join(parts, ", "))
+}
+
+func evidenceValue(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "none"
+	case *time.Time:
+		if x == nil {
+			return "never"
+		}
+		return x.UTC().Format("2006-01-02")
+	case time.Time:
+		return x.UTC().Format("2006-01-02T15:04Z")
+	case float64:
+		return trimFloat(x)
+	case []string:
+		return strings.Join(x, " ")
+	}
+	return fmt.Sprint(v)
+}
+
+func mdEscape(s string) string { return strings.ReplaceAll(s, "|", "\\|") }

@@ -1,0 +1,348 @@
+package recommend
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/mcptrail/mcptrail/policy"
+)
+
+// ReplayOptions select the calls to replay and the policy to replay them under.
+type ReplayOptions struct {
+	Server, Grant string
+	From, To      time.Time
+	Policy        *policy.Policy
+	// FirstN is how many affected calls to list (default 20).
+	FirstN int
+	// Runaway are sessions known to have had a runaway loop, so that the
+	// replay can say whether its rate limiting hits only them.
+	Runaway map[string]bool
+	// Exact disables the SQL fast path for single-limit tools, so that every
+	// limited call goes through the Go evaluator (tests compare the two).
+	Exact bool
+}
+
+// Run replays the window's tool calls under a policy. Every decision comes
+// from policy.Evaluator: tools whose verdict cannot depend on the call
+// (hidden, denied by default, behind approval, or allowed without limits) are
+// decided once and counted in SQL; tools with one limit and no shared
+// all_tools limit are counted in SQL with the same fixed-window arithmetic
+// (the first max calls of each window and scope key pass); everything else
+// streams through the evaluator in time order.
+func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
+	if o.FirstN == 0 {
+		o.FirstN = 20
+	}
+	q := query{db: db, server: o.Server, grant: o.Grant, from: o.From, to: o.To}
+	tools, err := q.replayTools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r := &Replay{ByTool: map[string]*ToolReplay{}}
+	acc := &affected{sessions: map[string]bool{}, agents: map[string]bool{}, perTool: map[string]map[string]bool{}, limited: map[string]bool{}}
+	probe := policy.NewEvaluator(o.Policy)
+	allLimited := o.Policy != nil && o.Policy.AllTools != nil && len(o.Policy.AllTools.Limits) > 0
+	var static []string
+	staticVerdict := map[string]policy.Verdict{}
+	var fast, exact []string
+	for _, t := range sortedKeys(tools) {
+		info := tools[t]
+		v := probe.Evaluate(policy.Call{Tool: t, TS: o.From})
+		rule := toolRule(o.Policy, t)
+		conditional := rule != nil && (len(rule.Require) > 0 || hasConditionalDeny(rule))
+		switch {
+		case v.Decision != policy.Allowed && !(conditional && info.withArgs > 0):
+			static = append(static, t)
+			staticVerdict[t] = v
+		case v.Decision == policy.Allowed && !allLimited && (rule == nil || len(rule.Limits) == 0) && !(conditional && info.withArgs > 0):
+			static = append(static, t)
+			staticVerdict[t] = v
+		case !o.Exact && !allLimited && rule != nil && len(rule.Limits) == 1 && !(conditional && info.withArgs > 0):
+			fast = append(fast, t)
+		default:
+			exact = append(exact, t)
+		}
+	}
+	for _, t := range static {
+		info := tools[t]
+		tr := r.tool(t)
+		tr.add(staticVerdict[t].Decision, info.calls)
+		if staticVerdict[t].Decision != policy.Allowed && info.allowed > 0 {
+			tr.Changed += info.allowed
+			if err := q.affectedStatic(ctx, t, staticVerdict[t], acc, o.FirstN); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, t := range fast {
+		l := o.Policy.Tools[t].Limits[0]
+		limited, err := q.overflow(ctx, t, l, policy.ToolPointer(t)+"/limits/"+l.Counter, acc, o.FirstN)
+		if err != nil {
+			return nil, err
+		}
+		tr := r.tool(t)
+		tr.add(policy.RateLimited, limited.total)
+		tr.add(policy.Allowed, tools[t].calls-limited.total)
+		tr.Changed += limited.changed
+	}
+	if len(exact) > 0 {
+		if err := q.stream(ctx, exact, o.Policy, r, acc, o.FirstN); err != nil {
+			return nil, err
+		}
+	}
+	for t, tr := range r.ByTool {
+		r.Calls += tr.Calls
+		r.Allowed += tr.Allowed
+		r.Denied += tr.Denied
+		r.Hidden += tr.Hidden
+		r.RateLimited += tr.RateLimited
+		r.ApprovalRequired += tr.ApprovalRequired
+		r.Changed += tr.Changed
+		tr.SessionsAffected = int64(len(acc.perTool[t]))
+	}
+	r.SessionsAffected = int64(len(acc.sessions))
+	r.RateLimitedSessions = int64(len(acc.limited))
+	for sk := range acc.limited {
+		if o.Runaway[sk] {
+			r.RunawaySessions++
+		}
+	}
+	r.AgentsAffected = int64(len(acc.agents))
+	sort.Slice(acc.first, func(i, j int) bool {
+		if !acc.first[i].TS.Equal(acc.first[j].TS) {
+			return acc.first[i].TS.Before(acc.first[j].TS)
+		}
+		return acc.first[i].ID < acc.first[j].ID
+	})
+	if len(acc.first) > o.FirstN {
+		acc.first = acc.first[:o.FirstN]
+	}
+	r.FirstAffected = acc.first
+	if r.FirstAffected == nil {
+		r.FirstAffected = []AffectedCall{}
+	}
+	return r, nil
+}
+
+func toolRule(p *policy.Policy, tool string) *policy.ToolRule {
+	if p == nil {
+		return nil
+	}
+	return p.Tools[tool]
+}
+
+func hasConditionalDeny(r *policy.ToolRule) bool {
+	for _, d := range r.DenyIf {
+		if !d.IsApproval() {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Replay) tool(t string) *ToolReplay {
+	tr := r.ByTool[t]
+	if tr == nil {
+		tr = &ToolReplay{}
+		r.ByTool[t] = tr
+	}
+	return tr
+}
+
+func (tr *ToolReplay) add(decision string, n int64) {
+	tr.Calls += n
+	switch decision {
+	case policy.Allowed:
+		tr.Allowed += n
+	case policy.Denied:
+		tr.Denied += n
+	case policy.Hidden:
+		tr.Hidden += n
+	case policy.RateLimited:
+		tr.RateLimited += n
+	case policy.ApprovalRequired:
+		tr.ApprovalRequired += n
+	}
+}
+
+// affected collects the sessions, agents and first calls whose recorded
+// "allowed" the replayed policy would change.
+type affected struct {
+	sessions, agents map[string]bool
+	perTool          map[string]map[string]bool
+	limited          map[string]bool // sessions with a rate-limited call
+	first            []AffectedCall
+}
+
+func (a *affected) add(c AffectedCall, sk string, firstN int) {
+	if sk != "" {
+		a.sessions[sk] = true
+		if c.Replayed == policy.RateLimited {
+			a.limited[sk] = true
+		}
+		m := a.perTool[c.Tool]
+		if m == nil {
+			m = map[string]bool{}
+			a.perTool[c.Tool] = m
+		}
+		m[sk] = true
+	}
+	if c.Agent != "" {
+		a.agents[c.Agent] = true
+	}
+	switch {
+	case firstN <= 0:
+		return
+	case len(a.first) < firstN*4:
+		a.first = append(a.first, c)
+	default:
+		// Keep the earliest firstN*4 by replacing the latest when c is earlier.
+		latest := 0
+		for i := range a.first {
+			if a.first[i].TS.After(a.first[latest].TS) {
+				latest = i
+			}
+		}
+		if c.TS.Before(a.first[latest].TS) {
+			a.first[latest] = c
+		}
+	}
+}
+
+type toolInfo struct{ calls, allowed, withArgs int64 }
+
+func (q query) replayTools(ctx context.Context) (map[string]*toolInfo, error) {
+	rows, err := q.rows(ctx, "replay", `
+SELECT tool, count(*), count(*) FILTER (decision = 'allowed'), count(args)
+FROM calls WHERE `+inWindow+` AND tool IS NOT NULL GROUP BY tool`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]*toolInfo{}
+	for rows.Next() {
+		var t string
+		i := &toolInfo{}
+		if err := rows.Scan(&t, &i.calls, &i.allowed, &i.withArgs); err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+		out[t] = i
+	}
+	return out, rows.Err()
+}
+
+// affectedStatic records the recorded-allowed calls of a tool that the policy
+// refuses outright.
+func (q query) affectedStatic(ctx context.Context, tool string, v policy.Verdict, acc *affected, firstN int) error {
+	rows, err := q.rows(ctx, "replay", `
+SELECT DISTINCT `+sessionKey+`, coalesce(agent, '') FROM calls
+WHERE `+inWindow+` AND tool = $tool AND decision = 'allowed'`, sql.Named("tool", tool))
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var sk, agent string
+		if err := rows.Scan(&sk, &agent); err != nil {
+			rows.Close()
+			return fmt.Errorf("replay: %w", err)
+		}
+		acc.add(AffectedCall{Tool: tool, Agent: agent}, sk, 0)
+	}
+	rows.Close()
+	first, err := q.rows(ctx, "replay", `
+SELECT id, ts, coalesce(session, ''), coalesce(agent, '') FROM calls
+WHERE `+inWindow+` AND tool = $tool AND decision = 'allowed' ORDER BY ts, id LIMIT $n`,
+		sql.Named("tool", tool), sql.Named("n", firstN))
+	if err != nil {
+		return err
+	}
+	defer first.Close()
+	for first.Next() {
+		c := AffectedCall{Tool: tool, Recorded: policy.Allowed, Replayed: v.Decision, Rule: v.Rule}
+		if err := first.Scan(&c.ID, &c.TS, &c.Session, &c.Agent); err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+		c.TS = c.TS.UTC()
+		acc.first = append(acc.first, c)
+	}
+	return first.Err()
+}
+
+type overflowCount struct{ total, changed int64 }
+
+// overflow counts, in SQL, the calls one limit would refuse: in each fixed
+// window and scope key, every call after the first max (in ts, id order).
+func (q query) overflow(ctx context.Context, tool string, l policy.Limit, rule string, acc *affected, firstN int) (overflowCount, error) {
+	var out overflowCount
+	rows, err := q.rows(ctx, "replay", `
+WITH c AS (
+	SELECT id, ts, decision, coalesce(session, '') AS session, coalesce(agent, '') AS agent, `+sessionKey+` AS sk,
+	       `+scopeExpr(l.EffectiveScope())+` AS k, epoch_ms(ts) // $bucket_ms AS w
+	FROM calls WHERE `+inWindow+` AND tool = $tool
+), b AS (
+	SELECT k, w FROM c GROUP BY k, w HAVING count(*) > $max
+), o AS (
+	SELECT c.*, row_number() OVER (PARTITION BY c.k, c.w ORDER BY c.ts, c.id) AS rn
+	FROM c SEMI JOIN b ON c.k = b.k AND c.w = b.w
+)
+SELECT id, ts, decision, session, agent, sk FROM o WHERE rn > $max ORDER BY ts, id`,
+		sql.Named("tool", tool), sql.Named("bucket_ms", bucketMillis(l.Window)), sql.Named("max", l.Max))
+	if err != nil {
+		return out, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		c := AffectedCall{Tool: tool, Replayed: policy.RateLimited, Rule: rule}
+		var sk string
+		if err := rows.Scan(&c.ID, &c.TS, &c.Recorded, &c.Session, &c.Agent, &sk); err != nil {
+			return out, fmt.Errorf("replay: %w", err)
+		}
+		c.TS = c.TS.UTC()
+		out.total++
+		if c.Recorded == policy.Allowed {
+			out.changed++
+			acc.add(c, sk, firstN)
+		}
+	}
+	return out, rows.Err()
+}
+
+// stream feeds the tools' calls through the evaluator in time order.
+func (q query) stream(ctx context.Context, tools []string, p *policy.Policy, r *Replay, acc *affected, firstN int) error {
+	rows, err := q.rows(ctx, "replay", `
+SELECT id, ts, tool, coalesce("grant", ''), coalesce(session, ''), coalesce(agent, ''), decision, `+sessionKey+`,
+       coalesce(args::VARCHAR, '')
+FROM calls WHERE `+inWindow+` AND list_contains($tools, tool) ORDER BY ts, id`, sql.Named("tools", tools))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	ev := policy.NewEvaluator(p)
+	var id, tool, grant, session, agent, recorded, sk, args string
+	var ts time.Time
+	for rows.Next() {
+		if err := rows.Scan(&id, &ts, &tool, &grant, &session, &agent, &recorded, &sk, &args); err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+		call := policy.Call{TS: ts, Tool: tool, Grant: grant, Session: session, Agent: agent}
+		if args != "" {
+			var m map[string]any
+			if json.Unmarshal([]byte(args), &m) == nil {
+				call.Args = m
+			}
+		}
+		v := ev.Evaluate(call)
+		tr := r.tool(tool)
+		tr.add(v.Decision, 1)
+		if recorded == policy.Allowed && v.Decision != policy.Allowed {
+			tr.Changed++
+			acc.add(AffectedCall{TS: ts.UTC(), ID: id, Tool: tool, Session: session, Agent: agent,
+				Recorded: recorded, Replayed: v.Decision, Rule: v.Rule}, sk, firstN)
+		}
+	}
+	return rows.Err()
+}

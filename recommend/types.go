@@ -1,0 +1,197 @@
+// Package recommend derives a least-privilege policy for one MCP server from
+// its call history: detectors computed in DuckDB SQL produce findings with
+// evidence and confidence, the findings shape a proposed policy.json, and the
+// proposal is replayed over the same history with the policy package's
+// evaluator before anyone sees it. Renderers turn the result into text, JSON,
+// Markdown (a PR body), the policy, a diff, Intercept YAML or a PR folder.
+package recommend
+
+import (
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/catalog"
+	"github.com/mcptrail/mcptrail/policy"
+)
+
+// Params are the thresholds of SPEC §5 (config keys recommend.*).
+type Params struct {
+	Window          time.Duration
+	MinDays         int
+	MinSessions     int
+	Headroom        float64
+	MinLimit        int
+	RareMaxCalls    int
+	RareMaxDays     int
+	PollMinCalls    int
+	PollMaxInterval time.Duration
+	PollMaxCV       float64
+	RunawayFactor   float64
+	Grace           time.Duration
+}
+
+// DefaultParams are the defaults of SPEC §7.
+func DefaultParams() Params {
+	return Params{
+		Window: 30 * 24 * time.Hour, MinDays: 7, MinSessions: 20, Headroom: 1.5, MinLimit: 5,
+		RareMaxCalls: 5, RareMaxDays: 3, PollMinCalls: 3, PollMaxInterval: 60 * time.Second,
+		PollMaxCV: 0.5, RunawayFactor: 3, Grace: 14 * 24 * time.Hour,
+	}
+}
+
+// Options select what to analyse.
+type Options struct {
+	Server string
+	Grant  string // "" analyses every grant together
+	Now    time.Time
+	Params Params
+	// Catalog is the server's classified tool list; nil when none is known.
+	Catalog []catalog.Classification
+	// CatalogAdded maps a tool to when an import first listed it, for grace;
+	// tools of the server's first import are absent (no grace).
+	ToolAdded map[string]time.Time
+	// Current is the policy in force, nil when unknown.
+	Current *policy.Policy
+	// Suppressions in force or expired; expired ones do not apply.
+	Suppressions []analytics.Suppression
+	// SuppressionLog lists changes to suppressions, shown in the output.
+	SuppressionLog []analytics.SuppressionChange
+	// Log receives the time each stage took, at debug level; nil is quiet.
+	Log *slog.Logger
+}
+
+// Report is the recommendation for one server (SPEC §5).
+type Report struct {
+	Server      string          `json:"server"`
+	Grant       string          `json:"grant"`
+	GeneratedAt time.Time       `json:"generated_at"`
+	Window      Window          `json:"window"`
+	Confidence  string          `json:"confidence"`
+	Draft       bool            `json:"draft"`
+	Gates       []Gate          `json:"gates"`
+	Findings    []Finding       `json:"findings"`
+	Policy      *policy.Policy  `json:"policy"`
+	Current     *policy.Policy  `json:"current"`
+	Patch       json.RawMessage `json:"patch"`
+	Replay      Replay          `json:"replay"`
+	// SuppressionChanges are the changes to suppressions made in the window.
+	SuppressionChanges []analytics.SuppressionChange `json:"suppression_changes"`
+}
+
+// Window describes the analysed history.
+type Window struct {
+	From     time.Time `json:"from"`
+	To       time.Time `json:"to"`
+	Days     int       `json:"days"`
+	Calls    int64     `json:"calls"`
+	Sessions int64     `json:"sessions"`
+	Agents   int64     `json:"agents"`
+}
+
+// Gate is one data-sufficiency check; a failed gate lowers confidence.
+type Gate struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}
+
+// Finding kinds (SPEC §5).
+const (
+	KindUnusedTool     = "unused_tool"
+	KindRiskyTool      = "risky_tool"
+	KindPollingLoop    = "polling_loop"
+	KindRateLimit      = "rate_limit"
+	KindRetryStorm     = "retry_storm"
+	KindDeniedProbe    = "denied_probe"
+	KindUnknownTool    = "unknown_tool"
+	KindAllowCandidate = "allow_candidate"
+)
+
+// Action ops.
+const (
+	OpHide            = "hide"
+	OpRequireApproval = "require_approval"
+	OpRateLimit       = "rate_limit"
+	OpAllow           = "allow"
+	OpNone            = "none"
+)
+
+// Confidence levels.
+const (
+	High   = "high"
+	Medium = "medium"
+	Low    = "low"
+)
+
+// Finding is one recommendation with the evidence that produced it.
+type Finding struct {
+	ID         string         `json:"id"`
+	Kind       string         `json:"kind"`
+	Tool       string         `json:"tool"`
+	Severity   string         `json:"severity"`
+	Confidence string         `json:"confidence"`
+	Summary    string         `json:"summary"`
+	Evidence   map[string]any `json:"evidence"`
+	Action     Action         `json:"action"`
+	Suppressed *Suppressed    `json:"suppressed,omitempty"`
+}
+
+// Action is what the proposed policy does about a finding.
+type Action struct {
+	Op    string        `json:"op"`
+	Limit *policy.Limit `json:"limit,omitempty"`
+}
+
+// Suppressed explains why a finding is left out of the proposal.
+type Suppressed struct {
+	Reason string    `json:"reason"`
+	By     string    `json:"by,omitempty"`
+	Until  time.Time `json:"until"`
+}
+
+// Replay is what a policy would have done to the window's calls.
+type Replay struct {
+	Calls            int64 `json:"calls"`
+	Allowed          int64 `json:"allowed"`
+	Denied           int64 `json:"denied"`
+	Hidden           int64 `json:"hidden"`
+	RateLimited      int64 `json:"rate_limited"`
+	ApprovalRequired int64 `json:"approval_required"`
+	// Changed counts calls the gateway allowed that this policy would not.
+	Changed          int64 `json:"changed"`
+	SessionsAffected int64 `json:"sessions_affected"`
+	AgentsAffected   int64 `json:"agents_affected"`
+	// RateLimitedSessions are the sessions with a call the policy's limits
+	// refuse; RunawaySessions how many of them had a runaway polling loop.
+	RateLimitedSessions int64                  `json:"rate_limited_sessions"`
+	RunawaySessions     int64                  `json:"rate_limited_runaway_sessions"`
+	ByTool              map[string]*ToolReplay `json:"by_tool"`
+	// FirstAffected are the earliest calls whose decision the policy changes.
+	FirstAffected []AffectedCall `json:"first_affected"`
+}
+
+// ToolReplay is the replay of one tool's calls.
+type ToolReplay struct {
+	Calls            int64 `json:"calls"`
+	Allowed          int64 `json:"allowed"`
+	Denied           int64 `json:"denied"`
+	Hidden           int64 `json:"hidden"`
+	RateLimited      int64 `json:"rate_limited"`
+	ApprovalRequired int64 `json:"approval_required"`
+	Changed          int64 `json:"changed"`
+	SessionsAffected int64 `json:"sessions_affected"`
+}
+
+// AffectedCall is one call whose decision a replayed policy changes.
+type AffectedCall struct {
+	TS       time.Time `json:"ts"`
+	ID       string    `json:"id"`
+	Tool     string    `json:"tool"`
+	Session  string    `json:"session,omitempty"`
+	Agent    string    `json:"agent,omitempty"`
+	Recorded string    `json:"recorded"`
+	Replayed string    `json:"replayed"`
+	Rule     string    `json:"rule,omitempty"`
+}
