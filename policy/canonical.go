@@ -137,21 +137,39 @@ func (r *ToolRule) tree(path string) (object, error) {
 	if len(r.Limits) > 0 {
 		limits := make([]object, len(r.Limits))
 		for i, l := range r.Limits {
-			t := object{}
-			if err := t.extra(fmt.Sprintf("%s/limits/%d", path, i), l.Extra); err != nil {
+			t, err := l.tree(fmt.Sprintf("%s/limits/%d", path, i))
+			if err != nil {
 				return nil, err
-			}
-			t["counter"] = l.Counter
-			t["window"] = l.Window
-			t["max"] = l.Max
-			if l.Scope != "" {
-				t["scope"] = l.Scope
 			}
 			limits[i] = t
 		}
 		o["limits"] = limits
 	}
 	return o, nil
+}
+
+func (l Limit) tree(path string) (object, error) {
+	t := object{}
+	if err := t.extra(path, l.Extra); err != nil {
+		return nil, err
+	}
+	t["counter"] = l.Counter
+	t["window"] = l.Window
+	t["max"] = l.Max
+	if l.Scope != "" {
+		t["scope"] = l.Scope
+	}
+	return t, nil
+}
+
+// MarshalJSON writes a limit as policy.json has it, so that a limit quoted in
+// other documents (a finding's action) reads the same.
+func (l Limit) MarshalJSON() ([]byte, error) {
+	t, err := l.tree("")
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(t)
 }
 
 func (c Condition) tree(path string) (object, error) {

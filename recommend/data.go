@@ -268,33 +268,35 @@ func loadExcluded(ctx context.Context, conn *sql.Conn, excluded []run) error {
 	return nil
 }
 
-// peakOfRuns is the highest per-window count of a tool inside the given runs,
-// per scope key: what a limit would have to allow for those runs to finish.
-func (q query) peakOfRuns(ctx context.Context, scope, window string, runs []run) (float64, error) {
+// runawayCut tells how a limit of max calls per window and scope key would
+// treat the given runs: their highest per-window count, and how many of
+// their calls it would refuse (every call past max in a window).
+func (q query) runawayCut(ctx context.Context, scope, window string, max int, runs []run) (peak float64, refused int64, err error) {
 	if len(runs) == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
 	conn, err := q.db.Conn(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("runaway peaks: %w", err)
+		return 0, 0, fmt.Errorf("runaway loops: %w", err)
 	}
 	defer conn.Close()
 	if err := loadExcluded(ctx, conn, runs); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var peak sql.NullFloat64
+	var p sql.NullFloat64
+	var r sql.NullInt64
 	err = conn.QueryRowContext(ctx, `
 WITH c AS (
 	SELECT c.tool, c.ts, `+scopeExpr(scope)+` AS k
 	FROM calls c SEMI JOIN excluded_runs x ON `+sessionKey+` = x.sk AND c.tool = x.tool AND c.ts BETWEEN x.t0 AND x.t1
 	WHERE `+inWindow+` AND decision IN ('allowed', 'rate_limited')
-)
-SELECT max(n) FROM (SELECT k, epoch_ms(ts) // $bucket_ms AS w, count(*) AS n FROM c GROUP BY ALL)`,
-		q.args(sql.Named("bucket_ms", bucketMillis(window)))...).Scan(&peak)
+), per AS (SELECT k, epoch_ms(ts) // $bucket_ms AS w, count(*) AS n FROM c GROUP BY ALL)
+SELECT max(n), sum(greatest(n - $max, 0)) FROM per`,
+		q.args(sql.Named("bucket_ms", bucketMillis(window)), sql.Named("max", max))...).Scan(&p, &r)
 	if err != nil {
-		return 0, fmt.Errorf("runaway peaks: %w", err)
+		return 0, 0, fmt.Errorf("runaway loops: %w", err)
 	}
-	return peak.Float64, nil
+	return p.Float64, r.Int64, nil
 }
 
 // probe is a burst of refused calls to several tools in one session.

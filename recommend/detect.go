@@ -61,16 +61,24 @@ func (s *state) detectRisky() {
 			s.approval[t] = true
 			f.Severity = s.riskSeverity(c)
 			f.Action = Action{Op: OpRequireApproval}
-			f.Summary = fmt.Sprintf("%s is a %s tool used only %s on %s: put it behind human approval",
-				t, c.Category, plural(u.Allowed, "time", "times"), plural(u.AllowedDays, "day", "days"))
+			f.Summary = fmt.Sprintf("%s is %s tool used only %s on %s: put it behind human approval",
+				t, article(string(c.Category)), plural(u.Allowed, "time", "times"), plural(u.AllowedDays, "day", "days"))
 		} else {
 			f.Severity = string(catalog.SeverityInfo)
 			f.Action = Action{Op: OpNone}
-			f.Summary = fmt.Sprintf("%s is a %s tool in regular use (%s on %s): it stays allowed; review who needs it",
-				t, c.Category, plural(u.Allowed, "call", "calls"), plural(u.AllowedDays, "day", "days"))
+			f.Summary = fmt.Sprintf("%s is %s tool in regular use (%s on %s): it stays allowed; review who needs it",
+				t, article(string(c.Category)), plural(u.Allowed, "call", "calls"), plural(u.AllowedDays, "day", "days"))
 		}
 		s.add(f)
 	}
+}
+
+// article prefixes a or an.
+func article(word string) string {
+	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
+		return "an " + word
+	}
+	return "a " + word
 }
 
 func (s *state) currentRule(tool string) *policy.ToolRule {
@@ -276,7 +284,15 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []run) error 
 	var chosen *policy.Limit
 	var chosenStats *peakStats
 	var runawayPeak float64
-	for _, window := range []string{policy.WindowMinute, policy.WindowHour} {
+	// The limit must let normal loops finish and cut runaway ones. It is
+	// sized on the normal loops' peaks per session; of the windows, take the
+	// one under which it refuses the most runaway polls (a per-minute limit
+	// only slows a loop that polls below it; a per-hour limit ends it).
+	var refused, runawayPolls int64
+	for _, r := range runaway {
+		runawayPolls += r.Polls
+	}
+	for _, window := range []string{policy.WindowMinute, policy.WindowHour, policy.WindowDay} {
 		stats, err := s.q.peaks(ctx, scope, window, runaway)
 		if err != nil {
 			return err
@@ -286,12 +302,14 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []run) error 
 			continue
 		}
 		l := policy.Limit{Counter: k.tool + "_rate", Window: window, Max: s.limitValue(st.P99), Scope: scope}
-		rp, err := s.q.peakOfRuns(ctx, scope, window, runaway)
+		rp, cut, err := s.q.runawayCut(ctx, scope, window, l.Max, runaway)
 		if err != nil {
 			return err
 		}
-		chosen, chosenStats, runawayPeak = &l, st, rp
-		if len(runaway) == 0 || rp > float64(l.Max) {
+		if chosen == nil || cut > refused {
+			chosen, chosenStats, runawayPeak, refused = &l, st, rp, cut
+		}
+		if len(runaway) == 0 {
 			break
 		}
 	}
@@ -314,7 +332,8 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []run) error 
 		ev["p50"], ev["p90"], ev["p99"], ev["max"] = chosenStats.P50, chosenStats.P90, chosenStats.P99, chosenStats.Max
 		if len(runaway) > 0 {
 			ev["runaway_peak"] = runawayPeak
-			ev["cuts_runaway_loops"] = runawayPeak > float64(chosen.Max)
+			ev["runaway_polls"] = runawayPolls
+			ev["runaway_polls_refused"] = refused
 		}
 		f.Action = Action{Op: OpRateLimit, Limit: chosen}
 		f.Summary += fmt.Sprintf(": limit %d per %s per %s", chosen.Max, chosen.Window, chosen.Scope)

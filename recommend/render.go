@@ -209,31 +209,78 @@ func Text(r *Report, color bool) string {
 		fmt.Fprintf(&b, "  %s %-16s %s\n", mark, g.Name, g.Detail)
 	}
 	c := countChanges(r)
-	fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, fmt.Sprintf("Findings: %d (%d suppressed)", len(r.Findings), c.suppressed)))
-	if len(r.Findings) == 0 {
-		fmt.Fprintln(&b, "  none")
-	}
-	// Unused tools are many and alike: list the risky ones, count the rest.
-	var quietUnused int
+	// Hides and rate limits are many and alike: they get compact sections.
+	var main, limits, hides []Finding
 	for _, f := range r.Findings {
-		if f.Kind == KindUnusedTool && f.Severity == "low" && f.Suppressed == nil {
-			quietUnused++
-			continue
+		switch {
+		case f.Suppressed == nil && f.Kind == KindUnusedTool && f.Action.Op == OpHide:
+			hides = append(hides, f)
+		case f.Suppressed == nil && f.Kind == KindRateLimit:
+			limits = append(limits, f)
+		default:
+			main = append(main, f)
 		}
+	}
+	fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, fmt.Sprintf("Findings: %d (%d suppressed)", len(r.Findings), c.suppressed)))
+	if len(main) == 0 {
+		fmt.Fprintln(&b, "  no other findings")
+	}
+	for _, f := range main {
 		act := f.Action.Op
 		if f.Action.Limit != nil {
 			act = fmt.Sprintf("%s %d/%s per %s", act, f.Action.Limit.Max, f.Action.Limit.Window, f.Action.Limit.EffectiveScope())
 		}
 		if f.Suppressed != nil {
-			act = "suppressed until " + f.Suppressed.Until.Format("2006-01-02")
+			act = "suppressed until " + f.Suppressed.Until.Format("2006-01-02") + ": " + f.Suppressed.Reason
 		}
-		fmt.Fprintf(&b, "  %s %-15s %s\n      → %s  [%s confidence]  %s\n",
+		fmt.Fprintf(&b, "  %s %-15s %s\n           → %s  [%s confidence]  %s\n",
 			paint(severityColor[f.Severity], fmt.Sprintf("%-8s", strings.ToUpper(f.Severity))), f.Kind, f.Summary, act, f.Confidence,
 			paint(ansiDim, f.ID))
 	}
-	if quietUnused > 0 {
-		fmt.Fprintf(&b, "  %s unused_tool     %s of low risk unused in the window → hide (see --format markdown or json)\n",
-			paint(severityColor["low"], "LOW     "), plural(int64(quietUnused), "more tool", "more tools"))
+	if len(limits) > 0 {
+		fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, fmt.Sprintf("Rate limits from observed peaks: %d tools", len(limits))))
+		for _, f := range limits {
+			l := f.Action.Limit
+			fmt.Fprintf(&b, "  %-28s %4d/%s per %-7s p99 %-6s max %-6s over %s [%s]\n", f.Tool, l.Max, l.Window, l.EffectiveScope(),
+				evidenceValue(f.Evidence["p99"]), evidenceValue(f.Evidence["max"]), evidenceValue(f.Evidence["scopes"])+" "+l.EffectiveScope()+"s", f.Confidence)
+		}
+	}
+	if len(hides) > 0 {
+		byCat := map[string]int{}
+		var risky []string
+		var denied int64
+		for _, f := range hides {
+			cat := fmt.Sprint(f.Evidence["category"])
+			byCat[cat]++
+			if f.Severity != "low" {
+				risky = append(risky, f.Tool)
+			}
+			if n, ok := f.Evidence["denied_attempts"].(int64); ok {
+				denied += n
+			}
+		}
+		var parts []string
+		for _, cat := range []string{"admin", "exec", "destructive", "write", "read"} {
+			if byCat[cat] > 0 {
+				parts = append(parts, fmt.Sprintf("%d %s", byCat[cat], cat))
+			}
+		}
+		fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, fmt.Sprintf("Unused in %d days, to hide: %d tools (%s)", r.Window.Days, len(hides), strings.Join(parts, ", "))))
+		if len(risky) > 0 {
+			shown := risky
+			if len(shown) > 12 {
+				shown = shown[:12]
+			}
+			more := ""
+			if len(risky) > len(shown) {
+				more = fmt.Sprintf(" and %d more", len(risky)-len(shown))
+			}
+			fmt.Fprintf(&b, "  risky ones: %s%s\n", strings.Join(shown, ", "), more)
+		}
+		if denied > 0 {
+			fmt.Fprintf(&b, "  %s to them were denied in the window\n", plural(denied, "attempt", "attempts"))
+		}
+		fmt.Fprintln(&b, "  every one is listed with its evidence in --format markdown or json")
 	}
 	fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, "Proposed policy"))
 	fmt.Fprintf(&b, "  default deny; %d tools allowed; hide %d; %d behind approval; %d rate limits; %d reported only\n",
