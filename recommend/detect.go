@@ -267,7 +267,7 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []run) error 
 		wasted += wastedPolls(r)
 	}
 	ev := map[string]any{
-		"start_tool": k.start, "loops": len(loops), "median_polls": quantile(polls, 0.5), "p95_polls": p95,
+		"start_tool": k.start, "loops": len(loops), "median_polls": round(quantile(polls, 0.5), 2), "p95_polls": round(p95, 2),
 		"median_interval_s": round(quantile(gaps, 0.5), 2), "interval_cv": round(quantile(cvs, 0.5), 3),
 		"wasted_calls": wasted, "runaway_loops": len(runaway), "runaway_sessions": len(runawaySessions),
 		"runaway_threshold_polls": round(limitRunaway, 1), "sessions": len(sessions),

@@ -54,6 +54,7 @@ func TestGolden(t *testing.T) {
 		dir := filepath.Dir(argsFile)
 		name := strings.TrimPrefix(dir, "testdata/")
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			tmp := t.TempDir()
 			expand := strings.NewReplacer("$DB", filepath.Join(tmp, "mcptrail.duckdb"), "$SAMPLES", samples, "$TMP", tmp).Replace
 			env := []string{"MCPTRAIL_NOW=2026-11-30T00:00:00Z", "MCPTRAIL_HTTP_LISTEN=127.0.0.1:1"}

@@ -69,6 +69,11 @@ answers SQL over the whole call history, and recommends each server's policy.jso
 		newQueriesCmd(a),
 		newSimulateCmd(a),
 		newRecommendCmd(a),
+		newReplayCmd(a),
+		newCatalogCmd(a),
+		newSuppressCmd(a),
+		newUnsuppressCmd(a),
+		newSuppressionsCmd(a),
 		// newServeCmd(a),
 	)
 	return root

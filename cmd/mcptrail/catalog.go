@@ -1,0 +1,125 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcptrail/mcptrail/render"
+)
+
+func newCatalogCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "catalog",
+		Short: "Import a server's tool catalog and list its tools' risk",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageErrorf("give a subcommand: catalog import FILE, or catalog list --server S")
+		},
+	}
+	cmd.AddCommand(newCatalogImportCmd(a), newCatalogListCmd(a))
+	return cmd
+}
+
+func newCatalogImportCmd(a *app) *cobra.Command {
+	var server string
+	cmd := &cobra.Command{
+		Use:   "import FILE",
+		Short: "Import an MCP tools/list result and classify every tool's risk",
+		Long: `Import an MCP tools/list result ({"tools": [...]}, with or without a "server"
+field) and classify every tool as read, write, destructive, exec or admin: a
+user override (recommend.overrides) wins, then MCP annotations, then the
+riskiest of the name, description and argument enums. Each import is recorded,
+so that tools added later get the recommend.grace period before being hidden.`,
+		Example: `  mcptrail catalog import proxmox-mcp.tools.json --server proxmox-mcp`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if done, err := a.forward(cmd); done || err != nil {
+				return err
+			}
+			store, closeStore, err := a.openStore(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer closeStore()
+			name, n, added, err := a.importCatalog(cmd.Context(), store, args[0], server)
+			if err != nil {
+				return err
+			}
+			tools, err := store.Tools(cmd.Context(), name)
+			if err != nil {
+				return err
+			}
+			byCat := map[string]int{}
+			for _, t := range tools {
+				byCat[t.Category]++
+			}
+			var parts []string
+			for _, c := range []string{"read", "write", "destructive", "exec", "admin"} {
+				parts = append(parts, fmt.Sprintf("%s %d", c, byCat[c]))
+			}
+			fmt.Fprintf(a.stdout, "imported %d tools for %s (%d new): %s\n", n, name, added, strings.Join(parts, ", "))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&server, "server", "", "server name (default: the file's \"server\" field)")
+	return cmd
+}
+
+func newCatalogListCmd(a *app) *cobra.Command {
+	var server, format string
+	cmd := &cobra.Command{
+		Use:   "list --server S",
+		Short: "List a server's imported tools with their risk category",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if server == "" {
+				return usageErrorf("--server is required")
+			}
+			if format != "table" && format != "json" {
+				return usageErrorf("unknown --format %q: allowed values are table, json", format)
+			}
+			if done, err := a.forward(cmd); done || err != nil {
+				return err
+			}
+			store, closeStore, err := a.openStore(cmd.Context(), true)
+			if err != nil {
+				return err
+			}
+			defer closeStore()
+			tools, err := store.Tools(cmd.Context(), server)
+			if err != nil {
+				return err
+			}
+			if len(tools) == 0 {
+				return fmt.Errorf("no catalog imported for server %q: run mcptrail catalog import FILE --server %s", server, server)
+			}
+			if format == "json" {
+				type row struct {
+					Tool     string `json:"tool"`
+					Category string `json:"category"`
+					Severity string `json:"severity"`
+					Source   string `json:"source"`
+				}
+				rows := make([]row, len(tools))
+				for i, t := range tools {
+					rows[i] = row{t.Tool, t.Category, t.Severity, t.RiskSource}
+				}
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(rows)
+			}
+			w := render.New(render.Table, a.stdout)
+			_ = w.Header([]string{"tool", "category", "severity", "source", "why"})
+			for _, t := range tools {
+				_ = w.Row([]any{t.Tool, t.Category, t.Severity, t.RiskSource, t.Why})
+			}
+			return w.Close()
+		},
+	}
+	cmd.Flags().StringVar(&server, "server", "", "server name (required)")
+	cmd.Flags().StringVar(&format, "format", "table", "output: table or json")
+	return cmd
+}

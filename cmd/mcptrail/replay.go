@@ -1,0 +1,137 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcptrail/mcptrail/internal/duration"
+	"github.com/mcptrail/mcptrail/policy"
+	"github.com/mcptrail/mcptrail/recommend"
+	"github.com/mcptrail/mcptrail/render"
+)
+
+func newReplayCmd(a *app) *cobra.Command {
+	var server, policyFile, grant, since, format string
+	cmd := &cobra.Command{
+		Use:   "replay --server S --policy F",
+		Short: "Show what a policy would have done to a server's past calls",
+		Long: `Replay the window's calls of a server under a policy.json, with the same
+evaluator the recommender uses: counts by decision, the calls, sessions and
+agents it would have affected, per tool, and the first affected calls.`,
+		Example: `  mcptrail replay --server proxmox-mcp --policy proposed/policy.json --since 7d`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if server == "" || policyFile == "" {
+				return usageErrorf("--server and --policy are required")
+			}
+			if format != "text" && format != "json" {
+				return usageErrorf("unknown --format %q: allowed values are text, json", format)
+			}
+			window := a.cfg.Recommend.Window
+			if since != "" {
+				d, err := duration.Parse(since)
+				if err != nil || d <= 0 {
+					return usageErrorf("--since %q: want a positive duration such as 30d, 2w or 72h", since)
+				}
+				window = d
+			}
+			data, err := os.ReadFile(policyFile)
+			if err != nil {
+				return fmt.Errorf("read policy: %w", err)
+			}
+			p, err := policy.Parse(data, policyFile)
+			if err != nil {
+				return err
+			}
+			if done, err := a.forward(cmd); done || err != nil {
+				return err
+			}
+			store, closeStore, err := a.openStore(cmd.Context(), true)
+			if err != nil {
+				return err
+			}
+			defer closeStore()
+			from := a.now.Add(-window)
+			r, err := recommend.Run(cmd.Context(), store.DB(), recommend.ReplayOptions{Server: server, Grant: grant, From: from, To: a.now, Policy: p})
+			if err != nil {
+				return err
+			}
+			if r.Calls == 0 {
+				return fmt.Errorf("no calls for server %q between %s and %s: check the name or widen --since",
+					server, from.Format(time.RFC3339), a.now.Format(time.RFC3339))
+			}
+			if format == "json" {
+				out := struct {
+					Server string            `json:"server"`
+					Grant  string            `json:"grant"`
+					Policy string            `json:"policy"`
+					From   time.Time         `json:"from"`
+					To     time.Time         `json:"to"`
+					Replay *recommend.Replay `json:"replay"`
+				}{server, grant, policyFile, from, a.now, r}
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(out)
+			}
+			return writeReplayText(a, server, grant, policyFile, from, r)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&server, "server", "", "MCP server whose calls to replay (required)")
+	fl.StringVar(&policyFile, "policy", "", "policy.json to replay (required)")
+	fl.StringVar(&grant, "grant", "", "only this grant's calls")
+	fl.StringVar(&since, "since", "", "window of history (default recommend.window, 30d)")
+	fl.StringVar(&format, "format", "text", "output: text or json")
+	return cmd
+}
+
+func writeReplayText(a *app, server, grant, policyFile string, from time.Time, r *recommend.Replay) error {
+	w := a.stdout
+	scope := "all grants"
+	if grant != "" {
+		scope = "grant " + grant
+	}
+	fmt.Fprintf(w, "replay of %s over %s (%s), %s → %s\n", policyFile, server, scope,
+		from.Format("2006-01-02 15:04"), a.now.Format("2006-01-02 15:04"))
+	fmt.Fprintf(w, "the policy %s\n\n", recommend.ReplaySentence(r))
+	tools := make([]string, 0, len(r.ByTool))
+	for t := range r.ByTool {
+		tools = append(tools, t)
+	}
+	sort.Slice(tools, func(i, j int) bool {
+		a, b := r.ByTool[tools[i]], r.ByTool[tools[j]]
+		if a.Changed != b.Changed {
+			return a.Changed > b.Changed
+		}
+		if a.Calls != b.Calls {
+			return a.Calls > b.Calls
+		}
+		return tools[i] < tools[j]
+	})
+	tw := render.New(render.Table, w)
+	_ = tw.Header([]string{"tool", "calls", "allowed", "rate_limited", "approval_required", "hidden", "denied", "changed", "sessions_affected"})
+	for _, t := range tools {
+		c := r.ByTool[t]
+		_ = tw.Row([]any{t, c.Calls, c.Allowed, c.RateLimited, c.ApprovalRequired, c.Hidden, c.Denied, c.Changed, c.SessionsAffected})
+	}
+	_ = tw.Row([]any{"total", r.Calls, r.Allowed, r.RateLimited, r.ApprovalRequired, r.Hidden, r.Denied, r.Changed, r.SessionsAffected})
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	if len(r.FirstAffected) > 0 {
+		fmt.Fprintf(w, "\nfirst affected calls:\n")
+		fw := render.New(render.Table, w)
+		_ = fw.Header([]string{"ts", "tool", "session", "agent", "decision", "rule"})
+		for _, c := range r.FirstAffected {
+			_ = fw.Row([]any{c.TS, c.Tool, c.Session, c.Agent, c.Recorded + " → " + c.Replayed, strings.TrimSpace(c.Rule)})
+		}
+		return fw.Close()
+	}
+	return nil
+}
