@@ -50,11 +50,11 @@ reported; they fail the command only with --strict.`,
 					return fmt.Errorf("%s is a folder: give the JSONL files in it", name)
 				}
 			}
-			if a.daemonHoldsDB(cmd.Context()) {
-				return fmt.Errorf("mcptrail serve is running on %s and holds the database: publish events to NATS (mcp.audit.<server>) for it to ingest, or stop it first", a.dbPath())
-			}
 			store, closeStore, err := a.openStore(cmd.Context(), false)
 			if err != nil {
+				if errors.Is(err, analytics.ErrLocked) && a.daemonHoldsDB(cmd.Context()) {
+					return fmt.Errorf("mcptrail serve is running and holds %s: publish the events to NATS (mcp.audit.<server>) for it to ingest, or stop it first", a.dbPath())
+				}
 				if errors.Is(err, analytics.ErrLocked) {
 					return fmt.Errorf("%w; ingest needs the file for writing", err)
 				}

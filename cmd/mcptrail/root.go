@@ -74,7 +74,7 @@ answers SQL over the whole call history, and recommends each server's policy.jso
 		newSuppressCmd(a),
 		newUnsuppressCmd(a),
 		newSuppressionsCmd(a),
-		// newServeCmd(a),
+		newServeCmd(a),
 	)
 	return root
 }
