@@ -36,6 +36,11 @@ func (a *app) importCatalog(ctx context.Context, store *analytics.Store, file, s
 	if err != nil {
 		return "", 0, 0, fmt.Errorf("read catalog: %w", err)
 	}
+	return a.importCatalogData(ctx, store, data, file, server)
+}
+
+// importCatalogData imports a tools/list document named file.
+func (a *app) importCatalogData(ctx context.Context, store *analytics.Store, data []byte, file, server string) (string, int, int, error) {
 	cat, err := catalog.Parse(data, file)
 	if err != nil {
 		return "", 0, 0, err

@@ -75,6 +75,7 @@ answers SQL over the whole call history, and recommends each server's policy.jso
 		newUnsuppressCmd(a),
 		newSuppressionsCmd(a),
 		newServeCmd(a),
+		newDemoCmd(a),
 	)
 	return root
 }
