@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -25,6 +26,18 @@ type query struct {
 	server   string
 	grant    string
 	from, to time.Time
+	log      *slog.Logger // debug timings; nil is quiet
+}
+
+// timed logs how long a query took, at debug level.
+func (q query) timed(what string) func() {
+	if q.log == nil {
+		return func() {}
+	}
+	start := time.Now()
+	return func() {
+		q.log.Debug("recommend query", "query", what, "took", time.Since(start).Round(time.Millisecond))
+	}
 }
 
 func (q query) args(extra ...any) []any {
@@ -35,6 +48,7 @@ func (q query) args(extra ...any) []any {
 }
 
 func (q query) rows(ctx context.Context, what, text string, extra ...any) (*sql.Rows, error) {
+	defer q.timed(what)()
 	rows, err := q.db.QueryContext(ctx, text, q.args(extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
@@ -118,42 +132,57 @@ type run struct {
 	SDGap       float64
 	MedianGap   float64
 	Errors      int64
-	LastStatus  string
+	LastStatus  string // "error" when the run's last call failed upstream
 	First, Last time.Time
-	Agent       string
 }
 
 // runs finds every run of at least minCalls calls. The sequence work (LAG
 // over each session's calls in time order) runs in DuckDB; only the runs,
 // far fewer than the calls, come back.
 func (q query) runs(ctx context.Context, minCalls int, maxInterval time.Duration) ([]run, error) {
+	// Tool names of the window, by hash: the ordered work below carries only
+	// integers (hashes and epoch milliseconds), which sort several times
+	// faster than the strings they stand for.
+	names := map[uint64]string{}
+	nrows, err := q.rows(ctx, "tool names", `SELECT DISTINCT tool, hash(tool) FROM calls WHERE `+inWindow+` AND tool IS NOT NULL`)
+	if err != nil {
+		return nil, err
+	}
+	for nrows.Next() {
+		var name string
+		var h uint64
+		if err := nrows.Scan(&name, &h); err != nil {
+			nrows.Close()
+			return nil, fmt.Errorf("tool names: %w", err)
+		}
+		names[h] = name
+	}
+	nrows.Close()
+
 	rows, err := q.rows(ctx, "call sequences", `
 WITH c AS (
-	SELECT id, ts, tool, args_hash, status, agent, `+sessionKey+` AS sk
+	SELECT `+sessionKey+` AS sk, hash(`+sessionKey+`) AS skh, tool, hash(tool) AS th,
+	       hash(args_hash) AS hh, args_hash IS NULL AS no_args, status = 'error' AS err, epoch_ms(ts) AS ms
 	FROM calls WHERE `+inWindow+` AND tool IS NOT NULL
 ), s AS (
-	SELECT *,
-	       lag(tool) OVER w AS prev_tool, lag(args_hash) OVER w AS prev_hash,
-	       (epoch_ms(ts) - epoch_ms(lag(ts) OVER w)) / 1000.0 AS gap
-	FROM c WINDOW w AS (PARTITION BY sk ORDER BY ts, id)
+	SELECT *, lag(th) OVER w AS prev_th, lag(hh) OVER w AS prev_hh, ms - lag(ms) OVER w AS gap
+	FROM c WINDOW w AS (PARTITION BY skh ORDER BY ms, th, hh)
 ), m AS (
-	SELECT *, (prev_tool IS NULL OR tool <> prev_tool OR args_hash IS NULL
-	           OR prev_hash IS NULL OR args_hash <> prev_hash OR gap > $max_gap)::INTEGER AS brk
+	SELECT *, (prev_th IS NULL OR th <> prev_th OR no_args OR hh <> prev_hh OR gap > $max_gap_ms)::INTEGER AS brk
 	FROM s
 ), r AS (
-	SELECT *, sum(brk) OVER (PARTITION BY sk ORDER BY ts, id ROWS UNBOUNDED PRECEDING) AS run_no
+	SELECT *, sum(brk) OVER (PARTITION BY skh ORDER BY ms, th, hh ROWS UNBOUNDED PRECEDING) AS run_no
 	FROM m
 )
-SELECT sk, any_value(tool), coalesce(arg_min(prev_tool, ts), ''), coalesce(arg_min(gap, ts), 0),
-       count(*), (epoch_ms(max(ts)) - epoch_ms(min(ts))) / 1000.0,
-       coalesce(avg(gap) FILTER (brk = 0), 0), coalesce(stddev_pop(gap) FILTER (brk = 0), 0),
-       coalesce(median(gap) FILTER (brk = 0), 0),
-       count(*) FILTER (status = 'error'), coalesce(arg_max(status, ts), ''),
-       min(ts), max(ts), coalesce(any_value(agent), '')
+SELECT any_value(sk), any_value(th), coalesce(arg_min(prev_th, ms), 0), coalesce(arg_min(gap, ms), 0) / 1000.0,
+       count(*), (max(ms) - min(ms)) / 1000.0,
+       coalesce(avg(gap) FILTER (brk = 0), 0) / 1000.0, coalesce(stddev_pop(gap) FILTER (brk = 0), 0) / 1000.0,
+       coalesce(median(gap) FILTER (brk = 0), 0) / 1000.0,
+       count(*) FILTER (err), coalesce(arg_max(err, ms), false), min(ms), max(ms)
 FROM r
-GROUP BY sk, run_no
+GROUP BY skh, run_no
 HAVING count(*) >= $min_calls
-ORDER BY min(ts), sk`, sql.Named("max_gap", maxInterval.Seconds()), sql.Named("min_calls", minCalls))
+ORDER BY min(ms), any_value(sk)`, sql.Named("max_gap_ms", maxInterval.Milliseconds()), sql.Named("min_calls", minCalls))
 	if err != nil {
 		return nil, err
 	}
@@ -161,11 +190,18 @@ ORDER BY min(ts), sk`, sql.Named("max_gap", maxInterval.Seconds()), sql.Named("m
 	var out []run
 	for rows.Next() {
 		var r run
-		if err := rows.Scan(&r.Session, &r.Tool, &r.StartTool, &r.StartGap, &r.Polls, &r.SpanS, &r.MeanGap,
-			&r.SDGap, &r.MedianGap, &r.Errors, &r.LastStatus, &r.First, &r.Last, &r.Agent); err != nil {
+		var th, prev uint64
+		var lastErr bool
+		var first, last int64
+		if err := rows.Scan(&r.Session, &th, &prev, &r.StartGap, &r.Polls, &r.SpanS, &r.MeanGap,
+			&r.SDGap, &r.MedianGap, &r.Errors, &lastErr, &first, &last); err != nil {
 			return nil, fmt.Errorf("call sequences: %w", err)
 		}
-		r.First, r.Last = r.First.UTC(), r.Last.UTC()
+		r.Tool, r.StartTool = names[th], names[prev]
+		if lastErr {
+			r.LastStatus = "error"
+		}
+		r.First, r.Last = time.UnixMilli(first).UTC(), time.UnixMilli(last).UTC()
 		out = append(out, r)
 	}
 	return out, rows.Err()
@@ -197,14 +233,16 @@ func bucketMillis(window string) int64 {
 }
 
 // scopeExpr is the SQL counter key of a scope, mirroring the policy
-// evaluator: a call without the scope's key counts under its grant.
+// evaluator: a call without the scope's key counts under its grant. Keys are
+// hashed (with the scope's letter, so that a session named like a grant
+// stays apart): grouping on integers is much cheaper than on strings.
 func scopeExpr(scope string) string {
-	g := `'g:' || coalesce("grant", '')`
+	g := `hash('g', coalesce("grant", ''))`
 	switch scope {
 	case "session":
-		return `CASE WHEN coalesce(session, '') <> '' THEN 's:' || session ELSE ` + g + ` END`
+		return `CASE WHEN coalesce(session, '') <> '' THEN hash('s', session) ELSE ` + g + ` END`
 	case "agent":
-		return `CASE WHEN coalesce(agent, '') <> '' THEN 'a:' || agent ELSE ` + g + ` END`
+		return `CASE WHEN coalesce(agent, '') <> '' THEN hash('a', agent) ELSE ` + g + ` END`
 	}
 	return g
 }
@@ -212,7 +250,9 @@ func scopeExpr(scope string) string {
 // peaks computes per-tool percentiles of per-scope peak counts per window
 // over the calls that pass the policy's other rules (allowed or rate-limited).
 // Calls inside excluded runs (runaway loops) are left out.
-func (q query) peaks(ctx context.Context, scope, window string, excluded []run) (map[string]*peakStats, error) {
+//
+// tool, when not empty, restricts the work to that tool's calls.
+func (q query) peaks(ctx context.Context, tool, scope, window string, excluded []run) (map[string]*peakStats, error) {
 	conn, err := q.db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("peaks: %w", err)
@@ -221,25 +261,21 @@ func (q query) peaks(ctx context.Context, scope, window string, excluded []run) 
 	if err := loadExcluded(ctx, conn, excluded); err != nil {
 		return nil, err
 	}
+	defer q.timed("peaks " + tool + " " + window)()
 	rows, err := conn.QueryContext(ctx, `
 WITH c AS (
-	SELECT tool, ts, session, `+scopeExpr(scope)+` AS k, `+sessionKey+` AS sk
+	SELECT tool, ts, session, `+scopeExpr(scope)+` AS k
 	FROM calls WHERE `+inWindow+` AND tool IS NOT NULL AND decision IN ('allowed', 'rate_limited')
-), kept AS (
-	SELECT c.* FROM c ANTI JOIN excluded_runs x ON c.sk = x.sk AND c.tool = x.tool AND c.ts BETWEEN x.t0 AND x.t1
+	  AND ($tool = '' OR tool = $tool)
+	  AND NOT EXISTS (SELECT 1 FROM excluded_runs x
+	                  WHERE x.tool = calls.tool AND x.sk = `+sessionKey+` AND calls.ts BETWEEN x.t0 AND x.t1)
 ), per AS (
-	SELECT tool, k, epoch_ms(ts) // $bucket_ms AS w, count(*) AS n FROM kept GROUP BY ALL
+	SELECT tool, k, epoch_ms(ts) // $bucket_ms AS w, count(*) AS n FROM c GROUP BY ALL
 ), pk AS (
-	SELECT tool, k, max(n) AS peak FROM per GROUP BY ALL
-), totals AS (
-	SELECT tool, count(*) AS calls, count(session) FILTER (session <> '') AS with_session,
-	       count(DISTINCT sk) AS sessions
-	FROM c GROUP BY tool
+	SELECT tool, k, max(n) AS peak, sum(n) AS calls FROM per GROUP BY ALL
 )
-SELECT pk.tool, quantile_cont(peak, 0.5), quantile_cont(peak, 0.9), quantile_cont(peak, 0.99), max(peak), count(*),
-       any_value(t.sessions), any_value(t.with_session), any_value(t.calls)
-FROM pk JOIN totals t USING (tool)
-GROUP BY pk.tool`, q.args(sql.Named("bucket_ms", bucketMillis(window)))...)
+SELECT tool, quantile_cont(peak, 0.5), quantile_cont(peak, 0.9), quantile_cont(peak, 0.99), max(peak), count(*), sum(calls)
+FROM pk GROUP BY tool`, q.args(sql.Named("bucket_ms", bucketMillis(window)), sql.Named("tool", tool))...)
 	if err != nil {
 		return nil, fmt.Errorf("peaks: %w", err)
 	}
@@ -247,7 +283,7 @@ GROUP BY pk.tool`, q.args(sql.Named("bucket_ms", bucketMillis(window)))...)
 	out := map[string]*peakStats{}
 	for rows.Next() {
 		p := &peakStats{}
-		if err := rows.Scan(&p.Tool, &p.P50, &p.P90, &p.P99, &p.Max, &p.Scopes, &p.Sessions, &p.WithSession, &p.Calls); err != nil {
+		if err := rows.Scan(&p.Tool, &p.P50, &p.P90, &p.P99, &p.Max, &p.Scopes, &p.Calls); err != nil {
 			return nil, fmt.Errorf("peaks: %w", err)
 		}
 		out[p.Tool] = p
@@ -285,6 +321,7 @@ func (q query) runawayCut(ctx context.Context, scope, window string, max int, ru
 	}
 	var p sql.NullFloat64
 	var r sql.NullInt64
+	defer q.timed("runaway cut " + window)()
 	err = conn.QueryRowContext(ctx, `
 WITH c AS (
 	SELECT c.tool, c.ts, `+scopeExpr(scope)+` AS k

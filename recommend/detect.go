@@ -293,7 +293,7 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []run) error 
 		runawayPolls += r.Polls
 	}
 	for _, window := range []string{policy.WindowMinute, policy.WindowHour, policy.WindowDay} {
-		stats, err := s.q.peaks(ctx, scope, window, runaway)
+		stats, err := s.q.peaks(ctx, k.tool, scope, window, runaway)
 		if err != nil {
 			return err
 		}
@@ -384,30 +384,27 @@ func (s *state) limitValue(p99 float64) int {
 // detectRateLimits derives a limit for every used tool from its observed
 // per-scope peaks (Cloudflare-style percentiles of per-session maxima).
 func (s *state) detectRateLimits(ctx context.Context) error {
-	stats, err := s.q.peaks(ctx, policy.ScopeSession, policy.WindowMinute, nil)
+	stats, err := s.q.peaks(ctx, "", policy.ScopeSession, policy.WindowMinute, nil)
 	if err != nil {
 		return err
 	}
 	grantStats := map[string]*peakStats{}
 	needGrant := false
-	for _, st := range stats {
-		if st.WithSession*2 < st.Calls {
+	for t := range stats {
+		if s.scopeFor(t) == policy.ScopeGrant {
 			needGrant = true
 		}
 	}
 	if needGrant {
-		if grantStats, err = s.q.peaks(ctx, policy.ScopeGrant, policy.WindowMinute, nil); err != nil {
+		if grantStats, err = s.q.peaks(ctx, "", policy.ScopeGrant, policy.WindowMinute, nil); err != nil {
 			return err
 		}
 	}
 	for _, t := range sortedKeys(stats) {
 		st := stats[t]
-		scope := policy.ScopeSession
-		if st.WithSession*2 < st.Calls {
-			scope = policy.ScopeGrant
-			if g := grantStats[t]; g != nil {
-				st = g
-			}
+		scope := s.scopeFor(t)
+		if g := grantStats[t]; scope == policy.ScopeGrant && g != nil {
+			st = g
 		}
 		if s.polled[t] || s.approval[t] {
 			continue
@@ -426,7 +423,7 @@ func (s *state) detectRateLimits(ctx context.Context) error {
 		}
 		f := Finding{Kind: KindRateLimit, Tool: t, Severity: string(catalog.SeverityInfo), Confidence: conf,
 			Evidence: map[string]any{"scope": scope, "window": l.Window, "p50": st.P50, "p90": st.P90, "p99": st.P99,
-				"max": st.Max, "scopes": st.Scopes, "sessions": st.Sessions, "headroom": s.p.Headroom, "recommended": l.Max},
+				"max": st.Max, "scopes": st.Scopes, "sessions": u.Sessions, "headroom": s.p.Headroom, "recommended": l.Max},
 			Action: Action{Op: OpRateLimit, Limit: &l},
 			Summary: fmt.Sprintf("%s: %d per %s per %s (p99 of per-%s peaks %s × %g headroom, over %s)",
 				t, l.Max, l.Window, scope, scope, trimFloat(st.P99), s.p.Headroom, plural(st.Scopes, scope, scope+"s")),

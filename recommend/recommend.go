@@ -51,7 +51,7 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 	now := opts.Now.UTC()
 	s := &state{
 		opts: opts, p: p,
-		q:      query{db: db, server: opts.Server, grant: opts.Grant, from: now.Add(-p.Window), to: now},
+		q:      query{db: db, server: opts.Server, grant: opts.Grant, from: now.Add(-p.Window), to: now, log: opts.Log},
 		polled: map[string]bool{}, runawaySessions: map[string]bool{}, approval: map[string]bool{},
 	}
 	log := opts.Log
@@ -98,7 +98,7 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 		return nil, fmt.Errorf("proposed policy is invalid (a bug): %w", err)
 	}
 	replay, err := Run(ctx, db, ReplayOptions{Server: opts.Server, Grant: opts.Grant, From: s.q.from, To: now,
-		Policy: proposed, Runaway: s.runawaySessions})
+		Policy: proposed, Runaway: s.runawaySessions, Log: opts.Log})
 	if err != nil {
 		return nil, err
 	}

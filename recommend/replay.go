@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sort"
 	"time"
 
@@ -21,6 +22,8 @@ type ReplayOptions struct {
 	// Runaway are sessions known to have had a runaway loop, so that the
 	// replay can say whether its rate limiting hits only them.
 	Runaway map[string]bool
+	// Log receives query timings at debug level; nil is quiet.
+	Log *slog.Logger
 	// Exact disables the SQL fast path for single-limit tools, so that every
 	// limited call goes through the Go evaluator (tests compare the two).
 	Exact bool
@@ -37,7 +40,7 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 	if o.FirstN == 0 {
 		o.FirstN = 20
 	}
-	q := query{db: db, server: o.Server, grant: o.Grant, from: o.From, to: o.To}
+	q := query{db: db, server: o.Server, grant: o.Grant, from: o.From, to: o.To, log: o.Log}
 	tools, err := q.replayTools(ctx)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Ingest benchmark: mcptrail ingest against DuckDB's own read_json on the same
+# 1M simulated events, each run a whole process from start to exit, three
+# alternating pairs. Prints both rates per pair, the median ratio and peak RSS.
+#   EVENTS=1000000 bench/ingest.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EVENTS="${EVENTS:-1000000}"
+OUT="${OUT:-bench/out}"
+mkdir -p "$OUT"
+
+go build -o "$OUT/mcptrail" ./cmd/mcptrail
+go build -o "$OUT/readjson" ./bench/readjson
+FILE="$OUT/events-$EVENTS.jsonl"
+if [ ! -s "$FILE" ]; then
+	"$OUT/mcptrail" simulate --count "$EVENTS" --seed 1 --now 2026-11-29T00:00:00Z --out "$FILE" 2>/dev/null
+fi
+echo "file: $FILE ($(du -h "$FILE" | cut -f1), $EVENTS events)"
+
+# run NAME CMD... : times one process, prints "seconds maxrss_kb".
+run() {
+	local tf="$OUT/time.$1"
+	shift
+	/usr/bin/time -f "%e %M" -o "$tf" "$@" >/dev/null 2>"$OUT/stderr.log" || { cat "$OUT/stderr.log"; exit 1; }
+	cat "$tf"
+}
+
+ratios=()
+for pair in 1 2 3; do
+	rm -f "$OUT/ingest.duckdb"* "$OUT/readjson.duckdb"*
+	read -r t_m rss_m < <(run mcptrail "$OUT/mcptrail" ingest --db "$OUT/ingest.duckdb" "$FILE")
+	read -r t_r rss_r < <(run readjson "$OUT/readjson" "$FILE" "$OUT/readjson.duckdb")
+	rate_m=$(awk -v n="$EVENTS" -v t="$t_m" 'BEGIN{printf "%.0f", n/t}')
+	rate_r=$(awk -v n="$EVENTS" -v t="$t_r" 'BEGIN{printf "%.0f", n/t}')
+	ratio=$(awk -v a="$t_r" -v b="$t_m" 'BEGIN{printf "%.3f", a/b}')
+	ratios+=("$ratio")
+	printf 'pair %d: mcptrail ingest %6.2fs %8s ev/s  rss %4d MiB | read_json %6.2fs %8s ev/s  rss %4d MiB | ratio %s\n' \
+		"$pair" "$t_m" "$rate_m" $((rss_m / 1024)) "$t_r" "$rate_r" $((rss_r / 1024)) "$ratio"
+done
+median=$(printf '%s\n' "${ratios[@]}" | sort -n | sed -n 2p)
+echo "median ratio (mcptrail rate / read_json rate): $median   (target >= 1.0)"

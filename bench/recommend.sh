@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Recommender benchmark: `mcptrail recommend --server proxmox-mcp` over 1M and
+# 10M stored calls of one server (30 days), as whole processes, with peak RSS.
+#   SIZES="1000000 10000000" bench/recommend.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SIZES="${SIZES:-1000000 10000000}"
+OUT="${OUT:-bench/out}"
+mkdir -p "$OUT"
+go build -o "$OUT/mcptrail" ./cmd/mcptrail
+go build -o "$OUT/fill" ./bench/fill
+for n in $SIZES; do
+	db="$OUT/recommend-$n.duckdb"
+	if [ ! -s "$db" ]; then
+		"$OUT/fill" -db "$db" -count "$n"
+		"$OUT/mcptrail" --db "$db" --now 2026-11-29T00:00:00Z catalog import testdata/proxmox-mcp.tools.json --server proxmox-mcp >/dev/null
+	fi
+	for run in 1 2; do
+		/usr/bin/time -f "%e %M" -o "$OUT/time.recommend" \
+			env MCPTRAIL_DEBUG=1 "$OUT/mcptrail" --db "$db" --now 2026-11-29T00:00:00Z recommend --server proxmox-mcp --format json \
+			>"$OUT/recommend-$n.json" 2>"$OUT/recommend-$n.log"
+		read -r secs rss <"$OUT/time.recommend"
+		stages=$(grep -o 'stage=[a-z]* took=[0-9.]*[a-zµ]*' "$OUT/recommend-$n.log" | sed 's/stage=//; s/ took=/ /' | tr '\n' ' ')
+		printf '%9d calls, run %d: %6.2fs  peak RSS %5d MiB   (%s)\n' "$n" "$run" "$secs" $((rss / 1024)) "$stages"
+	done
+done
+echo "target: <= 10 s and <= 2 GiB at 10M calls"
