@@ -1,6 +1,19 @@
 // Package audit defines the v1 audit event that mcptrail stores, and decodes and
 // validates every accepted input format (native v1, CloudEvents structured mode,
 // PolicyLayer Intercept JSONL, docker/mcp-gateway audit events). It does no I/O.
+//
+// Ingest calls Decode on every line or message, in parallel, and then, in input
+// order, InterceptServers.Apply on each Result (Intercept names the server of a
+// tool call only in its instance's startup line). A payload that cannot be
+// stored comes back as a *Rejection whose Reason (one of the Reason* codes) and
+// Detail go to dead_letters.
+//
+// Decoding is the ingest bottleneck, so it avoids reflection and maps: one
+// validating pass over the top-level object (scan.go), field values taken as
+// substrings of one copy of the line, and args_hash computed from the raw
+// arguments without building them (canon.go). The scanner accepts exactly what
+// encoding/json accepts and the canonical arguments equal encoding/json's
+// output; the fuzz targets hold both.
 package audit
 
 import (

@@ -1,0 +1,86 @@
+package audit
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// Typical lines of each format, about the size gateways write.
+var (
+	benchNative = []byte(`{"id":"evt-000123","ts":"2026-11-03T09:00:01.123456789Z","server":"proxmox-mcp","tool":"vm_agent_exec_status",` +
+		`"decision":"allowed","status":"ok","gateway":"gw-eu-1","grant":"ops-bot","agent":"claude-code","session":"s-7f2a",` +
+		`"request_id":"42","latency_ms":12.5,"args":{"node":"pve1","vmid":101,"pid":4242},"policy_version":"14"}`)
+	benchNativeNoID = []byte(`{"ts":"2026-11-03T09:00:01.123456789Z","server":"proxmox-mcp","tool":"get_vm_status",` +
+		`"decision":"allowed","status":"ok","gateway":"gw-eu-1","grant":"ops-bot","agent":"claude-code","session":"s-7f2a",` +
+		`"request_id":"42","latency_ms":12.5,"args":{"node":"pve1","vmid":101}}`)
+	benchCloudEvents = []byte(`{"specversion":"1.0","type":"dev.mcptrail.audit.v1","source":"/gateways/gw-eu-1","id":"ce-1001",` +
+		`"time":"2026-11-04T08:00:00.5Z","datacontenttype":"application/json","data":{"server":"proxmox-mcp","tool":"get_vm_status",` +
+		`"decision":"allowed","status":"ok","gateway":"gw-eu-1","session":"s-a1","args":{"node":"pve1","vmid":101}}}`)
+	benchIntercept = []byte(`{"ts":"2026-11-05T08:00:00.412345678Z","type":"tool_call","instance":"9f3a01bc","tool":"get_vm_status",` +
+		`"result":"allowed","args_hash":"sha256:18da6ac8fc23043448cc9f3e5e8731d70e5670b91f1e97c18fdc573fc4f97b12"}`)
+	benchDocker = []byte(`{"trigger":"tools/call","target_type":"tool","server_name":"proxmox-mcp","tool_name":"get_vm_status",` +
+		`"catalog_name":"docker-mcp","result":"allowed","policy_id":"proxmox-readonly","policy_version":"3","client_name":"claude-desktop",` +
+		`"session_id":"d-sess-01","trace_id":"0af7651916cd43dd8448eb211c80319c","timestamp":"2026-11-06T12:00:00Z"}`)
+)
+
+func benchDecode(b *testing.B, line []byte, opts Options) {
+	b.Helper()
+	b.SetBytes(int64(len(line)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Decode(line, opts); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+func BenchmarkDecodeNative(b *testing.B)          { benchDecode(b, benchNative, Options{}) }
+func BenchmarkDecodeNativeDerivedID(b *testing.B) { benchDecode(b, benchNativeNoID, Options{}) }
+func BenchmarkDecodeNativeStoreArgs(b *testing.B) {
+	benchDecode(b, benchNative, Options{StoreArgs: true})
+}
+func BenchmarkDecodeCloudEvents(b *testing.B) { benchDecode(b, benchCloudEvents, Options{}) }
+func BenchmarkDecodeIntercept(b *testing.B) {
+	benchDecode(b, benchIntercept, Options{Server: "proxmox-mcp"})
+}
+func BenchmarkDecodeDocker(b *testing.B) { benchDecode(b, benchDocker, Options{}) }
+
+// BenchmarkDecodeNativeParallel is the ingest shape: every core decoding.
+func BenchmarkDecodeNativeParallel(b *testing.B) {
+	b.SetBytes(int64(len(benchNative)))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := Decode(benchNative, Options{}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkStdlibNative is the baseline Decode replaces: encoding/json into
+// the Event struct, plus the map decode and re-encode that args_hash needs.
+func BenchmarkStdlibNative(b *testing.B) {
+	b.SetBytes(int64(len(benchNative)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var e struct {
+			Event
+			Args json.RawMessage `json:"args"`
+		}
+		if err := json.Unmarshal(benchNative, &e); err != nil {
+			b.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(e.Args, &m); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := json.Marshal(m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}

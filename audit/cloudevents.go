@@ -1,0 +1,98 @@
+package audit
+
+import (
+	"encoding/base64"
+	"unicode/utf8"
+)
+
+// cloudEvents decodes a CloudEvents 1.0 event in structured mode whose data
+// is a v1 event: an object, a JSON string holding one, or data_base64. The
+// envelope's id and time fill the event's id and ts when it lacks them.
+func (d *decoder) cloudEvents(res *Result, fs []field) error {
+	src := d.src
+	var spec, ceID, ceTime string
+	data, data64 := -1, -1
+	for i, f := range fs {
+		var err error
+		switch f.key {
+		case "specversion":
+			err = setString(src, f, &spec)
+		case "id":
+			err = setString(src, f, &ceID)
+		case "time":
+			err = setString(src, f, &ceTime)
+		case "data":
+			if f.kind(src) != 'n' {
+				data = i
+			}
+		case "data_base64":
+			if f.kind(src) != 'n' {
+				data64 = i
+			}
+		}
+		if err != nil {
+			return prefixed(err, "CloudEvents envelope: ")
+		}
+	}
+	switch spec {
+	case "1.0":
+	case "":
+		return reject(ReasonBadField, `not a CloudEvents structured-mode event: no "specversion"`)
+	default:
+		return reject(ReasonBadField, "unsupported CloudEvents specversion %q: want 1.0", clip(spec))
+	}
+
+	var dsrc string
+	var dbuf [32]field
+	dfs := dbuf[:0]
+	switch {
+	case data >= 0:
+		f := fs[data]
+		switch f.kind(src) {
+		case '{':
+			dsrc, dfs = src, members(src, f, dfs)
+		case '"':
+			dsrc = stringValue(src, f)
+			var err error
+			if dfs, err = parseTop(dsrc, dfs); err != nil {
+				return prefixed(err, "CloudEvents data string: ")
+			}
+		default:
+			return badType("data", "a v1 event object (or a JSON string holding one)", src[f.vs])
+		}
+	case data64 >= 0:
+		f := fs[data64]
+		if f.kind(src) != '"' {
+			return badType("data_base64", "a base64 string", src[f.vs])
+		}
+		raw, err := base64.StdEncoding.DecodeString(stringValue(src, f))
+		if err != nil {
+			return reject(ReasonBadField, "data_base64 is not valid base64 (RFC 4648): %v", err)
+		}
+		if !utf8.Valid(raw) {
+			return reject(ReasonNotUTF8, "CloudEvents data_base64: invalid UTF-8 at byte %d of the decoded data", invalidUTF8At(raw))
+		}
+		dsrc = string(raw)
+		if dfs, err = parseTop(dsrc, dfs); err != nil {
+			return prefixed(err, "CloudEvents data_base64: ")
+		}
+	default:
+		return reject(ReasonBadField, `CloudEvents event has no "data": it must carry a v1 event`)
+	}
+
+	e := &res.Event
+	if err := d.native(e, dsrc, dfs); err != nil {
+		return prefixed(err, "CloudEvents data: ")
+	}
+	if e.ID == "" {
+		e.ID = ceID
+	}
+	if e.TS.IsZero() && ceTime != "" {
+		t, err := parseTime(ceTime)
+		if err != nil {
+			return reject(ReasonBadTS, "CloudEvents \"time\" is %q, not an RFC 3339 time", clip(ceTime))
+		}
+		e.TS = t
+	}
+	return d.finish(e, true)
+}

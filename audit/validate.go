@@ -1,0 +1,113 @@
+package audit
+
+import (
+	"math"
+	"strings"
+	"unicode/utf8"
+)
+
+// Validate checks e against the rules of SPEC §1 with the limits of opts (the
+// defaults when zero) and returns a *Rejection for the first rule it breaks.
+// Every event Decode returns passes it, except that an Intercept event has no
+// server until InterceptServers.Apply resolved it.
+func (e *Event) Validate(opts Options) error {
+	return e.validate(opts.withDefaults(), true)
+}
+
+func (e *Event) validate(opts Options, requireServer bool) error {
+	if err := e.checkLengths(opts.MaxFieldBytes); err != nil {
+		return err
+	}
+	if e.ID == "" {
+		return reject(ReasonBadField, "event has no id")
+	}
+	if e.TS.IsZero() {
+		return reject(ReasonMissingTS, `no "ts": every event needs an RFC 3339 time such as "2026-11-03T14:05:09.123456789Z"`)
+	}
+	if requireServer && e.Server == "" {
+		return reject(ReasonMissingServer, `no "server": name the MCP server in the event or pass --server NAME`)
+	}
+	if (e.Method == "" || e.Method == DefaultMethod) && e.Tool == "" {
+		return reject(ReasonMissingTool, `method %s without "tool": a tool call must name its tool`, DefaultMethod)
+	}
+	if !e.Decision.Valid() {
+		if e.Decision == "" {
+			return reject(ReasonBadDecision, "no decision: want one of %s", decisionList())
+		}
+		return reject(ReasonBadDecision, "unknown decision %q: want one of %s", clip(string(e.Decision)), decisionList())
+	}
+	switch e.Status {
+	case "", "ok", "error":
+	default:
+		return reject(ReasonBadField, `"status" is %q: want "ok", "error" or empty`, clip(e.Status))
+	}
+	if e.LatencyMS != nil && (*e.LatencyMS < 0 || math.IsNaN(*e.LatencyMS) || math.IsInf(*e.LatencyMS, 0)) {
+		return reject(ReasonBadField, `"latency_ms" is %v: want a non-negative number of milliseconds`, *e.LatencyMS)
+	}
+	return nil
+}
+
+// checkLengths enforces the string limits: id at most MaxIDBytes, every other
+// string at most max bytes.
+func (e *Event) checkLengths(max int) error {
+	if len(e.ID) > MaxIDBytes {
+		return tooLong("id", len(e.ID), MaxIDBytes)
+	}
+	for _, f := range [...]struct {
+		name string
+		v    string
+	}{
+		{"server", e.Server}, {"tool", e.Tool}, {"method", e.Method}, {"decision", string(e.Decision)},
+		{"status", e.Status}, {"gateway", e.Gateway}, {"grant", e.Grant}, {"agent", e.Agent},
+		{"session", e.Session}, {"request_id", e.RequestID}, {"rule", e.Rule}, {"reason", e.Reason},
+		{"args_hash", e.ArgsHash}, {"policy_version", e.PolicyVersion},
+	} {
+		if len(f.v) > max {
+			return tooLong(f.name, len(f.v), max)
+		}
+	}
+	for _, k := range e.ArgKeys {
+		if len(k) > max {
+			return tooLong("arg_keys", len(k), max)
+		}
+	}
+	// Report the smallest offending key, so that the message is deterministic.
+	bad, found := "", false
+	for k, v := range e.Attrs {
+		if (len(k) > max || len(v) > max) && (!found || k < bad) {
+			bad, found = k, true
+		}
+	}
+	if found {
+		if len(bad) > max {
+			return tooLong("attrs key "+clip(bad), len(bad), max)
+		}
+		return tooLong("attrs."+clip(bad), len(e.Attrs[bad]), max)
+	}
+	return nil
+}
+
+func tooLong(name string, n, max int) *Rejection {
+	return reject(ReasonFieldTooLong, "%q is %d bytes, over the limit of %d", name, n, max)
+}
+
+// clip shortens a value quoted in a message.
+func clip(s string) string {
+	const n = 64
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}
+
+func decisionList() string {
+	names := make([]string, len(Decisions))
+	for i, d := range Decisions {
+		names[i] = string(d)
+	}
+	return strings.Join(names, ", ")
+}
