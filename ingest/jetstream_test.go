@@ -1,0 +1,344 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/audit"
+)
+
+// jsServer starts a real NATS server with JetStream in a temp dir.
+func jsServer(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	ns, err := natsserver.NewServer(&natsserver.Options{
+		Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, JetStream: true,
+		StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+	})
+	require.NoError(t, err)
+	ns.Start()
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		nc.Close()
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return nc, js
+}
+
+func jsEvent(i int, server string) []byte {
+	return fmt.Appendf(nil, `{"id":"e%06d","ts":"2026-01-02T03:04:05.%09dZ","server":%q,"tool":"vm_list","decision":"allowed"}`, i, i, server)
+}
+
+func jsSetup(t *testing.T, js jetstream.JetStream, ackWait time.Duration) jetstream.Consumer {
+	t.Helper()
+	ctx := context.Background()
+	_, err := EnsureStream(ctx, js, StreamSpec{Name: "MCP_AUDIT", Subjects: []string{"mcp.audit.>"}})
+	require.NoError(t, err)
+	c, err := EnsureConsumer(ctx, js, ConsumerSpec{Stream: "MCP_AUDIT", Durable: "mcptrail", BatchSize: 50, AckWait: ackWait})
+	require.NoError(t, err)
+	return c
+}
+
+func jsPublish(t *testing.T, js jetstream.JetStream, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		_, err := js.Publish(context.Background(), "mcp.audit.pve", jsEvent(i, "pve"))
+		require.NoError(t, err)
+	}
+}
+
+// memSink stores batches in memory without id de-duplication, so that tests
+// see exactly what the source hands over.
+type memSink struct {
+	mu      sync.Mutex
+	events  []audit.Event
+	dead    []DeadLetter
+	cp      map[string]uint64
+	appends int
+	failN   int // fail this many appends first
+}
+
+func (s *memSink) Append(ctx context.Context, b Batch) (Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failN > 0 {
+		s.failN--
+		return Result{}, errors.New("disk full")
+	}
+	s.appends++
+	s.events = append(s.events, b.Events...)
+	s.dead = append(s.dead, b.DeadLetters...)
+	if b.Checkpoint != nil {
+		if s.cp == nil {
+			s.cp = map[string]uint64{}
+		}
+		s.cp[b.Checkpoint.Consumer] = b.Checkpoint.Seq
+	}
+	return Result{Ingested: len(b.Events), Rejected: len(b.DeadLetters)}, nil
+}
+
+func (s *memSink) Checkpoint(ctx context.Context, consumer string) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cp[consumer], nil
+}
+
+func (s *memSink) count() (events, dead int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.events), len(s.dead)
+}
+
+// runSource runs src until the test ends.
+func runSource(t *testing.T, src interface{ Run(context.Context) error }) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			assert.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Error("source did not stop within 10 s")
+		}
+	})
+}
+
+func waitDrained(t *testing.T, c jetstream.Consumer) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	}, 15*time.Second, 20*time.Millisecond, "consumer not drained")
+}
+
+// A crash after the commit and before the ack: the batch is stored with its
+// checkpoint but not acknowledged, so JetStream redelivers it. The restarted
+// source must skip it, acknowledge it, and go on with new messages.
+func TestJetStreamRedeliveryAfterCommitWithoutAck(t *testing.T) {
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Hour)
+	jsPublish(t, js, 0, 100)
+	sink := &memSink{}
+
+	// The "crashed" process: fetch, store with the checkpoint, never ack.
+	b, err := c.Fetch(100, jetstream.FetchMaxWait(2*time.Second))
+	require.NoError(t, err)
+	var msgs []Message
+	var last uint64
+	for m := range b.Messages() {
+		md, err := m.Metadata()
+		require.NoError(t, err)
+		msgs = append(msgs, Message{Data: m.Data(), Source: m.Subject(), Seq: md.Sequence.Stream})
+		last = md.Sequence.Stream
+	}
+	require.Len(t, msgs, 100)
+	events, dead, _ := DecodeMessages(context.Background(), msgs, audit.Options{}, 2)
+	require.Empty(t, dead)
+	_, err = sink.Append(context.Background(), Batch{Events: events, Checkpoint: &Checkpoint{Consumer: "MCP_AUDIT/mcptrail", Seq: last}})
+	require.NoError(t, err)
+
+	// The restarted process: it rewinds the consumer instead of waiting an
+	// hour for the ack wait.
+	var mu sync.Mutex
+	redelivered := 0
+	runSource(t, &JetStreamSource{
+		Consumer: c, JS: js, Sink: sink, CheckpointKey: "MCP_AUDIT/mcptrail", BatchSize: 50, MaxWait: 200 * time.Millisecond,
+		OnBatch: func(r BatchReport) {
+			mu.Lock()
+			redelivered += r.Redelivered
+			mu.Unlock()
+		},
+	})
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return redelivered == 100
+	}, 10*time.Second, 20*time.Millisecond)
+	waitDrained(t, c)
+	n, _ := sink.count()
+	assert.Equal(t, 100, n, "the redelivered batch must not be stored again")
+
+	jsPublish(t, js, 100, 130)
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 130 }, 10*time.Second, 20*time.Millisecond)
+	waitDrained(t, c)
+	seen := map[string]bool{}
+	for _, e := range sink.events {
+		assert.False(t, seen[e.ID], "duplicate %s", e.ID)
+		seen[e.ID] = true
+	}
+	cp, _ := sink.Checkpoint(context.Background(), "MCP_AUDIT/mcptrail")
+	assert.Equal(t, uint64(130), cp)
+}
+
+// A database error: nothing is acknowledged until the batch is stored.
+func TestJetStreamDatabaseErrorIsRetriedWithoutAck(t *testing.T) {
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Minute)
+	jsPublish(t, js, 0, 40)
+	sink := &memSink{failN: 3}
+	var mu sync.Mutex
+	var stages []string
+	runSource(t, &JetStreamSource{
+		Consumer: c, Sink: sink, BatchSize: 50, MaxWait: 200 * time.Millisecond,
+		OnError: func(stage string, err error) {
+			mu.Lock()
+			stages = append(stages, stage)
+			mu.Unlock()
+		},
+	})
+	// While the sink fails, the batch stays unacknowledged.
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(stages) >= 1
+	}, 5*time.Second, 10*time.Millisecond)
+	info, err := c.Info(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 40, info.NumAckPending)
+
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 40 }, 10*time.Second, 20*time.Millisecond)
+	waitDrained(t, c)
+	mu.Lock()
+	assert.Equal(t, []string{"append", "append", "append"}, stages)
+	mu.Unlock()
+}
+
+// Undecodable and over-size payloads become dead letters with subject and
+// stream sequence, and are acknowledged so that they are not redelivered.
+func TestJetStreamDeadLettersAreAcked(t *testing.T) {
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Minute)
+	ctx := context.Background()
+	jsPublish(t, js, 0, 3)
+	for _, p := range [][]byte{
+		[]byte(`{not json`),
+		fmt.Appendf(nil, `{"id":"big","ts":"2026-01-02T03:04:05Z","server":"pve","tool":"t","decision":"allowed","reason":"%0900d"}`, 0),
+		[]byte(`{"id":"x","server":"pve","tool":"t","decision":"allowed"}`),
+	} {
+		_, err := js.Publish(ctx, "mcp.audit.bad", p)
+		require.NoError(t, err)
+	}
+	sink := &memSink{}
+	runSource(t, &JetStreamSource{
+		Consumer: c, Sink: sink, BatchSize: 50, MaxWait: 200 * time.Millisecond,
+		Decode: audit.Options{MaxEventBytes: 512},
+	})
+	require.Eventually(t, func() bool { e, d := sink.count(); return e == 3 && d == 3 }, 10*time.Second, 20*time.Millisecond)
+	waitDrained(t, c)
+	reasons := map[string]uint64{}
+	for _, d := range sink.dead {
+		assert.Equal(t, "mcp.audit.bad", d.Source)
+		assert.NotEmpty(t, d.Raw)
+		assert.LessOrEqual(t, len(d.Raw), 512)
+		reasons[d.Reason] = d.Seq
+	}
+	assert.Equal(t, map[string]uint64{audit.ReasonMalformedJSON: 4, audit.ReasonTooLarge: 5, audit.ReasonMissingTS: 6}, reasons)
+}
+
+// A stream that was deleted and recreated restarts its sequences below the
+// stored checkpoint; the source must not skip the new messages.
+func TestJetStreamRecreatedStreamIgnoresOldCheckpoint(t *testing.T) {
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Minute)
+	jsPublish(t, js, 0, 5)
+	st, err := js.Stream(context.Background(), "MCP_AUDIT")
+	require.NoError(t, err)
+	sink := &memSink{cp: map[string]uint64{"MCP_AUDIT/mcptrail": 1000}}
+	runSource(t, &JetStreamSource{Consumer: c, Stream: st, Sink: sink, BatchSize: 50, MaxWait: 200 * time.Millisecond})
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 5 }, 10*time.Second, 20*time.Millisecond)
+	waitDrained(t, c)
+}
+
+func TestEnsureStreamUpdatesLimitsAndKeepsSubjects(t *testing.T) {
+	_, js := jsServer(t)
+	ctx := context.Background()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "MCP_AUDIT", Subjects: []string{"other.>"}, Storage: jetstream.FileStorage})
+	require.NoError(t, err)
+	st, err := EnsureStream(ctx, js, StreamSpec{Name: "MCP_AUDIT", Subjects: []string{"mcp.audit.>"}, MaxBytes: 1 << 30})
+	require.NoError(t, err)
+	cfg := st.CachedInfo().Config
+	assert.Equal(t, []string{"other.>", "mcp.audit.>"}, cfg.Subjects)
+	assert.Equal(t, DefaultStreamMaxAge, cfg.MaxAge)
+	assert.Equal(t, int64(1<<30), cfg.MaxBytes)
+	assert.Equal(t, DefaultDuplicates, cfg.Duplicates)
+
+	// Nats-Msg-Id de-duplication within the window.
+	for range 2 {
+		_, err = js.Publish(ctx, "mcp.audit.pve", jsEvent(1, "pve"), jetstream.WithMsgID("e000001"))
+		require.NoError(t, err)
+	}
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), info.State.Msgs)
+}
+
+// gateSink holds the first append until released.
+type gateSink struct {
+	memSink
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *gateSink) Append(ctx context.Context, b Batch) (Result, error) {
+	s.once.Do(func() {
+		close(s.entered)
+		<-s.release
+	})
+	return s.memSink.Append(ctx, b)
+}
+
+// A delivery that never reaches the source (here: taken by another fetcher
+// while a batch is being stored) must not be acknowledged by a later AckAll
+// or passed over by the checkpoint: the source notices the gap in delivery
+// sequences and rewinds the consumer.
+func TestJetStreamLostDeliveryRewinds(t *testing.T) {
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Hour)
+	jsPublish(t, js, 0, 5)
+	sink := &gateSink{entered: make(chan struct{}), release: make(chan struct{})}
+	var errs sync.Map
+	runSource(t, &JetStreamSource{
+		Consumer: c, JS: js, Sink: sink, BatchSize: 50, MaxWait: 100 * time.Millisecond,
+		OnError: func(stage string, err error) { errs.Store(err.Error(), stage) },
+	})
+	<-sink.entered
+	jsPublish(t, js, 5, 10)
+	b, err := c.Fetch(3, jetstream.FetchMaxWait(time.Second))
+	require.NoError(t, err)
+	stolen := 0
+	for range b.Messages() {
+		stolen++
+	}
+	require.Equal(t, 3, stolen)
+	close(sink.release)
+
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 10 }, 10*time.Second, 20*time.Millisecond)
+	waitDrained(t, c)
+	n, _ := sink.count()
+	assert.Equal(t, 10, n)
+	gap := false
+	errs.Range(func(k, v any) bool {
+		gap = gap || strings.Contains(k.(string), "was lost")
+		return true
+	})
+	assert.True(t, gap, "the gap was not reported")
+}

@@ -1,0 +1,241 @@
+package server
+
+import (
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
+)
+
+// maxServerLabels caps the distinct values of the server label: event
+// payloads choose it, and an unbounded label would let any publisher grow
+// the metrics without limit. Further servers are counted as "_other".
+const maxServerLabels = 500
+
+// metrics is the daemon's own Prometheus registry.
+type metrics struct {
+	reg *prometheus.Registry
+
+	ingested    *prometheus.CounterVec
+	duplicates  *prometheus.CounterVec
+	rejected    *prometheus.CounterVec
+	skipped     prometheus.Counter
+	redelivered prometheus.Counter
+	batchSize   prometheus.Histogram
+	commit      prometheus.Histogram
+	errors      *prometheus.CounterVec
+
+	pending    prometheus.Gauge
+	ackPending prometheus.Gauge
+
+	connected     prometheus.Gauge
+	reconnects    prometheus.Counter
+	slowConsumers prometheus.Counter
+	dropped       prometheus.Counter
+	ready         prometheus.Gauge
+
+	mu      sync.Mutex
+	servers map[string]bool
+}
+
+func newMetrics(dbSize func() float64) *metrics {
+	m := &metrics{
+		reg:     prometheus.NewRegistry(),
+		servers: map[string]bool{},
+		ingested: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcptrail_events_ingested_total",
+			Help: "Events stored in the database, by input format and MCP server.",
+		}, []string{"format", "server"}),
+		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcptrail_events_duplicate_total",
+			Help: "Events received again and not stored twice (redelivery, or an id already stored), by input format and MCP server.",
+		}, []string{"format", "server"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcptrail_events_rejected_total",
+			Help: "Messages rejected into dead_letters, by detected format, MCP server (from the subject) and reason.",
+		}, []string{"format", "server", "reason"}),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcptrail_events_skipped_total",
+			Help: "Payloads that are not tool calls (such as Intercept startup lines), counted and not stored.",
+		}),
+		redelivered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcptrail_messages_redelivered_skipped_total",
+			Help: "JetStream messages at or below the stored checkpoint (committed before a lost ack), skipped.",
+		}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "mcptrail_batch_messages",
+			Help:    "Messages per ingested batch.",
+			Buckets: []float64{1, 10, 100, 500, 1000, 2000, 5000, 10000, 20000},
+		}),
+		commit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "mcptrail_commit_seconds",
+			Help:    "Time to store one batch in DuckDB (one transaction, checkpoint included).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcptrail_ingest_errors_total",
+			Help: "Errors the ingest loop survived, by stage (fetch, append, ack).",
+		}, []string{"stage"}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mcptrail_consumer_pending_messages",
+			Help: "Messages in the stream not yet delivered to the durable consumer (polled).",
+		}),
+		ackPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mcptrail_consumer_ack_pending_messages",
+			Help: "Messages delivered to the durable consumer and not yet acknowledged (polled).",
+		}),
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mcptrail_nats_connected",
+			Help: "1 while connected to NATS.",
+		}),
+		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcptrail_nats_reconnects_total",
+			Help: "Reconnections to NATS.",
+		}),
+		slowConsumers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcptrail_nats_slow_consumer_events_total",
+			Help: "Slow-consumer events: the core-mode subscription hit its pending limits and NATS dropped messages.",
+		}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcptrail_core_dropped_messages_total",
+			Help: "Core-mode messages dropped at the pending limits (core mode is at-most-once).",
+		}),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mcptrail_ready",
+			Help: "1 once the ingest loop runs (what /readyz reports).",
+		}),
+	}
+	m.reg.MustRegister(m.ingested, m.duplicates, m.rejected, m.skipped, m.redelivered, m.batchSize, m.commit,
+		m.errors, m.pending, m.ackPending, m.connected, m.reconnects, m.slowConsumers, m.dropped, m.ready,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "mcptrail_database_size_bytes",
+			Help: "Size of the DuckDB file and its write-ahead log.",
+		}, dbSize),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	for _, stage := range []string{"fetch", "append", "ack"} {
+		m.errors.WithLabelValues(stage) // export zeros so that rate() works from the start
+	}
+	return m
+}
+
+// server returns the label value for an MCP server name.
+func (m *metrics) server(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.servers[s] {
+		return s
+	}
+	if len(m.servers) >= maxServerLabels {
+		return "_other"
+	}
+	m.servers[s] = true
+	return s
+}
+
+type labelKey struct{ format, server string }
+
+// observe counts one stored batch. Append reports only totals, so when it
+// found duplicates the split by label is exact for repeats within the batch
+// and proportional for ids stored by earlier batches (rare: publishers'
+// Nats-Msg-Id and the checkpoint catch almost all redelivery first).
+func (m *metrics) observe(rep ingest.BatchReport, subjectPrefix string) {
+	m.batchSize.Observe(float64(rep.Messages))
+	if rep.Commit > 0 {
+		m.commit.Observe(rep.Commit.Seconds())
+	}
+	m.skipped.Add(float64(rep.Skipped))
+	m.redelivered.Add(float64(rep.Redelivered))
+
+	for i := range rep.RedeliveredEvents {
+		m.duplicates.WithLabelValues(formatOf(rep.RedeliveredFormats, i), m.server(rep.RedeliveredEvents[i].Server)).Inc()
+	}
+	for _, d := range rep.Dead {
+		m.rejected.WithLabelValues(d.Format, m.server(serverFromSubject(d.Source, subjectPrefix)), d.Reason).Inc()
+	}
+
+	counts := map[labelKey]int{}
+	var repeats map[labelKey]int
+	if rep.Result.Duplicates > 0 {
+		repeats = map[labelKey]int{}
+	}
+	var seen map[string]bool
+	if repeats != nil {
+		seen = make(map[string]bool, len(rep.Events))
+	}
+	for i := range rep.Events {
+		k := labelKey{formatOf(rep.Formats, i), rep.Events[i].Server}
+		if seen != nil {
+			if seen[rep.Events[i].ID] {
+				repeats[k]++
+				continue
+			}
+			seen[rep.Events[i].ID] = true
+		}
+		counts[k]++
+	}
+	unique := 0
+	for _, n := range counts {
+		unique += n
+	}
+	stored := unique - rep.Result.Ingested // duplicates of earlier batches
+	keys := make([]labelKey, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b labelKey) int {
+		return strings.Compare(a.format+"\x00"+a.server, b.format+"\x00"+b.server)
+	})
+	left := stored
+	for i, k := range keys {
+		n := counts[k]
+		dup := 0
+		if stored > 0 {
+			dup = n * stored / unique
+			if i == len(keys)-1 {
+				dup = left
+			}
+			dup = min(dup, n, left)
+			left -= dup
+		}
+		srv := m.server(k.server)
+		m.ingested.WithLabelValues(k.format, srv).Add(float64(n - dup))
+		if d := dup + repeats[k]; d > 0 {
+			m.duplicates.WithLabelValues(k.format, srv).Add(float64(d))
+		}
+	}
+	for k, n := range repeats {
+		if counts[k] == 0 {
+			m.duplicates.WithLabelValues(k.format, m.server(k.server)).Add(float64(n))
+		}
+	}
+}
+
+func formatOf(fs []audit.Format, i int) string {
+	if i < len(fs) && fs[i] != "" {
+		return string(fs[i])
+	}
+	return string(audit.FormatAuto)
+}
+
+// serverFromSubject takes the server from mcp.audit.<server>; the payload is
+// authoritative, but a rejected payload has no trustworthy server field.
+func serverFromSubject(subject, prefix string) string {
+	rest, ok := strings.CutPrefix(subject, prefix)
+	if !ok || rest == "" {
+		return ""
+	}
+	if i := strings.IndexByte(rest, '.'); i >= 0 {
+		rest = rest[:i]
+	}
+	return rest
+}

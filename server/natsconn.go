@@ -1,0 +1,234 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// startEmbedded starts the in-process NATS server with JetStream on
+// opts.EmbeddedListen and a file store in opts.EmbeddedStoreDir.
+func startEmbedded(opts Options, log *slog.Logger) (*natsserver.Server, error) {
+	host, portStr, err := net.SplitHostPort(opts.EmbeddedListen)
+	port, perr := strconv.Atoi(portStr)
+	if err != nil || perr != nil || port < 0 || port > 65535 {
+		return nil, &ConfigError{"nats.embedded.listen", opts.EmbeddedListen, "want host:port such as 127.0.0.1:4222"}
+	}
+	// nats-server reports a taken port only through its logger, after Start:
+	// probing first gives the user a message that names the setting.
+	if port != 0 {
+		ln, err := net.Listen("tcp", opts.EmbeddedListen)
+		if err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return nil, errAddrInUse("nats.embedded.listen", "MCPTRAIL_NATS_EMBEDDED_LISTEN", opts.EmbeddedListen, syscall.EADDRINUSE)
+			}
+			return nil, fmt.Errorf("nats.embedded.listen %s: %w", opts.EmbeddedListen, err)
+		}
+		_ = ln.Close()
+	}
+	if err := os.MkdirAll(opts.EmbeddedStoreDir, 0o750); err != nil {
+		return nil, fmt.Errorf("nats.embedded.store_dir %s: %w", opts.EmbeddedStoreDir, err)
+	}
+	sopts := &natsserver.Options{
+		ServerName: "mcptrail",
+		Host:       host,
+		Port:       port,
+		JetStream:  opts.JetStream,
+		StoreDir:   opts.EmbeddedStoreDir,
+		NoSigs:     true, // the daemon owns SIGTERM/SIGINT
+		// Gateways may send up to ingest.max_event_bytes; leave headroom for headers.
+		MaxPayload: int32(max(opts.Decode.MaxEventBytes, 64<<10) + 64<<10),
+	}
+	if opts.Token != "" {
+		sopts.Authorization = opts.Token
+	} else if opts.User != "" {
+		sopts.Username, sopts.Password = opts.User, opts.Password
+	}
+	ns, err := natsserver.NewServer(sopts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS server: %w", err)
+	}
+	ns.SetLoggerV2(natsLogger{log.With("component", "nats-server")}, false, false, false)
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return nil, fmt.Errorf("embedded NATS server on %s (nats.embedded.listen) with store %s (nats.embedded.store_dir) did not start; see the log above",
+			opts.EmbeddedListen, opts.EmbeddedStoreDir)
+	}
+	log.Info("embedded NATS server started", "listen", ns.Addr().String(), "jetstream", opts.JetStream,
+		"store_dir", opts.EmbeddedStoreDir)
+	return ns, nil
+}
+
+// natsLogger sends nats-server's log to slog. Fatalf must not exit: the
+// daemon decides what a failure means.
+type natsLogger struct{ l *slog.Logger }
+
+func (n natsLogger) Noticef(f string, v ...any) { n.l.Debug(fmt.Sprintf(f, v...)) }
+func (n natsLogger) Warnf(f string, v ...any)   { n.l.Warn(fmt.Sprintf(f, v...)) }
+func (n natsLogger) Fatalf(f string, v ...any)  { n.l.Error(fmt.Sprintf(f, v...)) }
+func (n natsLogger) Errorf(f string, v ...any)  { n.l.Error(fmt.Sprintf(f, v...)) }
+func (n natsLogger) Debugf(f string, v ...any)  {}
+func (n natsLogger) Tracef(f string, v ...any)  {}
+
+// connHooks lets the connection report to the metrics.
+type connHooks struct {
+	slowConsumer func()
+	connected    func(bool)
+	reconnected  func()
+}
+
+// connectOptions are the options every connection of the daemon shares:
+// reconnect forever with capped exponential backoff and jitter, and log each
+// state change.
+func connectOptions(name string, log *slog.Logger, hooks connHooks) []nats.Option {
+	return []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(func(attempts int) time.Duration {
+			d := min(250*time.Millisecond<<min(attempts, 7), 30*time.Second)
+			return d/2 + rand.N(d/2+1)
+		}),
+		nats.ReconnectBufSize(16 << 20),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			log.Warn("NATS disconnected; reconnecting", "server", nc.ConnectedUrlRedacted(), "err", err)
+			if hooks.connected != nil {
+				hooks.connected(false)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("NATS reconnected", "server", nc.ConnectedUrlRedacted())
+			if hooks.connected != nil {
+				hooks.connected(true)
+			}
+			if hooks.reconnected != nil {
+				hooks.reconnected()
+			}
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			log.Info("NATS connection closed")
+			if hooks.connected != nil {
+				hooks.connected(false)
+			}
+		}),
+		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				subj := ""
+				if sub != nil {
+					subj = sub.Subject
+				}
+				log.Warn("NATS slow consumer: messages dropped (core mode is at-most-once)", "subject", subj)
+				if hooks.slowConsumer != nil {
+					hooks.slowConsumer()
+				}
+				return
+			}
+			log.Error("NATS error", "err", err)
+		}),
+	}
+}
+
+// Auth holds the credentials of a connection to an external NATS.
+type Auth struct {
+	Creds    string // credentials file (JWT + NKey seed)
+	NKey     string // NKey seed file
+	Token    string
+	User     string
+	Password string
+	TLS      TLS
+}
+
+// authOptions turns Auth into nats options; file errors name the key.
+func authOptions(a Auth) ([]nats.Option, error) {
+	var out []nats.Option
+	if a.Creds != "" {
+		if _, err := os.Stat(a.Creds); err != nil {
+			return nil, fmt.Errorf("nats.creds %s: %w", a.Creds, err)
+		}
+		out = append(out, nats.UserCredentials(a.Creds))
+	}
+	if a.NKey != "" {
+		o, err := nats.NkeyOptionFromSeed(a.NKey)
+		if err != nil {
+			return nil, fmt.Errorf("nats.nkey %s: %w", a.NKey, err)
+		}
+		out = append(out, o)
+	}
+	if a.Token != "" {
+		out = append(out, nats.Token(a.Token))
+	}
+	if a.User != "" || a.Password != "" {
+		out = append(out, nats.UserInfo(a.User, a.Password))
+	}
+	if a.TLS.CA != "" {
+		if _, err := os.Stat(a.TLS.CA); err != nil {
+			return nil, fmt.Errorf("nats.tls.ca %s: %w", a.TLS.CA, err)
+		}
+		out = append(out, nats.RootCAs(a.TLS.CA))
+	}
+	if a.TLS.Cert != "" {
+		for key, f := range map[string]string{"nats.tls.cert": a.TLS.Cert, "nats.tls.key": a.TLS.Key} {
+			if _, err := os.Stat(f); err != nil {
+				return nil, fmt.Errorf("%s %s: %w", key, f, err)
+			}
+		}
+		out = append(out, nats.ClientCert(a.TLS.Cert, a.TLS.Key))
+	}
+	return out, nil
+}
+
+// connectExternal connects to nats.url. The first connection must succeed
+// (a clear error otherwise); once connected the client reconnects forever.
+func connectExternal(ctx context.Context, rawURL string, a Auth, log *slog.Logger, hooks connHooks) (*nats.Conn, error) {
+	opts, err := authOptions(a)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, connectOptions("mcptrail serve", log, hooks)...)
+	opts = append(opts, nats.Timeout(5*time.Second))
+	type result struct {
+		nc  *nats.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		nc, err := nats.Connect(rawURL, opts...)
+		ch <- result{nc, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, fmt.Errorf("connect to NATS at %s (nats.url): %w: check that the server is running and reachable, and the credentials", redactURL(rawURL), r.err)
+		}
+		log.Info("connected to NATS", "server", r.nc.ConnectedUrlRedacted(), "cluster", r.nc.ConnectedClusterName())
+		return r.nc, nil
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.nc != nil {
+				r.nc.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// redactURL hides passwords in a (comma-separated list of) NATS URLs.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	return u.Redacted()
+}

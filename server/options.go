@@ -1,0 +1,183 @@
+// Package server is the mcptrail daemon (`mcptrail serve`): it starts an
+// embedded NATS server with JetStream or connects to an existing one, creates
+// the MCP_AUDIT stream and the durable consumer, runs the ingest loop into the
+// DuckDB store with exactly-once storage, and serves the HTTP API (health,
+// readiness, Prometheus metrics, and in-process execution of CLI commands
+// against the open store). It also holds the two clients of that daemon:
+// Forward (the CLI sending a command to a running daemon) and Publish (the
+// simulator publishing like a gateway).
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
+)
+
+// Defaults of SPEC §7.
+const (
+	DefaultEmbeddedListen = "127.0.0.1:4222"
+	DefaultSubject        = "mcp.audit.>"
+	DefaultStream         = "MCP_AUDIT"
+	DefaultConsumer       = "mcptrail"
+	DefaultHTTPListen     = "127.0.0.1:8474"
+	DefaultStreamMaxAge   = ingest.DefaultStreamMaxAge
+	DefaultBatchSize      = ingest.DefaultBatchSize
+	DefaultFlushInterval  = ingest.DefaultMaxWait
+)
+
+// Runner runs one CLI command in-process (args without the program name, as
+// typed after `mcptrail`) against the daemon's open store, writing what the
+// command would print, and returns its exit code. cmd/mcptrail provides it.
+type Runner func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+
+// TLS names PEM files for a TLS connection to NATS.
+type TLS struct {
+	CA   string // nats.tls.ca: CA bundle that signed the server certificate
+	Cert string // nats.tls.cert: client certificate (mutual TLS)
+	Key  string // nats.tls.key: its private key
+}
+
+// Options configures the daemon. Each field mirrors a key of SPEC §7; zero
+// values take the defaults above.
+type Options struct {
+	URL              string   // nats.url: empty starts the embedded server
+	EmbeddedListen   string   // nats.embedded.listen
+	EmbeddedStoreDir string   // nats.embedded.store_dir
+	Subject          string   // nats.subject
+	JetStream        bool     // nats.jetstream (the config default is true; the zero value here means core mode)
+	Stream           string   // nats.stream
+	Consumer         string   // nats.consumer
+	Servers          []string // nats.servers: shard to these servers' subjects
+	Queue            string   // nats.queue (core mode)
+	Creds            string   // nats.creds: credentials file (JWT + seed)
+	NKey             string   // nats.nkey: NKey seed file
+	Token            string   // nats.token
+	User             string   // nats.user
+	Password         string   // nats.password
+	TLS              TLS      // nats.tls.*
+
+	StreamMaxAge   time.Duration // nats.stream_max_age: 7 days when 0, unlimited when < 0
+	StreamMaxBytes int64         // nats.stream_max_bytes: unlimited when <= 0
+
+	BatchSize     int           // ingest.batch_size
+	FlushInterval time.Duration // ingest.flush_interval
+	Decode        audit.Options // ingest.max_event_bytes, ingest.store_args (Format auto)
+
+	HTTPListen string // http.listen
+	HTTPToken  string // http.token: bearer token required by /metrics and /api when set
+
+	Runner Runner // executes POST /api/v1/run; nil answers 501
+
+	// AckEach acknowledges every message instead of one AckAll per batch
+	// (slower; kept for measurements). Not a config key.
+	AckEach bool
+}
+
+func (o Options) withDefaults() Options {
+	if o.EmbeddedListen == "" {
+		o.EmbeddedListen = DefaultEmbeddedListen
+	}
+	if o.EmbeddedStoreDir == "" {
+		o.EmbeddedStoreDir = "./mcptrail-data/nats"
+	}
+	if o.Subject == "" {
+		o.Subject = DefaultSubject
+	}
+	if o.Stream == "" {
+		o.Stream = DefaultStream
+	}
+	if o.Consumer == "" {
+		o.Consumer = DefaultConsumer
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = DefaultFlushInterval
+	}
+	if o.HTTPListen == "" {
+		o.HTTPListen = DefaultHTTPListen
+	}
+	return o
+}
+
+// ConfigError is an invalid setting: it names the key, the bad value and
+// what is allowed. cmd exits 2 on it.
+type ConfigError struct {
+	Key, Value, Want string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("%s: %q is not allowed: %s", e.Key, e.Value, e.Want)
+}
+
+// validate checks the options that Run cannot work with.
+func (o Options) validate() error {
+	if !strings.HasSuffix(o.Subject, ".>") || strings.ContainsAny(strings.TrimSuffix(o.Subject, ".>"), "*> \t") {
+		return &ConfigError{"nats.subject", o.Subject, `want a subject prefix ending in ".>" such as mcp.audit.>`}
+	}
+	for _, s := range o.Servers {
+		if s == "" || strings.ContainsAny(s, ".*> \t\r\n") {
+			return &ConfigError{"nats.servers", s, "want MCP server names (one subject token each: no dots, spaces or wildcards)"}
+		}
+	}
+	if len(o.Servers) > 0 && o.JetStream && o.Consumer == DefaultConsumer {
+		return &ConfigError{"nats.consumer", o.Consumer, fmt.Sprintf(
+			"a sharded daemon (nats.servers: %s) needs its own durable consumer name, e.g. mcptrail-%s; "+
+				"each shard also needs its own storage.path", strings.Join(o.Servers, ","), o.Servers[0])}
+	}
+	if strings.ContainsAny(o.Stream, ".*> \t") {
+		return &ConfigError{"nats.stream", o.Stream, "want a name without dots, spaces or wildcards"}
+	}
+	if strings.ContainsAny(o.Consumer, ".*> \t") {
+		return &ConfigError{"nats.consumer", o.Consumer, "want a name without dots, spaces or wildcards"}
+	}
+	auth := 0
+	for _, set := range []bool{o.Creds != "", o.NKey != "", o.Token != "", o.User != "" || o.Password != ""} {
+		if set {
+			auth++
+		}
+	}
+	if auth > 1 {
+		return &ConfigError{"nats.creds", "(several)", "set only one of nats.creds, nats.nkey, nats.token, or nats.user with nats.password"}
+	}
+	if o.URL == "" && (o.Creds != "" || o.NKey != "" || o.TLS != TLS{}) {
+		return &ConfigError{"nats.url", "", "nats.creds, nats.nkey and nats.tls apply to an external server: set nats.url, or use nats.token / nats.user for the embedded one"}
+	}
+	if (o.TLS.Cert == "") != (o.TLS.Key == "") {
+		return &ConfigError{"nats.tls.key", o.TLS.Key, "nats.tls.cert and nats.tls.key go together"}
+	}
+	if o.Queue != "" && o.JetStream {
+		return &ConfigError{"nats.queue", o.Queue, "queue groups apply to core mode only (nats.jetstream: false); JetStream shares work through the durable consumer"}
+	}
+	return nil
+}
+
+// subjects returns the subjects this daemon consumes: the configured wildcard,
+// or one subject per server of a shard.
+func (o Options) subjects() []string {
+	if len(o.Servers) == 0 {
+		return []string{o.Subject}
+	}
+	prefix := strings.TrimSuffix(o.Subject, ">")
+	out := make([]string, len(o.Servers))
+	for i, s := range o.Servers {
+		out[i] = prefix + s
+	}
+	return out
+}
+
+// errAddrInUse reports a listen address that is taken, naming the setting.
+func errAddrInUse(key, env, addr string, err error) error {
+	return fmt.Errorf("%s %s: %w: another process (perhaps another mcptrail serve) is listening there; "+
+		"stop it or set %s (%s) to a free address", key, addr, err, key, env)
+}
+
+var errNotReady = errors.New("not ready")

@@ -1,0 +1,260 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/ingest"
+)
+
+// consumerPoll is how often the consumer's pending counts are refreshed for
+// the metrics.
+const consumerPoll = 5 * time.Second
+
+// Run is `mcptrail serve`. With the store already open it starts, in this
+// order: the HTTP listener (so that a taken http.listen fails first and
+// /readyz answers 503 during start-up), the embedded NATS server or the
+// connection to nats.url, the stream and durable consumer (JetStream mode)
+// or the subscription (core mode), and the ingest loop; only then does
+// /readyz answer 200 and ready (when not nil) get called.
+//
+// Run blocks until ctx is cancelled, then shuts down gracefully: it stops
+// fetching, stores and acknowledges the batch in hand, stops HTTP and closes
+// NATS (and the embedded server) and returns nil, within 10 s. The caller
+// closes the store. Configuration errors are *ConfigError.
+func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Logger, ready func()) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if store == nil {
+		return errors.New("serve: no database")
+	}
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return err
+	}
+	m := newMetrics(func() float64 { return float64(store.SizeBytes()) })
+	a := &api{token: opts.HTTPToken, runner: opts.Runner, log: log.With("component", "http"), m: m}
+
+	// 1. HTTP.
+	ln, err := net.Listen("tcp", opts.HTTPListen)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return errAddrInUse("http.listen", "MCPTRAIL_HTTP_LISTEN", opts.HTTPListen, syscall.EADDRINUSE)
+		}
+		return fmt.Errorf("http.listen %s: %w", opts.HTTPListen, err)
+	}
+	hs := &http.Server{Handler: a.handler(), ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server stopped", "err", err)
+		}
+	})
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if err := hs.Shutdown(sctx); err != nil {
+			_ = hs.Close()
+		}
+		wg.Wait()
+	}()
+	log.Info("http api listening", "listen", ln.Addr().String(), "token", opts.HTTPToken != "")
+
+	// 2. NATS.
+	hooks := connHooks{
+		slowConsumer: func() { m.slowConsumers.Inc() },
+		connected: func(up bool) {
+			if up {
+				m.connected.Set(1)
+			} else {
+				m.connected.Set(0)
+			}
+		},
+		reconnected: func() { m.reconnects.Inc() },
+	}
+	var nc *nats.Conn
+	if opts.URL == "" {
+		ns, err := startEmbedded(opts, log)
+		if err != nil {
+			return err
+		}
+		defer shutdownEmbedded(ns, log)
+		copts := connectOptions("mcptrail serve", log, hooks)
+		copts = append(copts, nats.InProcessServer(ns))
+		if opts.Token != "" {
+			copts = append(copts, nats.Token(opts.Token))
+		} else if opts.User != "" {
+			copts = append(copts, nats.UserInfo(opts.User, opts.Password))
+		}
+		if nc, err = nats.Connect(ns.ClientURL(), copts...); err != nil {
+			return fmt.Errorf("connect to the embedded NATS server: %w", err)
+		}
+	} else {
+		auth := Auth{Creds: opts.Creds, NKey: opts.NKey, Token: opts.Token, User: opts.User, Password: opts.Password, TLS: opts.TLS}
+		if nc, err = connectExternal(ctx, opts.URL, auth, log, hooks); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		// Push out the last acknowledgements before closing.
+		_ = nc.FlushTimeout(time.Second)
+		nc.Close()
+	}()
+	m.connected.Set(1)
+	a.live = nc.IsConnected
+
+	markReady := func() {
+		a.ready.Store(true)
+		m.ready.Set(1)
+		log.Info("ready: ingesting", "http", ln.Addr().String())
+		if ready != nil {
+			ready()
+		}
+	}
+	defer func() {
+		a.ready.Store(false)
+		m.ready.Set(0)
+	}()
+
+	// 3 and 4. Stream, consumer and ingest loop.
+	var runErr error
+	if opts.JetStream {
+		runErr = runJetStream(ctx, nc, store, opts, m, log, markReady)
+	} else {
+		runErr = runCore(ctx, nc, store, opts, m, log, markReady)
+	}
+	if runErr != nil {
+		return runErr
+	}
+	log.Info("shutting down")
+	return nil
+}
+
+func runJetStream(ctx context.Context, nc *nats.Conn, store *analytics.Store, opts Options, m *metrics, log *slog.Logger, markReady func()) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	stream, err := ingest.EnsureStream(sctx, js, ingest.StreamSpec{
+		Name:     opts.Stream,
+		Subjects: []string{opts.Subject},
+		MaxAge:   opts.StreamMaxAge,
+		MaxBytes: opts.StreamMaxBytes,
+	})
+	if err != nil {
+		return fmt.Errorf("nats.stream: %w", err)
+	}
+	cspec := ingest.ConsumerSpec{
+		Stream:    opts.Stream,
+		Durable:   opts.Consumer,
+		BatchSize: opts.BatchSize,
+		AckEach:   opts.AckEach,
+	}
+	if len(opts.Servers) > 0 {
+		cspec.FilterSubjects = opts.subjects()
+	}
+	cons, err := ingest.EnsureConsumer(sctx, js, cspec)
+	if err != nil {
+		return fmt.Errorf("nats.consumer: %w", err)
+	}
+	log.Info("stream and consumer ready", "stream", opts.Stream, "subjects", opts.Subject,
+		"consumer", opts.Consumer, "filter", cspec.FilterSubjects)
+
+	pctx, stopPoll := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stopPoll()
+	wg.Go(func() { pollConsumer(pctx, cons, m) })
+
+	prefix := strings.TrimSuffix(opts.Subject, ">")
+	src := &ingest.JetStreamSource{
+		Consumer:      cons,
+		JS:            js,
+		Stream:        stream,
+		Sink:          store,
+		CheckpointKey: opts.Stream + "/" + opts.Consumer,
+		BatchSize:     opts.BatchSize,
+		MaxWait:       opts.FlushInterval,
+		Decode:        opts.Decode,
+		Workers:       ingest.DefaultDecodeWorkers,
+		AckEach:       opts.AckEach,
+		Log:           log.With("component", "ingest"),
+		Started:       markReady,
+		OnBatch:       func(r ingest.BatchReport) { m.observe(r, prefix) },
+		OnError:       func(stage string, _ error) { m.errors.WithLabelValues(stage).Inc() },
+		Recreate: func(ctx context.Context) (jetstream.Consumer, error) {
+			return ingest.EnsureConsumer(ctx, js, cspec)
+		},
+	}
+	return src.Run(ctx)
+}
+
+// pollConsumer refreshes the pending gauges from the consumer's info.
+func pollConsumer(ctx context.Context, cons jetstream.Consumer, m *metrics) {
+	t := time.NewTicker(consumerPoll)
+	defer t.Stop()
+	for {
+		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if info, err := cons.Info(ictx); err == nil {
+			m.pending.Set(float64(info.NumPending))
+			m.ackPending.Set(float64(info.NumAckPending))
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func runCore(ctx context.Context, nc *nats.Conn, store *analytics.Store, opts Options, m *metrics, log *slog.Logger, markReady func()) error {
+	prefix := strings.TrimSuffix(opts.Subject, ">")
+	src := &ingest.CoreSource{
+		Conn:      nc,
+		Subjects:  opts.subjects(),
+		Queue:     opts.Queue,
+		Sink:      store,
+		BatchSize: opts.BatchSize,
+		MaxWait:   opts.FlushInterval,
+		Decode:    opts.Decode,
+		Workers:   ingest.DefaultDecodeWorkers,
+		Log:       log.With("component", "ingest"),
+		Started:   markReady,
+		OnBatch:   func(r ingest.BatchReport) { m.observe(r, prefix) },
+		OnError:   func(stage string, _ error) { m.errors.WithLabelValues(stage).Inc() },
+		OnDropped: func(n int) { m.dropped.Add(float64(n)) },
+	}
+	return src.Run(ctx)
+}
+
+func shutdownEmbedded(ns *natsserver.Server, log *slog.Logger) {
+	ns.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		ns.WaitForShutdown()
+		close(done)
+	}()
+	select {
+	case <-done:
+		log.Info("embedded NATS server stopped")
+	case <-time.After(3 * time.Second):
+		log.Warn("embedded NATS server still stopping after 3 s")
+	}
+}

@@ -1,0 +1,512 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// syncBuffer collects a daemon's log; it is printed when the test fails.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	buf := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", buf.String())
+		}
+	})
+	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func openStore(t *testing.T) *analytics.Store {
+	t.Helper()
+	s, err := analytics.Open(context.Background(), filepath.Join(t.TempDir(), "mcptrail.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func testOptions(t *testing.T) Options {
+	return Options{
+		EmbeddedListen:   freeAddr(t),
+		EmbeddedStoreDir: t.TempDir(),
+		JetStream:        true,
+		HTTPListen:       freeAddr(t),
+		BatchSize:        1000,
+		FlushInterval:    100 * time.Millisecond,
+	}
+}
+
+type daemon struct {
+	opts   Options
+	store  *analytics.Store
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// start runs a daemon and waits until it is ready.
+func start(t *testing.T, store *analytics.Store, opts Options) *daemon {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &daemon{opts: opts, store: store, cancel: cancel, done: make(chan error, 1)}
+	ready := make(chan struct{})
+	go func() { d.done <- Run(ctx, store, opts, testLogger(t), func() { close(ready) }) }()
+	select {
+	case <-ready:
+	case err := <-d.done:
+		cancel()
+		t.Fatalf("daemon stopped before it was ready: %v", err)
+	case <-time.After(20 * time.Second):
+		cancel()
+		t.Fatal("daemon not ready after 20 s")
+	}
+	t.Cleanup(func() { d.stop(t) })
+	return d
+}
+
+func (d *daemon) stop(t *testing.T) {
+	t.Helper()
+	if d.cancel == nil {
+		return
+	}
+	d.cancel()
+	d.cancel = nil
+	select {
+	case err := <-d.done:
+		assert.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Error("daemon did not stop within 10 s")
+	}
+}
+
+func (d *daemon) get(t *testing.T, path, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+d.opts.HTTPListen+path, nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+func queryInt(t *testing.T, s *analytics.Store, q string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, s.DB().QueryRow(q).Scan(&n))
+	return n
+}
+
+func events(from, to int, server string) func() (audit.Event, bool, error) {
+	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	i := from
+	return func() (audit.Event, bool, error) {
+		if i >= to {
+			return audit.Event{}, false, nil
+		}
+		e := audit.Event{
+			ID: fmt.Sprintf("ev-%07d", i), TS: base.Add(time.Duration(i) * time.Millisecond), Server: server,
+			Tool: "vm_list", Decision: audit.Allowed, Status: "ok", Agent: "agent-1", Session: "s1",
+		}
+		i++
+		return e, true, nil
+	}
+}
+
+func connect(t *testing.T, addr string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect("nats://" + addr)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return nc, js
+}
+
+func waitCount(t *testing.T, s *analytics.Store, q string, want int) {
+	t.Helper()
+	var n int
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := s.DB().QueryRow(q).Scan(&n); err == nil && n == want {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s: %d after 20 s, want %d", q, n, want)
+}
+
+func TestServeStartupIngestDedupAndMetrics(t *testing.T) {
+	store := openStore(t)
+	opts := testOptions(t)
+
+	// At the moment the daemon declares itself ready, the stream and the
+	// durable consumer exist and /readyz answers 200.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	type seen struct {
+		stream, consumer bool
+		readyz           int
+	}
+	readyState := make(chan seen, 1)
+	go func() {
+		done <- Run(ctx, store, opts, testLogger(t), func() {
+			var s seen
+			nc, err := nats.Connect("nats://" + opts.EmbeddedListen)
+			if err == nil {
+				defer nc.Close()
+				js, _ := jetstream.New(nc)
+				_, err = js.Stream(context.Background(), "MCP_AUDIT")
+				s.stream = err == nil
+				_, err = js.Consumer(context.Background(), "MCP_AUDIT", "mcptrail")
+				s.consumer = err == nil
+			}
+			if resp, err := http.Get("http://" + opts.HTTPListen + "/readyz"); err == nil {
+				s.readyz = resp.StatusCode
+				resp.Body.Close()
+			}
+			readyState <- s
+		})
+	}()
+	var rs seen
+	select {
+	case rs = <-readyState:
+	case err := <-done:
+		t.Fatalf("daemon stopped: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("not ready")
+	}
+	assert.Equal(t, seen{stream: true, consumer: true, readyz: http.StatusOK}, rs)
+	d := &daemon{opts: opts, store: store, cancel: cancel, done: done}
+	t.Cleanup(func() { d.stop(t) })
+
+	code, _ := d.get(t, "/healthz", "")
+	assert.Equal(t, http.StatusOK, code)
+
+	st, err := Publish(context.Background(), PublishOptions{URL: "nats://" + opts.EmbeddedListen}, events(0, 2500, "proxmox-mcp"))
+	require.NoError(t, err)
+	assert.Equal(t, 2500, st.Published)
+	assert.Zero(t, st.Duplicates)
+	assert.Positive(t, st.Rate)
+	waitCount(t, store, `SELECT count(*) FROM calls`, 2500)
+
+	// Republished events: the stream drops them by Nats-Msg-Id.
+	st, err = Publish(context.Background(), PublishOptions{URL: "nats://" + opts.EmbeddedListen}, events(0, 100, "proxmox-mcp"))
+	require.NoError(t, err)
+	assert.Equal(t, 100, st.Duplicates)
+
+	// Bad payloads are dead-lettered with subject and stream sequence, and acked.
+	_, js := connect(t, opts.EmbeddedListen)
+	_, err = js.Publish(context.Background(), "mcp.audit.broken", []byte(`{"id":`))
+	require.NoError(t, err)
+	waitCount(t, store, `SELECT count(*) FROM dead_letters`, 1)
+	var dl struct {
+		source, reason string
+		seq            int
+		raw            []byte
+	}
+	require.NoError(t, store.DB().QueryRow(`SELECT source, seq, reason, raw FROM dead_letters`).Scan(&dl.source, &dl.seq, &dl.reason, &dl.raw))
+	assert.Equal(t, "mcp.audit.broken", dl.source)
+	assert.Equal(t, 2501, dl.seq)
+	assert.Equal(t, "malformed_json", dl.reason)
+	assert.Equal(t, `{"id":`, string(dl.raw))
+	cons, err := js.Consumer(context.Background(), "MCP_AUDIT", "mcptrail")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(context.Background())
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream == 2501
+	}, 10*time.Second, 20*time.Millisecond)
+	assert.Equal(t, 2500, queryInt(t, store, `SELECT count(DISTINCT id) FROM calls`))
+
+	code, body := d.get(t, "/metrics", "")
+	require.Equal(t, http.StatusOK, code)
+	for _, want := range []string{
+		`mcptrail_events_ingested_total{format="native",server="proxmox-mcp"} 2500`,
+		`mcptrail_events_rejected_total{format="auto",reason="malformed_json",server="broken"} 1`,
+		`mcptrail_batch_messages_count`,
+		`mcptrail_commit_seconds_bucket`,
+		`mcptrail_consumer_pending_messages`,
+		`mcptrail_consumer_ack_pending_messages`,
+		`mcptrail_database_size_bytes`,
+		`mcptrail_nats_connected 1`,
+		`mcptrail_ready 1`,
+		`mcptrail_ingest_errors_total{stage="append"} 0`,
+		`go_goroutines`,
+	} {
+		assert.Contains(t, body, want)
+	}
+	d.stop(t)
+}
+
+// A crash after the commit and before the ack: the batch is in the database
+// with its checkpoint, JetStream still has it pending. The restarted daemon
+// gets it redelivered (at once, not after the ack wait) and stores nothing twice.
+func TestServeRedeliveryAfterCommitWithoutAck(t *testing.T) {
+	store := openStore(t)
+	opts := testOptions(t)
+	ctx := context.Background()
+
+	// The "crashed" daemon, by hand: its own embedded server on the same store dir.
+	ns, err := startEmbedded(opts, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = ingest.EnsureStream(ctx, js, ingest.StreamSpec{Name: "MCP_AUDIT", Subjects: []string{"mcp.audit.>"}})
+	require.NoError(t, err)
+	cons, err := ingest.EnsureConsumer(ctx, js, ingest.ConsumerSpec{Stream: "MCP_AUDIT", Durable: "mcptrail", BatchSize: 1000})
+	require.NoError(t, err)
+	_, err = Publish(ctx, PublishOptions{URL: ns.ClientURL()}, events(0, 300, "pve"))
+	require.NoError(t, err)
+	b, err := cons.Fetch(300, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	var msgs []ingest.Message
+	var last uint64
+	for m := range b.Messages() {
+		md, err := m.Metadata()
+		require.NoError(t, err)
+		last = md.Sequence.Stream
+		msgs = append(msgs, ingest.Message{Data: m.Data(), Source: m.Subject(), Seq: last})
+	}
+	require.Len(t, msgs, 300)
+	evs, dead, _ := ingest.DecodeMessages(ctx, msgs, audit.Options{}, 2)
+	require.Empty(t, dead)
+	_, err = store.Append(ctx, ingest.Batch{Events: evs, Checkpoint: &ingest.Checkpoint{Consumer: "MCP_AUDIT/mcptrail", Seq: last}})
+	require.NoError(t, err)
+	nc.Close() // crash: no ack
+	ns.Shutdown()
+	ns.WaitForShutdown()
+
+	d := start(t, store, opts)
+	_, err = Publish(ctx, PublishOptions{URL: "nats://" + opts.EmbeddedListen}, events(300, 400, "pve"))
+	require.NoError(t, err)
+	waitCount(t, store, `SELECT count(*) FROM calls`, 400)
+	_, js2 := connect(t, opts.EmbeddedListen)
+	c2, err := js2.Consumer(ctx, "MCP_AUDIT", "mcptrail")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := c2.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.AckFloor.Stream == 400
+	}, 10*time.Second, 20*time.Millisecond)
+	assert.Equal(t, 400, queryInt(t, store, `SELECT count(DISTINCT id) FROM calls`))
+	_, body := d.get(t, "/metrics", "")
+	assert.Contains(t, body, "mcptrail_messages_redelivered_skipped_total 300")
+	assert.Contains(t, body, `mcptrail_events_duplicate_total{format="native",server="pve"} 300`)
+	assert.Equal(t, 400, queryInt(t, store, `SELECT seq FROM checkpoints WHERE consumer = 'MCP_AUDIT/mcptrail'`))
+}
+
+// Core mode against an external server: two daemons in one queue group
+// share the traffic, each message stored by exactly one.
+func TestServeCoreModeQueueGroup(t *testing.T) {
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	ns.Start()
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+
+	stores := []*analytics.Store{openStore(t), openStore(t)}
+	for _, s := range stores {
+		opts := testOptions(t)
+		opts.URL, opts.JetStream, opts.Queue = ns.ClientURL(), false, "mcptrail"
+		start(t, s, opts)
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	next := events(0, 1000, "pve")
+	for {
+		e, ok, _ := next()
+		if !ok {
+			break
+		}
+		b, err := json.Marshal(&e)
+		require.NoError(t, err)
+		require.NoError(t, nc.Publish("mcp.audit.pve", b))
+	}
+	require.NoError(t, nc.Flush())
+	require.Eventually(t, func() bool {
+		return queryInt(t, stores[0], `SELECT count(*) FROM calls`)+queryInt(t, stores[1], `SELECT count(*) FROM calls`) == 1000
+	}, 20*time.Second, 20*time.Millisecond)
+	assert.Positive(t, queryInt(t, stores[0], `SELECT count(*) FROM calls`))
+	assert.Positive(t, queryInt(t, stores[1], `SELECT count(*) FROM calls`))
+}
+
+func TestServeHTTPTokenAndForward(t *testing.T) {
+	store := openStore(t)
+	opts := testOptions(t)
+	opts.HTTPToken = "s3cret"
+	opts.Runner = func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+		fmt.Fprintf(stdout, "ran %s\n", strings.Join(args, " "))
+		fmt.Fprintln(stderr, "a warning")
+		return 3
+	}
+	d := start(t, store, opts)
+
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 401} {
+		code, _ := d.get(t, path, "")
+		assert.Equal(t, want, code, path)
+	}
+	code, _ := d.get(t, "/metrics", "wrong")
+	assert.Equal(t, http.StatusUnauthorized, code)
+	code, _ = d.get(t, "/metrics", "s3cret")
+	assert.Equal(t, http.StatusOK, code)
+
+	resp, err := http.Post("http://"+opts.HTTPListen+RunPath, "application/json", strings.NewReader(`{"args":["query","x"]}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+
+	var out, errOut bytes.Buffer
+	_, reached, err := Forward(context.Background(), opts.HTTPListen, "wrong", []string{"query", "x"}, &out, &errOut)
+	assert.True(t, reached)
+	assert.ErrorIs(t, err, errUnauthorized)
+
+	exit, reached, err := Forward(context.Background(), opts.HTTPListen, "s3cret", []string{"query", "calls_by_tool", "--format", "csv"}, &out, &errOut)
+	require.NoError(t, err)
+	assert.True(t, reached)
+	assert.Equal(t, 3, exit)
+	assert.Equal(t, "ran query calls_by_tool --format csv\n", out.String())
+	assert.Equal(t, "a warning\n", errOut.String())
+
+	// Nothing listening: not reached, no error, so the CLI opens the file.
+	_, reached, err = Forward(context.Background(), freeAddr(t), "", []string{"query", "x"}, &out, &errOut)
+	assert.NoError(t, err)
+	assert.False(t, reached)
+}
+
+func TestServePortInUseNamesTheSetting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	taken := ln.Addr().String()
+	store := openStore(t)
+
+	opts := testOptions(t)
+	opts.HTTPListen = taken
+	err = Run(context.Background(), store, opts, testLogger(t), nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "http.listen "+taken)
+	assert.Contains(t, err.Error(), "MCPTRAIL_HTTP_LISTEN")
+
+	opts = testOptions(t)
+	opts.EmbeddedListen = taken
+	err = Run(context.Background(), store, opts, testLogger(t), nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "nats.embedded.listen "+taken)
+	assert.Contains(t, err.Error(), "address already in use")
+}
+
+func TestServeRefusesBadStartups(t *testing.T) {
+	store := openStore(t)
+
+	opts := testOptions(t)
+	opts.Servers = []string{"proxmox-mcp"}
+	err := Run(context.Background(), store, opts, testLogger(t), nil)
+	var ce *ConfigError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "nats.consumer", ce.Key)
+	assert.Contains(t, err.Error(), "own durable consumer")
+
+	opts = testOptions(t)
+	opts.URL = "nats://" + freeAddr(t)
+	err = Run(context.Background(), store, opts, testLogger(t), nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "(nats.url)")
+	assert.Contains(t, err.Error(), "connect to NATS at "+opts.URL)
+}
+
+// A shard consumes only its servers' subjects.
+func TestServeShardFiltersByServer(t *testing.T) {
+	store := openStore(t)
+	opts := testOptions(t)
+	opts.Servers, opts.Consumer = []string{"pve"}, "mcptrail-pve"
+	start(t, store, opts)
+	url := "nats://" + opts.EmbeddedListen
+	_, err := Publish(context.Background(), PublishOptions{URL: url}, events(0, 50, "pve"))
+	require.NoError(t, err)
+	_, err = Publish(context.Background(), PublishOptions{URL: url}, events(50, 80, "other"))
+	require.NoError(t, err)
+	waitCount(t, store, `SELECT count(*) FROM calls`, 50)
+	time.Sleep(300 * time.Millisecond)
+	assert.Equal(t, 0, queryInt(t, store, `SELECT count(*) FROM calls WHERE server <> 'pve'`))
+	assert.Equal(t, 50, queryInt(t, store, `SELECT count(*) FROM calls`))
+}
+
+func TestReadyzBeforeStart(t *testing.T) {
+	a := &api{m: newMetrics(func() float64 { return 0 }), log: slog.New(slog.DiscardHandler)}
+	srv := a.handler()
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	a.ready.Store(true)
+	rec = httptest.NewRecorder()
+	srv.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	assert.Equal(t, http.StatusOK, rec.Code)
+	a.live = func() bool { return false }
+	rec = httptest.NewRecorder()
+	srv.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+}
+
+func TestBaseURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:8474": "http://127.0.0.1:8474",
+		"0.0.0.0:8474":   "http://127.0.0.1:8474",
+		":8474":          "http://127.0.0.1:8474",
+		"[::]:8474":      "http://[::1]:8474",
+		"[::1]:8474":     "http://[::1]:8474",
+		"localhost:9":    "http://localhost:9",
+	} {
+		assert.Equal(t, want, baseURL(in), in)
+	}
+}
