@@ -203,6 +203,11 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 	now := time.Now().UTC()
 	if len(b.Events) > 0 {
 		events := uniqueByID(b.Events)
+		// A fresh staging table per batch: deleting the previous batch's rows
+		// would leave them behind as deleted versions that later scans skip over.
+		if _, err := conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE staging AS SELECT * FROM calls LIMIT 0`); err != nil {
+			return res, fmt.Errorf("append: staging table: %w", err)
+		}
 		lo, hi, err := s.stage(conn, events)
 		if err != nil {
 			return res, err
@@ -218,9 +223,6 @@ ANTI JOIN (SELECT id FROM calls WHERE ts BETWEEN ? AND ?) c ON s.id = c.id`, now
 		n, _ := r.RowsAffected()
 		res.Ingested = int(n)
 		res.Duplicates = len(b.Events) - res.Ingested
-		if _, err := conn.ExecContext(ctx, `DELETE FROM staging`); err != nil {
-			return res, fmt.Errorf("append: clear staging: %w", err)
-		}
 	}
 	if len(b.DeadLetters) > 0 {
 		if err := appendDeadLetters(conn, b.DeadLetters, now); err != nil {

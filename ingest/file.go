@@ -11,9 +11,11 @@ import (
 )
 
 // FileBatchLines is how many lines a file source hands to the decoder and the
-// Sink at once. Large batches keep the Appender fast (flushes of 1k rows
-// measured 40% slower than 100k here); three batches in flight bound memory.
-const FileBatchLines = 32768
+// Sink at once. A transaction that appends at least one DuckDB row group
+// (122,880 rows) writes it straight to the database file instead of the
+// write-ahead log: measured here, batches of 131,072 append twice as fast as
+// batches of 32,768. Three batches in flight bound memory.
+const FileBatchLines = 131072
 
 // Progress is told how many input bytes have been consumed.
 type Progress interface {

@@ -10,13 +10,24 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// MCPTRAIL_CPUPROFILE=FILE writes a CPU profile of the whole run, for
+	// the benchmarks under bench/.
+	if path := os.Getenv("MCPTRAIL_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil {
+			if err := pprof.StartCPUProfile(f); err == nil {
+				defer pprof.StopCPUProfile()
+			}
+		}
+	}
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
+	pprof.StopCPUProfile()
 	os.Exit(code)
 }
 

@@ -1,0 +1,44 @@
+package analytics
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
+)
+
+// BenchmarkAppend measures the store's batch append (Appender into the
+// staging table, de-duplicating insert, commit) in events per second.
+func BenchmarkAppend(b *testing.B) {
+	for _, size := range []int{5000, 32768, 131072} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+			s, err := Open(context.Background(), filepath.Join(b.TempDir(), "b.duckdb"), Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			base := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+			lat := 12.5
+			batch := make([]audit.Event, size)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				for j := range batch {
+					n := i*size + j
+					batch[j] = audit.Event{ID: fmt.Sprintf("sim-1-%d", n), TS: base.Add(time.Duration(n) * time.Millisecond),
+						Server: "proxmox-mcp", Tool: "get_vm_status", Method: "tools/call", Decision: audit.Allowed, Status: "ok",
+						Gateway: "gw-1", Grant: "ops-bot", Agent: "agent", Session: "4f1c2d7e-5b9a-4c1e-8f3d-2a6b7c8d9e0f",
+						RequestID: "17", LatencyMS: &lat, ArgsHash: "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+						ArgKeys: []string{"node", "vmid"}, PolicyVersion: "2025-03-14.2"}
+				}
+				if _, err := s.Append(context.Background(), ingest.Batch{Events: batch}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
