@@ -166,3 +166,28 @@ func TestGrantScope(t *testing.T) {
 	assert.Contains(t, r.Policy.Hide, "list_vms", "another grant's tool is unused in this grant")
 	assert.Contains(t, findings(r, recommend.KindUnusedTool)["list_vms"].ID, ":ci:")
 }
+
+func TestAllowCandidateIsForReviewOnly(t *testing.T) {
+	store, err := analytics.Open(context.Background(), filepath.Join(t.TempDir(), "a.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	defer store.Close()
+	var evs []audit.Event
+	for i := 0; i < 8; i++ {
+		s := fmt.Sprintf("s%d", i%4)
+		evs = append(evs,
+			audit.Event{ID: fmt.Sprintf("ok%d", i), TS: now.Add(-time.Duration(i) * time.Hour), Server: "srv", Tool: "list_vms",
+				Method: "tools/call", Decision: audit.Allowed, Session: s},
+			audit.Event{ID: fmt.Sprintf("no%d", i), TS: now.Add(-time.Duration(i)*time.Hour - time.Minute), Server: "srv", Tool: "get_vm_config",
+				Method: "tools/call", Decision: audit.Denied, Rule: "(default deny)", Session: s})
+	}
+	_, err = store.Append(context.Background(), ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	r, err := recommend.Recommend(context.Background(), store.DB(), recommend.Options{Server: "srv", Now: now,
+		Params: recommend.DefaultParams(), Catalog: classes("list_vms", "get_vm_config")})
+	require.NoError(t, err)
+	f, ok := findings(r, recommend.KindAllowCandidate)["get_vm_config"]
+	require.True(t, ok)
+	assert.Equal(t, recommend.OpAllow, f.Action.Op)
+	assert.Equal(t, int64(8), f.Evidence["refused"])
+	assert.NotContains(t, r.Policy.Tools, "get_vm_config", "an allow candidate is never applied")
+}
