@@ -103,6 +103,9 @@ func connectOptions(name string, log *slog.Logger, hooks connHooks) []nats.Optio
 		}),
 		nats.ReconnectBufSize(16 << 20),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if nc.IsClosed() {
+				return // our own Close: the closed handler reports it
+			}
 			log.Warn("NATS disconnected; reconnecting", "server", nc.ConnectedUrlRedacted(), "err", err)
 			if hooks.connected != nil {
 				hooks.connected(false)

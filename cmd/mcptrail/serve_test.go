@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/server"
+)
+
+// TestServeSurvivesSIGKILL runs `mcptrail serve` as a child process (its
+// embedded NATS server inside it), publishes events through JetStream with
+// publish acknowledgements, kills the daemon with SIGKILL while it ingests,
+// restarts it, lets it drain, stops it with SIGTERM and checks that every
+// acknowledged event is stored exactly once.
+func TestServeSurvivesSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the daemon as a child process")
+	}
+	const n = 60000
+	dir := t.TempDir()
+	db := filepath.Join(dir, "mcptrail.duckdb")
+	natsAddr, httpAddr := freeTCPAddr(t), freeTCPAddr(t)
+	env := append(os.Environ(),
+		"MCPTRAIL_STORAGE_PATH="+db,
+		"MCPTRAIL_NATS_EMBEDDED_LISTEN="+natsAddr,
+		"MCPTRAIL_NATS_EMBEDDED_STORE_DIR="+filepath.Join(dir, "nats"),
+		"MCPTRAIL_HTTP_LISTEN="+httpAddr,
+		// Small batches make ingest slower than publishing, so that the
+		// kill lands in the middle of it.
+		"MCPTRAIL_INGEST_BATCH_SIZE=300",
+		"MCPTRAIL_INGEST_FLUSH_INTERVAL=50ms",
+	)
+	logs := filepath.Join(dir, "serve.log")
+	logf, err := os.Create(logs)
+	require.NoError(t, err)
+	defer logf.Close()
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(logs)
+			t.Logf("serve log:\n%s", b)
+		}
+	})
+	serve := func() *exec.Cmd {
+		cmd := exec.Command(binary, "serve")
+		cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		require.Eventually(t, func() bool { return httpStatus(httpAddr, "/readyz") == http.StatusOK },
+			30*time.Second, 20*time.Millisecond, "serve did not become ready")
+		return cmd
+	}
+
+	daemon := serve()
+	ctx := context.Background()
+	st, err := server.Publish(ctx, server.PublishOptions{URL: "nats://" + natsAddr}, crashEvents(n))
+	require.NoError(t, err)
+	require.Equal(t, n, st.Published)
+
+	// Kill twice in the middle of ingest, restarting each time. Each run's
+	// metrics start from zero; the second kill waits for a third of what the
+	// first run left.
+	left := n
+	for round := range 2 {
+		at := max(left/20, 1)
+		if round == 1 {
+			at = max(left/3, 1)
+		}
+		var stored int
+		require.Eventually(t, func() bool {
+			stored = ingestedSoFar(httpAddr)
+			return stored >= min(at, left)
+		}, 30*time.Second, 5*time.Millisecond)
+		require.NoError(t, daemon.Process.Signal(syscall.SIGKILL))
+		_ = daemon.Wait()
+		t.Logf("kill %d: this run had stored about %d of the %d events left", round+1, stored, left)
+		left = max(left-stored, 0)
+		daemon = serve()
+	}
+	nc, err := nats.Connect("nats://" + natsAddr)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		c, err := js.Consumer(ctx, "MCP_AUDIT", "mcptrail")
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream == uint64(n)
+	}, 60*time.Second, 50*time.Millisecond, "the restarted daemon did not drain the stream")
+	nc.Close()
+
+	start := time.Now()
+	require.NoError(t, daemon.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, daemon.Wait(), "serve must exit 0 on SIGTERM")
+	assert.Less(t, time.Since(start), 10*time.Second)
+
+	store, err := analytics.Open(ctx, db, analytics.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer store.Close()
+	var total, distinct int
+	require.NoError(t, store.DB().QueryRow(`SELECT count(*), count(DISTINCT id) FROM calls`).Scan(&total, &distinct))
+	assert.Equal(t, n, total, "every acknowledged event is stored")
+	assert.Equal(t, n, distinct, "and none twice")
+}
+
+func crashEvents(n int) func() (audit.Event, bool, error) {
+	base := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	i := 0
+	return func() (audit.Event, bool, error) {
+		if i >= n {
+			return audit.Event{}, false, nil
+		}
+		e := audit.Event{
+			ID: fmt.Sprintf("crash-%06d", i), TS: base.Add(time.Duration(i) * time.Second), Server: "proxmox-mcp",
+			Tool: "vm_status", Decision: audit.Allowed, Status: "ok", Agent: "ops-agent", Session: fmt.Sprintf("s%d", i/100),
+		}
+		i++
+		return e, true, nil
+	}
+}
+
+func freeTCPAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func httpStatus(addr, path string) int {
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// ingestedSoFar sums mcptrail_events_ingested_total from /metrics.
+func ingestedSoFar(addr string) int {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	total := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "mcptrail_events_ingested_total{") {
+			if i := strings.LastIndexByte(line, ' '); i > 0 {
+				v, _ := strconv.ParseFloat(line[i+1:], 64)
+				total += v
+			}
+		}
+	}
+	return int(total)
+}
