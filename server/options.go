@@ -16,6 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/ingest"
 )
@@ -74,6 +77,14 @@ type Options struct {
 	HTTPToken  string // http.token: bearer token required by /metrics and /api when set
 
 	Runner Runner // executes POST /api/v1/run; nil answers 501
+
+	// Collectors are registered on /metrics beside the daemon's own (e.g.
+	// the scheduled reports' runs).
+	Collectors []prometheus.Collector
+	// Background, when set, starts once the daemon is ready, with its NATS
+	// connection, and runs until the daemon stops (e.g. the report
+	// schedules); Run waits for it to return before closing NATS.
+	Background func(ctx context.Context, nc *nats.Conn)
 
 	// AckEach acknowledges every message instead of one AckAll per batch
 	// (slower; kept for measurements). Not a config key.

@@ -47,6 +47,11 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 		return err
 	}
 	m := newMetrics(func() float64 { return float64(store.SizeBytes()) })
+	for _, c := range opts.Collectors {
+		if err := m.reg.Register(c); err != nil {
+			return fmt.Errorf("serve: register metrics: %w", err)
+		}
+	}
 	a := &api{token: opts.HTTPToken, runner: opts.Runner, log: log.With("component", "http"), m: m}
 
 	// 1. HTTP.
@@ -117,10 +122,21 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 	m.connected.Set(1)
 	a.live = nc.IsConnected
 
+	// Background work starts once ready and stops before NATS closes.
+	bgCtx, stopBackground := context.WithCancel(ctx)
+	var bgOnce sync.Once
+	var bg sync.WaitGroup
+	defer func() {
+		stopBackground()
+		bg.Wait()
+	}()
 	markReady := func() {
 		a.ready.Store(true)
 		m.ready.Set(1)
 		log.Info("ready: ingesting", "http", ln.Addr().String())
+		if opts.Background != nil {
+			bgOnce.Do(func() { bg.Go(func() { opts.Background(bgCtx, nc) }) })
+		}
 		if ready != nil {
 			ready()
 		}
