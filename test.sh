@@ -6,6 +6,17 @@ cd "$(dirname "$0")"
 
 FUZZTIME="${FUZZTIME:-10s}"
 
+# The HTML report's browser test needs Debian's chromium; it skips without it
+# only when CI is unset.
+if ! command -v chromium >/dev/null 2>&1; then
+	echo "== installing chromium (browser test of the HTML report)"
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
+	else
+		echo "chromium is missing and this is not root with apt-get: install Debian's chromium package" >&2
+	fi
+fi
+
 echo "== go vet"
 go vet ./...
 

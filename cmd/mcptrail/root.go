@@ -69,6 +69,7 @@ answers SQL over the whole call history, and recommends each server's policy.jso
 		newQueriesCmd(a),
 		newSimulateCmd(a),
 		newRecommendCmd(a),
+		newReportCmd(a),
 		newReplayCmd(a),
 		newCatalogCmd(a),
 		newSuppressCmd(a),

@@ -24,9 +24,14 @@ mcp.audit.> and the durable consumer, and stores every event exactly once in the
 database; with nats.url it connects to an existing NATS instead. The HTTP API on
 http.listen serves /healthz, /readyz, /metrics and runs query, recommend,
 replay, catalog, suppress and report for the CLI while the daemon holds the
-database. SIGINT or SIGTERM stops it gracefully.`,
+database, and the schedules of the reports: section run, one at a time.
+SIGINT or SIGTERM stops it gracefully.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			schedules, err := a.reportSchedules()
+			if err != nil {
+				return err
+			}
 			store, err := analytics.Open(cmd.Context(), a.cfg.Storage.Path, analytics.Options{})
 			if err != nil {
 				if errors.Is(err, analytics.ErrLocked) {
@@ -43,6 +48,7 @@ database. SIGINT or SIGTERM stops it gracefully.`,
 			opts.Runner = func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				return runInDaemon(ctx, store, args, stdout, stderr)
 			}
+			a.scheduleReports(store, schedules, &opts)
 			a.log.Info("database open", "path", a.dbPath())
 			err = server.Run(cmd.Context(), store, opts, a.log, func() { a.log.Info("ready") })
 			var ce *server.ConfigError

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/internal/duration"
+	"github.com/mcptrail/mcptrail/recommend"
+	"github.com/mcptrail/mcptrail/report"
+)
+
+func newReportCmd(a *app) *cobra.Command {
+	var server, since, format, out string
+	cmd := &cobra.Command{
+		Use:   "report [--server S] [--since 7d] [--format markdown,json,html] [--out DIR]",
+		Short: "Report what agents did, what changed and what to tighten, per server",
+		Long: `Report on one MCP server (or every server with calls in the window): volume by
+day and decision, top tools and agents, latency percentiles, error and denial
+rates, what changed since the previous report, and the recommendation with its
+replay impact, with charts.
+
+With --out DIR the report is written to DIR/<server>/<window end>/ (report.json
+always, report.md with its charts as SVG files beside it, report.html as one
+self-contained page, and the PR-ready folder pr/), compared with the newest
+report already in DIR/<server>/; without --out one format is printed. Scheduled
+reports (the reports: section of config.yaml) run the same report from
+mcptrail serve.`,
+		Example: `  mcptrail report --server proxmox-mcp --out reports/
+  mcptrail report --server proxmox-mcp --format json
+  mcptrail report --since 30d --format html > report.html`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			formats, err := report.ParseFormats(format)
+			if err != nil {
+				return usageErrorf("--format: %v", err)
+			}
+			if out == "" {
+				switch {
+				case format == "":
+					formats = []string{"markdown"}
+				case len(formats) > 1:
+					return usageErrorf("--format %s: several formats need --out DIR to write them; without --out one format is printed", format)
+				}
+			}
+			window := report.DefaultWindow
+			if since != "" {
+				d, err := duration.Parse(since)
+				if err != nil || d <= 0 {
+					return usageErrorf("--since %q: want a positive duration such as 7d, 2w or 72h", since)
+				}
+				window = d
+			}
+			if done, err := a.forward(cmd); done || err != nil {
+				return err
+			}
+			store, closeStore, err := a.openStore(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer closeStore()
+			return a.runReport(cmd.Context(), store, server, window, formats, out)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&server, "server", "", "MCP server to report on (default: every server with calls in the window)")
+	fl.StringVar(&since, "since", "", "window of history to report on (default 7d)")
+	fl.StringVar(&format, "format", "", "markdown, json, html, or several comma-separated with --out (default markdown; all three with --out)")
+	fl.StringVar(&out, "out", "", "write the reports under this folder (DIR/<server>/<window end>/) instead of printing one")
+	return cmd
+}
+
+// runReport builds the reports and writes or prints them.
+func (a *app) runReport(ctx context.Context, store *analytics.Store, server string, window time.Duration, formats []string, out string) error {
+	servers := []string{server}
+	if server == "" {
+		var err error
+		if servers, err = report.Servers(ctx, store, a.now.Add(-window), a.now); err != nil {
+			return err
+		}
+		if len(servers) == 0 {
+			return fmt.Errorf("%w between %s and %s: ingest events first or widen --since", report.ErrNoCalls,
+				a.now.Add(-window).Format(time.RFC3339), a.now.Format(time.RFC3339))
+		}
+		if out == "" && formats[0] == "html" && len(servers) > 1 {
+			return usageErrorf("--format html prints one page: pick a --server (%s) or write every server's report with --out DIR", strings.Join(servers, ", "))
+		}
+	}
+	var generated time.Time
+	if a.nowIsFixed() {
+		generated = a.now
+	}
+	var reports []*report.Report
+	for _, srv := range servers {
+		ropts, err := a.recommendInputs(ctx, store, srv, "", "", "")
+		if err != nil {
+			return err
+		}
+		ropts.Params = a.recommendParams()
+		ropts.Log = a.log
+		opts := report.Options{Server: srv, Window: window, Now: a.now, GeneratedAt: generated, Recommend: ropts, Log: a.log}
+		if out != "" {
+			res, err := report.Run(ctx, store, report.RunOptions{Options: opts, OutDir: out, Formats: formats})
+			if err != nil {
+				return reportError(err)
+			}
+			printWritten(a, res)
+			continue
+		}
+		r, err := report.Build(ctx, store, opts)
+		if err != nil {
+			return reportError(err)
+		}
+		reports = append(reports, r)
+	}
+	if out != "" {
+		return nil
+	}
+	switch formats[0] {
+	case "json":
+		var data []byte
+		var err error
+		if server != "" {
+			data, err = report.JSON(reports[0])
+		} else {
+			data, err = report.JSONList(reports)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = a.stdout.Write(data)
+		return err
+	case "html":
+		charts, err := report.Charts(reports[0])
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprint(a.stdout, report.HTML(reports[0], charts))
+		return err
+	}
+	for i, r := range reports {
+		if i > 0 {
+			fmt.Fprint(a.stdout, "\n---\n\n")
+		}
+		fmt.Fprint(a.stdout, report.Markdown(r, nil))
+	}
+	return nil
+}
+
+func reportError(err error) error {
+	if errors.Is(err, recommend.ErrNoCalls) {
+		return err
+	}
+	return fmt.Errorf("report: %w", err)
+}
+
+// printWritten lists what a report run wrote.
+func printWritten(a *app, res *report.Result) {
+	r := res.Report
+	c := r.Changes
+	fmt.Fprintf(a.stdout, "%s: %s calls", r.Server, groupDigits(r.Totals.Calls))
+	if c.Previous != nil {
+		fmt.Fprintf(a.stdout, "; since %s: findings %d new, %d resolved, %d suppressed, %d reopened; tools %d new, %d no longer used; suppression changes %d",
+			c.Previous.Folder, len(c.NewFindings), len(c.ResolvedFindings), len(c.SuppressedFindings), len(c.ReopenedFindings),
+			len(c.NewTools), len(c.GoneTools), len(c.SuppressionChanges))
+	} else {
+		fmt.Fprint(a.stdout, "; first report in this folder")
+	}
+	fmt.Fprintf(a.stdout, "\n  %s\n", res.Dir)
+	charts := 0
+	for _, f := range res.Files {
+		if strings.HasPrefix(f, report.ChartsDir+"/") {
+			charts++
+			continue
+		}
+		fmt.Fprintf(a.stdout, "    %s\n", f)
+	}
+	if charts > 0 {
+		fmt.Fprintf(a.stdout, "    %s/ (%d charts)\n", report.ChartsDir, charts)
+	}
+	for _, p := range res.Pruned {
+		fmt.Fprintf(a.stdout, "  removed %s (keep)\n", p)
+	}
+}
+
+// groupDigits writes 212400 as 212,400.
+func groupDigits(n int64) string {
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 && r != '-' {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

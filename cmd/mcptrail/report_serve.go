@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/recommend"
+	"github.com/mcptrail/mcptrail/report"
+	"github.com/mcptrail/mcptrail/server"
+)
+
+// reportSchedules validates the reports: section of the configuration; a
+// bad entry is a configuration error (exit 2).
+func (a *app) reportSchedules() ([]report.Schedule, error) {
+	return report.ParseSchedules(a.cfg.Reports)
+}
+
+// scheduleReports makes the daemon run the schedules once it is ready, one
+// run at a time, publishing each JSON report on its NATS connection, and
+// adds their metrics to /metrics.
+func (a *app) scheduleReports(store *analytics.Store, schedules []report.Schedule, opts *server.Options) {
+	if len(schedules) == 0 {
+		return
+	}
+	metrics := report.NewMetrics()
+	opts.Collectors = append(opts.Collectors, metrics.Collectors()...)
+	log := a.log.With("component", "report")
+	opts.Background = func(ctx context.Context, nc *nats.Conn) {
+		runner := &report.Runner{
+			Store:   store,
+			Inputs:  a.reportInputs(store),
+			Metrics: metrics,
+			Log:     log,
+			Publish: func(subject string, data []byte) error {
+				if err := nc.Publish(subject, data); err != nil {
+					return err
+				}
+				return nc.FlushTimeout(5 * time.Second)
+			},
+		}
+		(&report.Scheduler{Schedules: schedules, Run: runner.RunSchedule, Log: log}).Start(ctx)
+	}
+}
+
+// reportInputs gathers a server's recommender inputs as of a run's time.
+func (a *app) reportInputs(store *analytics.Store) func(ctx context.Context, server string, now time.Time) (recommend.Options, error) {
+	return func(ctx context.Context, server string, now time.Time) (recommend.Options, error) {
+		at := *a
+		at.now = now
+		opts, err := at.recommendInputs(ctx, store, server, "", "", "")
+		opts.Params = a.recommendParams()
+		return opts, err
+	}
+}

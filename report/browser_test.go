@@ -1,0 +1,146 @@
+package report
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"image"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// chromium finds Debian's headless-capable Chromium. Without it the test
+// skips, except in CI (CI set), where test.sh installs it.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "" {
+		t.Skip("chromium is not installed (apt-get install chromium); the test runs in CI")
+	}
+	t.Fatal("chromium is not installed: CI must run it (test.sh installs Debian's chromium package)")
+	return ""
+}
+
+// runChromium runs headless Chromium on a local file with a fresh profile
+// and no network services.
+func runChromium(t *testing.T, bin string, args ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+		"--hide-scrollbars", "--user-data-dir=" + t.TempDir()}
+	cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "chromium %v: %s", args, stderr.String())
+	return stdout.Bytes()
+}
+
+// probe measures every chart as laid out: its box and how many of its
+// shapes have an area.
+const probe = `<pre id="probe"></pre>
+<script>
+const out = [];
+for (const svg of document.querySelectorAll('svg')) {
+  const r = svg.getBoundingClientRect();
+  let drawn = 0;
+  for (const el of svg.querySelectorAll('path, rect, text')) {
+    const b = el.getBBox();
+    if (b.width > 0 && b.height > 0) drawn++;
+  }
+  out.push({chart: svg.getAttribute('data-chart'), width: r.width, height: r.height, drawn: drawn});
+}
+document.getElementById('probe').textContent = JSON.stringify(out);
+</script>
+`
+
+// TestHTMLReportInChromium renders the HTML report in a real browser and
+// checks that every chart drew, that the page is not blank, and that it
+// prints.
+func TestHTMLReportInChromium(t *testing.T) {
+	bin := chromium(t)
+	store := proxmoxStore(t)
+	importCatalog(t, store, fixedNow.Add(-30*24*time.Hour))
+	r, err := Build(context.Background(), store, Options{Server: server, Window: week, Now: fixedNow, GeneratedAt: fixedNow, Recommend: inputs(t, store)})
+	require.NoError(t, err)
+	dir := t.TempDir()
+	_, err = WriteFolder(filepath.Join(dir, "report"), r, []string{"html"})
+	require.NoError(t, err)
+	page := filepath.Join(dir, "report", HTMLFile)
+	html, err := os.ReadFile(page)
+	require.NoError(t, err)
+	charts := strings.Count(string(html), "<svg ")
+	require.Equal(t, 5, charts)
+
+	t.Run("every chart has a size and shapes", func(t *testing.T) {
+		probed := filepath.Join(dir, "report", "probe.html")
+		require.NoError(t, os.WriteFile(probed, bytes.Replace(html, []byte("</body>"), []byte(probe+"</body>"), 1), 0o644))
+		dom := runChromium(t, bin, "--window-size=1280,2000", "--dump-dom", "file://"+probed)
+		m := regexp.MustCompile(`(?s)<pre id="probe">(.*?)</pre>`).FindSubmatch(dom)
+		require.NotNil(t, m, "the probe ran: %.500s", dom)
+		var boxes []struct {
+			Chart         string
+			Width, Height float64
+			Drawn         int
+		}
+		require.NoError(t, json.Unmarshal(bytes.ReplaceAll(m[1], []byte("&amp;"), []byte("&")), &boxes), "%s", m[1])
+		require.Len(t, boxes, charts)
+		for _, b := range boxes {
+			assert.Greater(t, b.Width, 600.0, "%s is laid out wide on a laptop screen", b.Chart)
+			assert.Greater(t, b.Height, 150.0, b.Chart)
+			assert.Greater(t, b.Drawn, 10, "%s drew its shapes", b.Chart)
+		}
+	})
+
+	t.Run("the screenshot is not blank", func(t *testing.T) {
+		shot := filepath.Join(dir, "screenshot.png")
+		runChromium(t, bin, "--window-size=1280,2000", "--screenshot="+shot, "file://"+page)
+		f, err := os.Open(shot)
+		require.NoError(t, err)
+		defer f.Close()
+		img, err := png.Decode(f)
+		require.NoError(t, err)
+		assert.Equal(t, image.Rect(0, 0, 1280, 2000), img.Bounds())
+		colours := map[[3]uint32]int{}
+		b := img.Bounds()
+		for y := b.Min.Y; y < b.Max.Y; y += 2 {
+			for x := b.Min.X; x < b.Max.X; x += 2 {
+				r, g, bl, _ := img.At(x, y).RGBA()
+				colours[[3]uint32{r >> 8, g >> 8, bl >> 8}]++
+			}
+		}
+		assert.Greater(t, len(colours), 100, "text, badges and charts give many colours")
+		// The calls-over-time chart's allowed bars (#4c78a8) are on screen.
+		assert.Greater(t, colours[[3]uint32{0x4c, 0x78, 0xa8}], 2000, "chart bars drawn in the first screen")
+		if keep := os.Getenv("MCPTRAIL_REPORT_SCREENSHOT"); keep != "" {
+			data, err := os.ReadFile(shot)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(keep, data, 0o644))
+		}
+	})
+
+	t.Run("it prints", func(t *testing.T) {
+		pdf := filepath.Join(dir, "report.pdf")
+		runChromium(t, bin, "--no-pdf-header-footer", "--print-to-pdf="+pdf, "file://"+page)
+		data, err := os.ReadFile(pdf)
+		require.NoError(t, err)
+		assert.True(t, bytes.HasPrefix(data, []byte("%PDF")))
+		pages := bytes.Count(data, []byte("/Type /Page\n")) + bytes.Count(data, []byte("/Type /Page>>")) + bytes.Count(data, []byte("/Type/Page"))
+		t.Logf("PDF: %d bytes, about %d pages", len(data), pages)
+		assert.Greater(t, len(data), 20000)
+	})
+}

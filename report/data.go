@@ -1,0 +1,329 @@
+package report
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/mcptrail/mcptrail/analytics"
+)
+
+// Time arithmetic here goes through epoch_ms, never date_trunc on
+// TIMESTAMPTZ: the ICU calendar it runs through per row is an order of
+// magnitude slower.
+
+// sessionKey is a call's session for analysis; the gateway instance stands
+// in where events carry none (SPEC §5), as in the recommender.
+const sessionKey = `coalesce(session, 'gateway:' || gateway, '')`
+
+// inWindow selects the server's calls in (from, to].
+const inWindow = `server = $server AND ts > $from AND ts <= $to`
+
+// rate is a share rounded to 4 decimals, 0 when the denominator is 0.
+func rate(num, den string) string {
+	return `coalesce(round(` + num + ` / nullif(` + den + `, 0), 4), 0)::DOUBLE`
+}
+
+const (
+	msPerHour = int64(time.Hour / time.Millisecond)
+	msPerDay  = 24 * msPerHour
+)
+
+type querier struct {
+	db       *sql.DB
+	server   string
+	from, to time.Time
+}
+
+func (q querier) args(extra ...any) []any {
+	return append([]any{sql.Named("server", q.server), sql.Named("from", q.from), sql.Named("to", q.to)}, extra...)
+}
+
+func (q querier) query(ctx context.Context, what, text string, extra ...any) (*sql.Rows, error) {
+	rows, err := q.db.QueryContext(ctx, text, q.args(extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("report: %s: %w", what, err)
+	}
+	return rows, nil
+}
+
+// totals reads the window's size and decisions in one scan.
+func (q querier) totals(ctx context.Context) (Window, Totals, error) {
+	var w Window
+	var t Totals
+	err := q.db.QueryRowContext(ctx, `
+SELECT count(*),
+       count(DISTINCT `+sessionKey+`) FILTER (`+sessionKey+` <> ''),
+       count(DISTINCT agent), count(DISTINCT tool),
+       count(*) FILTER (decision = 'allowed'), count(*) FILTER (decision = 'denied'),
+       count(*) FILTER (decision = 'hidden'), count(*) FILTER (decision = 'rate_limited'),
+       count(*) FILTER (decision = 'approval_required'),
+       count(*) FILTER (decision = 'allowed' AND status = 'error'),
+       `+rate(`count(*) FILTER (decision = 'allowed' AND status = 'error')`, `count(*) FILTER (decision = 'allowed')`)+`,
+       `+rate(`count(*) FILTER (decision <> 'allowed')`, `count(*)`)+`
+FROM calls WHERE `+inWindow, q.args()...).Scan(&w.Calls, &w.Sessions, &w.Agents, &w.Tools,
+		&t.Allowed, &t.Denied, &t.Hidden, &t.RateLimited, &t.ApprovalRequired, &t.Errors, &t.ErrorRate, &t.DenialRate)
+	if err != nil {
+		return w, t, fmt.Errorf("report: window totals: %w", err)
+	}
+	t.Calls = w.Calls
+	w.From, w.To = q.from, q.to
+	w.Days = float64(q.to.Sub(q.from).Round(time.Hour).Hours()) / 24
+	return w, t, nil
+}
+
+// volume counts calls per bucket and decision; every bucket of the window
+// is present, empty ones with zeros. A call exactly at the window's end on
+// a bucket boundary counts in the bucket before, so that a window ending at
+// midnight has no one-instant bucket.
+func (q querier) volume(ctx context.Context) (Volume, error) {
+	bucket, name := msPerDay, "day"
+	if q.to.Sub(q.from) <= 48*time.Hour {
+		bucket, name = msPerHour, "hour"
+	}
+	first := (q.from.UnixMilli() + 1) / bucket
+	last := (q.to.UnixMilli() - 1) / bucket
+	rows, err := q.query(ctx, "volume", `
+WITH agg AS (
+	SELECT least(epoch_ms(ts) // $bucket, $last) AS b, count(*) AS calls,
+	       count(*) FILTER (decision = 'allowed') AS allowed, count(*) FILTER (decision = 'denied') AS denied,
+	       count(*) FILTER (decision = 'hidden') AS hidden, count(*) FILTER (decision = 'rate_limited') AS rate_limited,
+	       count(*) FILTER (decision = 'approval_required') AS approval,
+	       count(*) FILTER (decision = 'allowed' AND status = 'error') AS errors
+	FROM calls WHERE `+inWindow+`
+	GROUP BY 1
+)
+SELECT r.range * $bucket, coalesce(calls, 0), coalesce(allowed, 0), coalesce(denied, 0), coalesce(hidden, 0),
+       coalesce(rate_limited, 0), coalesce(approval, 0), coalesce(errors, 0)
+FROM range($first, $last + 1) r LEFT JOIN agg ON agg.b = r.range
+ORDER BY r.range`, sql.Named("bucket", bucket), sql.Named("first", first), sql.Named("last", last))
+	if err != nil {
+		return Volume{}, err
+	}
+	defer rows.Close()
+	v := Volume{Bucket: name, Rows: []Bucket{}}
+	for rows.Next() {
+		var b Bucket
+		var ms int64
+		if err := rows.Scan(&ms, &b.Calls, &b.Allowed, &b.Denied, &b.Hidden, &b.RateLimited, &b.ApprovalRequired, &b.Errors); err != nil {
+			return v, fmt.Errorf("report: volume: %w", err)
+		}
+		b.Start = time.UnixMilli(ms).UTC()
+		v.Rows = append(v.Rows, b)
+	}
+	return v, rows.Err()
+}
+
+// tools reads every tool's use in the window with its latency percentiles
+// and its first call ever.
+func (q querier) tools(ctx context.Context) ([]ToolStats, error) {
+	rows, err := q.query(ctx, "tools", `
+WITH w AS (
+	SELECT tool, count(*) AS calls, count(*) FILTER (decision = 'allowed') AS allowed,
+	       count(*) FILTER (decision <> 'allowed') AS refused,
+	       count(*) FILTER (decision = 'allowed' AND status = 'error') AS errors,
+	       count(DISTINCT `+sessionKey+`) FILTER (`+sessionKey+` <> '') AS sessions, count(DISTINCT agent) AS agents,
+	       round(quantile_cont(latency_ms, 0.50) FILTER (decision = 'allowed'), 1) AS p50,
+	       round(quantile_cont(latency_ms, 0.95) FILTER (decision = 'allowed'), 1) AS p95,
+	       round(quantile_cont(latency_ms, 0.99) FILTER (decision = 'allowed'), 1) AS p99,
+	       round(max(latency_ms) FILTER (decision = 'allowed'), 1) AS mx
+	FROM calls WHERE `+inWindow+` AND tool IS NOT NULL
+	GROUP BY tool
+), f AS (
+	SELECT tool, min(epoch_ms(ts)) AS first_ms
+	FROM calls WHERE server = $server AND ts <= $to AND tool IN (SELECT tool FROM w)
+	GROUP BY tool
+)
+SELECT w.tool, calls, allowed, refused, errors, `+rate("errors", "allowed")+`, `+rate("refused", "calls")+`,
+       sessions, agents, p50, p95, p99, mx, f.first_ms
+FROM w JOIN f USING (tool)
+ORDER BY calls DESC, w.tool`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []ToolStats{}
+	for rows.Next() {
+		var t ToolStats
+		var p50, p95, p99, mx sql.NullFloat64
+		var first int64
+		if err := rows.Scan(&t.Tool, &t.Calls, &t.Allowed, &t.Refused, &t.Errors, &t.ErrorRate, &t.DenialRate,
+			&t.Sessions, &t.Agents, &p50, &p95, &p99, &mx, &first); err != nil {
+			return nil, fmt.Errorf("report: tools: %w", err)
+		}
+		t.P50, t.P95, t.P99, t.Max = nullFloat(p50), nullFloat(p95), nullFloat(p99), nullFloat(mx)
+		t.FirstSeen = time.UnixMilli(first).UTC()
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+func nullFloat(f sql.NullFloat64) *float64 {
+	if !f.Valid {
+		return nil
+	}
+	v := f.Float64
+	return &v
+}
+
+// agents reads the busiest agents.
+func (q querier) agents(ctx context.Context, limit int) ([]AgentStats, error) {
+	rows, err := q.query(ctx, "agents", `
+SELECT coalesce(agent, '(none)') AS a, count(*) AS calls,
+       count(DISTINCT `+sessionKey+`) FILTER (`+sessionKey+` <> ''), count(DISTINCT tool),
+       count(*) FILTER (decision <> 'allowed'), count(*) FILTER (decision = 'allowed' AND status = 'error')
+FROM calls WHERE `+inWindow+`
+GROUP BY a ORDER BY calls DESC, a LIMIT $limit`, sql.Named("limit", limit))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []AgentStats{}
+	for rows.Next() {
+		var a AgentStats
+		if err := rows.Scan(&a.Agent, &a.Calls, &a.Sessions, &a.Tools, &a.Refused, &a.Errors); err != nil {
+			return nil, fmt.Errorf("report: agents: %w", err)
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// hourByTool counts the busiest tools' calls per UTC hour of the day.
+func (q querier) hourByTool(ctx context.Context, limit int) (HourMatrix, error) {
+	rows, err := q.query(ctx, "hour of day by tool", `
+WITH top AS (
+	SELECT tool, count(*) AS n FROM calls WHERE `+inWindow+` AND tool IS NOT NULL
+	GROUP BY tool ORDER BY n DESC, tool LIMIT $limit
+)
+SELECT c.tool, (epoch_ms(c.ts) // $hour) % 24 AS h, count(*), any_value(top.n) AS total
+FROM calls c JOIN top USING (tool)
+WHERE c.server = $server AND c.ts > $from AND c.ts <= $to
+GROUP BY c.tool, h
+ORDER BY total DESC, c.tool, h`, sql.Named("limit", limit), sql.Named("hour", msPerHour))
+	if err != nil {
+		return HourMatrix{}, err
+	}
+	defer rows.Close()
+	m := HourMatrix{Tools: []string{}, Counts: [][24]int64{}}
+	index := map[string]int{}
+	for rows.Next() {
+		var tool string
+		var h, n, total int64
+		if err := rows.Scan(&tool, &h, &n, &total); err != nil {
+			return m, fmt.Errorf("report: hour of day by tool: %w", err)
+		}
+		i, ok := index[tool]
+		if !ok {
+			i = len(m.Tools)
+			index[tool] = i
+			m.Tools = append(m.Tools, tool)
+			m.Counts = append(m.Counts, [24]int64{})
+		}
+		m.Counts[i][h] = n
+	}
+	return m, rows.Err()
+}
+
+// Servers lists the servers with calls in (from, to], by name.
+func Servers(ctx context.Context, store *analytics.Store, from, to time.Time) ([]string, error) {
+	return servers(ctx, store.DB(), from, to)
+}
+
+// servers lists the servers with calls in (from, to], by name.
+func servers(ctx context.Context, db *sql.DB, from, to time.Time) ([]string, error) {
+	rows, err := db.QueryContext(ctx, `SELECT DISTINCT server FROM calls WHERE ts > $from AND ts <= $to ORDER BY server`,
+		sql.Named("from", from), sql.Named("to", to))
+	if err != nil {
+		return nil, fmt.Errorf("report: servers: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, fmt.Errorf("report: servers: %w", err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// loopShape is one (polled tool, start tool) pair to read the loops of.
+type loopShape struct{ tool, start string }
+
+// pollHistograms counts, for each pair, its polling loops by number of
+// polls. A loop is found exactly as the recommender finds it (SPEC §5): in
+// one session, a run of at least minCalls calls of one tool with the same
+// arguments, each within maxGap of the previous, right after a call of
+// another tool (within maxGap too), at regular intervals (coefficient of
+// variation at most maxCV), and not a retry storm (mostly errors, ending in
+// one). The sequence work runs in DuckDB on hashed keys, as the
+// recommender's does.
+func pollHistograms(ctx context.Context, db *sql.DB, server string, from, to time.Time, minCalls int,
+	maxGap time.Duration, maxCV float64, pairs []loopShape) (map[loopShape][]PollCount, error) {
+	out := map[loopShape][]PollCount{}
+	if len(pairs) == 0 {
+		return out, nil
+	}
+	want := map[loopShape]bool{}
+	tools := make([]string, 0, len(pairs))
+	for _, p := range pairs {
+		want[p] = true
+		tools = append(tools, p.tool)
+	}
+	q := querier{db: db, server: server, from: from, to: to}
+	rows, err := q.query(ctx, "polls per loop", `
+WITH c AS (
+	SELECT hash(`+sessionKey+`) AS skh, tool, hash(tool) AS th, hash(args_hash) AS hh, args_hash IS NULL AS no_args,
+	       status = 'error' AS err, epoch_ms(ts) AS ms
+	FROM calls WHERE `+inWindow+` AND tool IS NOT NULL
+), s AS (
+	SELECT *, lag(th) OVER w AS prev_th, lag(tool) OVER w AS prev_tool, lag(hh) OVER w AS prev_hh,
+	       ms - lag(ms) OVER w AS gap
+	FROM c WINDOW w AS (PARTITION BY skh ORDER BY ms, th, hh)
+), m AS (
+	SELECT *, (prev_th IS NULL OR th <> prev_th OR no_args OR hh <> prev_hh OR gap > $max_gap_ms)::INTEGER AS brk
+	FROM s
+), r AS (
+	SELECT *, sum(brk) OVER (PARTITION BY skh ORDER BY ms, th, hh ROWS UNBOUNDED PRECEDING) AS run_no
+	FROM m
+), runs AS (
+	SELECT any_value(tool) AS tool, arg_min(prev_tool, ms) AS start_tool, coalesce(arg_min(gap, ms), 0) AS start_gap,
+	       count(*) AS polls, coalesce(avg(gap) FILTER (brk = 0), 0) AS mean_gap,
+	       coalesce(stddev_pop(gap) FILTER (brk = 0), 0) AS sd_gap,
+	       count(*) FILTER (err) AS errors, coalesce(arg_max(err, ms), false) AS last_err
+	FROM r
+	GROUP BY skh, run_no
+	HAVING count(*) >= $min_calls AND any_value(tool) IN (SELECT unnest($tools::VARCHAR[]))
+)
+SELECT tool, start_tool, polls, count(*)
+FROM runs
+WHERE NOT (errors * 2 >= polls AND last_err)
+  AND start_tool IS NOT NULL AND start_tool <> tool AND start_gap <= $max_gap_ms
+  AND (CASE WHEN mean_gap <= 0 THEN 0 ELSE sd_gap / mean_gap END) <= $max_cv
+GROUP BY ALL
+ORDER BY tool, start_tool, polls`,
+		sql.Named("max_gap_ms", maxGap.Milliseconds()), sql.Named("min_calls", minCalls),
+		sql.Named("max_cv", maxCV), sql.Named("tools", tools))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k loopShape
+		var pc PollCount
+		if err := rows.Scan(&k.tool, &k.start, &pc.Polls, &pc.Loops); err != nil {
+			return nil, fmt.Errorf("report: polls per loop: %w", err)
+		}
+		if want[k] {
+			out[k] = append(out[k], pc)
+		}
+	}
+	for k := range out {
+		sort.Slice(out[k], func(i, j int) bool { return out[k][i].Polls < out[k][j].Polls })
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,336 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/recommend"
+)
+
+// JSON is the machine-consumable report: the same report gives the same
+// bytes (generated_at aside, which the caller sets).
+func JSON(r *Report) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return nil, fmt.Errorf("report: encode JSON: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// JSONList is several reports as one JSON array.
+func JSONList(rs []*Report) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if rs == nil {
+		rs = []*Report{}
+	}
+	if err := enc.Encode(rs); err != nil {
+		return nil, fmt.Errorf("report: encode JSON: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// ParseJSON reads a report written by JSON.
+func ParseJSON(data []byte) (*Report, error) {
+	var r Report
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, err
+	}
+	if r.Version == 0 || r.Server == "" {
+		return nil, fmt.Errorf("not an mcptrail report (no version or server)")
+	}
+	return &r, nil
+}
+
+func mdEscape(s string) string {
+	return strings.NewReplacer("|", "\\|", "\n", " ").Replace(s)
+}
+
+func code(s string) string { return "`" + strings.ReplaceAll(s, "`", "'") + "`" }
+
+// Markdown renders the report. charts are the files written beside it
+// (under charts/); with none, the report says where to find them.
+func Markdown(r *Report, chartFiles []Chart) string {
+	var b strings.Builder
+	chart := func(file string) {
+		for _, c := range chartFiles {
+			if c.File == file {
+				fmt.Fprintf(&b, "![%s](charts/%s)\n\n", mdEscape(c.Alt), c.File)
+			}
+		}
+	}
+	fmt.Fprintf(&b, "# mcptrail report: %s\n\n", code(r.Server))
+	fmt.Fprintf(&b, "%s → %s (%s)", minute(r.Window.From), minute(r.Window.To), daysText(r.Window.Days))
+	if r.Schedule != "" {
+		fmt.Fprintf(&b, " · schedule %s", code(r.Schedule))
+	}
+	fmt.Fprintf(&b, " · generated %s\n\n", minute(r.GeneratedAt))
+	if len(chartFiles) == 0 {
+		b.WriteString("_Charts are written beside the report with `--out DIR`, and inline in `--format html`._\n\n")
+	}
+
+	t := r.Totals
+	b.WriteString("| Calls | Sessions | Agents | Tools | Allowed | Refused | Denial rate | Upstream errors | Error rate |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n\n", num(t.Calls), num(r.Window.Sessions), num(r.Window.Agents),
+		num(r.Window.Tools), num(t.Allowed), num(t.Calls-t.Allowed), pct(t.DenialRate), num(t.Errors), pct(t.ErrorRate))
+	fmt.Fprintf(&b, "Refused calls: %s denied, %s hidden, %s rate-limited, %s held for approval. The denial rate counts every call not allowed; the error rate is upstream errors per allowed call.\n\n",
+		num(t.Denied), num(t.Hidden), num(t.RateLimited), num(t.ApprovalRequired))
+
+	markdownChanges(&b, r)
+	markdownRecommendation(&b, r)
+
+	b.WriteString("## Calls over time\n\n")
+	chart("calls-over-time.svg")
+	unit := "Day"
+	if r.Volume.Bucket == "hour" {
+		unit = "Hour"
+	}
+	fmt.Fprintf(&b, "| %s (UTC) | Calls | Allowed | Denied | Hidden | Rate-limited | Held for approval | Errors |\n|---|---:|---:|---:|---:|---:|---:|---:|\n", unit)
+	for _, v := range r.Volume.Rows {
+		label := v.Start.Format("Mon 2006-01-02")
+		if r.Volume.Bucket == "hour" {
+			label = v.Start.Format("2006-01-02 15:00")
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", label, num(v.Calls), num(v.Allowed), num(v.Denied), num(v.Hidden),
+			num(v.RateLimited), num(v.ApprovalRequired), num(v.Errors))
+	}
+	b.WriteString("\n## Top tools\n\n")
+	chart("top-tools.svg")
+	b.WriteString("| Tool | Calls | Allowed | Refused | Denial rate | Errors | Error rate | Sessions | Agents |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, t := range topTools(r) {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", code(t.Tool), num(t.Calls), num(t.Allowed), num(t.Refused),
+			pct(t.DenialRate), num(t.Errors), pct(t.ErrorRate), num(t.Sessions), num(t.Agents))
+	}
+	if more := len(r.Tools) - len(topTools(r)); more > 0 {
+		fmt.Fprintf(&b, "\n%s more in the JSON report.\n", plural(int64(more), "tool", "tools"))
+	}
+	b.WriteString("\n## Top agents\n\n| Agent | Calls | Sessions | Tools | Refused | Errors |\n|---|---:|---:|---:|---:|---:|\n")
+	for _, a := range r.Agents {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", code(a.Agent), num(a.Calls), num(a.Sessions), num(a.Tools), num(a.Refused), num(a.Errors))
+	}
+	b.WriteString("\n## Latency by tool\n\nUpstream latency of allowed calls, for the busiest tools that report one.\n\n")
+	b.WriteString("| Tool | Calls | p50 | p95 | p99 | max |\n|---|---:|---:|---:|---:|---:|\n")
+	for _, t := range latencyTools(r) {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", code(t.Tool), num(t.Allowed), ms(t.P50), ms(t.P95), ms(t.P99), ms(t.Max))
+	}
+	b.WriteString("\n## When tools are called\n\n")
+	chart("hour-by-tool.svg")
+	if len(chartFiles) > 0 && len(r.HourByTool.Tools) > 0 {
+		fmt.Fprintf(&b, "Calls per hour of the day (UTC) of the %s busiest tools; darker cells are busier, the darkest holds %s calls.\n\n",
+			num(int64(len(r.HourByTool.Tools))), num(maxCell(r.HourByTool)))
+	}
+	if len(r.Polling) > 0 {
+		b.WriteString("## Polling loops\n\n")
+		for _, pl := range r.Polling {
+			fmt.Fprintf(&b, "### %s after %s\n\n", code(pl.Tool), code(pl.StartTool))
+			chart("polls-" + fileSafe(pl.Tool) + ".svg")
+			b.WriteString(pollingSentence(pl, r.Recommendation.Days) + "\n\n")
+		}
+	}
+	b.WriteString("<sub>Generated by mcptrail. Finding ids are stable: `mcptrail suppress ID --reason ... --until ...` keeps one out of future proposals; the next report lists the change.</sub>\n")
+	return b.String()
+}
+
+func markdownChanges(b *strings.Builder, r *Report) {
+	c := r.Changes
+	b.WriteString("## What changed\n\n")
+	if c.Previous == nil {
+		fmt.Fprintf(b, "First report in this folder: nothing to compare with yet. Tools first seen in the window and suppression changes are listed.\n\n")
+	} else {
+		fmt.Fprintf(b, "Since the previous report (window ending %s", minute(c.Previous.WindowTo))
+		if c.Previous.Folder != "" {
+			fmt.Fprintf(b, ", folder %s", code(c.Previous.Folder))
+		}
+		b.WriteString(").\n\n")
+	}
+	nothing := true
+	if len(c.NewTools) > 0 {
+		nothing = false
+		b.WriteString("**Tools seen for the first time:** ")
+		parts := make([]string, len(c.NewTools))
+		for i, t := range c.NewTools {
+			parts[i] = fmt.Sprintf("%s (since %s, %s)", code(t.Tool), day(t.FirstSeen), plural(t.Calls, "call", "calls"))
+		}
+		b.WriteString(strings.Join(parts, ", ") + "\n\n")
+	}
+	if len(c.GoneTools) > 0 {
+		nothing = false
+		parts := make([]string, len(c.GoneTools))
+		for i, t := range c.GoneTools {
+			parts[i] = code(t)
+		}
+		fmt.Fprintf(b, "**Tools no longer used** (allowed calls in the previous window, none in this one): %s\n\n", strings.Join(parts, ", "))
+	}
+	lists := []struct {
+		title string
+		refs  []FindingRef
+	}{
+		{"New findings", c.NewFindings},
+		{"Resolved findings", c.ResolvedFindings},
+		{"Suppressed since", c.SuppressedFindings},
+		{"Reopened (suppression ended)", c.ReopenedFindings},
+	}
+	for _, l := range lists {
+		if len(l.refs) == 0 {
+			continue
+		}
+		nothing = false
+		fmt.Fprintf(b, "**%s (%d)**\n\n| Severity | Finding | Tool | Summary |\n|---|---|---|---|\n", l.title, len(l.refs))
+		for _, f := range l.refs {
+			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", f.Severity, f.Kind, code(f.Tool), mdEscape(f.Summary))
+		}
+		b.WriteString("\n")
+	}
+	if len(c.SuppressionChanges) > 0 {
+		nothing = false
+		b.WriteString("**Suppression changes**\n\n| When | Change | Finding | Detail |\n|---|---|---|---|\n")
+		for _, ch := range c.SuppressionChanges {
+			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", minute(ch.At), ch.Action, code(ch.FindingID), mdEscape(suppressionDetail(ch)))
+		}
+		b.WriteString("\n")
+	}
+	if nothing {
+		if c.Previous == nil {
+			b.WriteString("No tool was seen for the first time and no suppression changed in the window.\n\n")
+		} else {
+			b.WriteString("Nothing changed: the same tools and findings, no suppression changes.\n\n")
+		}
+	}
+}
+
+func suppressionDetail(ch analytics.SuppressionChange) string {
+	var parts []string
+	if ch.Owner != "" {
+		parts = append(parts, "by "+ch.Owner)
+	}
+	if ch.Until != nil {
+		parts = append(parts, "until "+day(*ch.Until))
+	}
+	if ch.Reason != "" {
+		parts = append(parts, fmt.Sprintf("%q", ch.Reason))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// tightenSentence says what the proposal changes.
+func tightenSentence(s Recommendation) string {
+	return fmt.Sprintf("The proposed policy denies by default, keeps every used tool allowed (%s), hides %s, puts %s behind human approval and sets %s; %s for review only, %s suppressed.",
+		plural(int64(s.PolicyTools), "tool", "tools"), plural(int64(s.Counts.Hide), "unused tool", "unused tools"),
+		plural(int64(s.Counts.Approval), "risky tool", "risky tools"), plural(int64(s.Counts.RateLimits), "rate limit", "rate limits"),
+		plural(int64(s.Counts.Reported), "finding is", "findings are"), plural(int64(s.Counts.Suppressed), "finding", "findings"))
+}
+
+// keyFindings are the findings a reader acts on: everything except the many
+// alike hides and peak-derived rate limits, which are counted.
+func keyFindings(s Recommendation) []Finding {
+	var out []Finding
+	for _, f := range s.Findings {
+		if (f.Kind == recommend.KindUnusedTool || f.Kind == recommend.KindRateLimit) && !f.Suppressed {
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+func markdownRecommendation(b *strings.Builder, r *Report) {
+	s := r.Recommendation
+	b.WriteString("## What to tighten\n\n")
+	fmt.Fprintf(b, "Recommendation over %s → %s (%s), confidence **%s**", day(s.From), day(s.To), plural(int64(s.Days), "day", "days"), s.Confidence)
+	if s.Draft {
+		b.WriteString(" (**draft**: the data gates are not met)")
+	}
+	b.WriteString(". " + tightenSentence(s) + "\n\n")
+	fmt.Fprintf(b, "**Replay:** over the same window the proposed policy %s.\n\n", s.ReplaySentence)
+	if s.PRFolder != "" {
+		fmt.Fprintf(b, "The PR-ready folder is [`%s/`](%s/PR.md): `policy.json`, `policy.diff`, `PR.md`, `recommendations.json`.\n\n", s.PRFolder, s.PRFolder)
+	} else {
+		fmt.Fprintf(b, "`mcptrail recommend --server %s --out DIR` writes the PR-ready folder.\n\n", r.Server)
+	}
+	key := keyFindings(s)
+	if len(key) > 0 {
+		b.WriteString("| Severity | Finding | Tool | Action | Summary |\n|---|---|---|---|---|\n")
+		for _, f := range key {
+			act := f.Action
+			if f.Suppressed {
+				act = "suppressed"
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", f.Severity, f.Kind, code(f.Tool), act, mdEscape(f.Summary))
+		}
+		b.WriteString("\n")
+	}
+	hides, limits := 0, 0
+	for _, f := range s.Findings {
+		if f.Suppressed {
+			continue
+		}
+		switch f.Kind {
+		case recommend.KindUnusedTool:
+			hides++
+		case recommend.KindRateLimit:
+			limits++
+		}
+	}
+	if hides+limits > 0 {
+		fmt.Fprintf(b, "Also: %s not used in the window and %s from observed peaks; each is listed with its evidence in the PR folder.\n\n",
+			plural(int64(hides), "tool to hide", "tools to hide"), plural(int64(limits), "rate limit", "rate limits"))
+	}
+}
+
+// topTools are the busiest tools, at most DefaultTopN.
+func topTools(r *Report) []ToolStats {
+	return r.Tools[:min(len(r.Tools), DefaultTopN)]
+}
+
+// latencyTools are the busiest tools with a latency, at most 15.
+func latencyTools(r *Report) []ToolStats {
+	var out []ToolStats
+	for _, t := range r.Tools {
+		if t.P50 != nil && len(out) < 15 {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func maxCell(m HourMatrix) int64 {
+	var mx int64
+	for _, row := range m.Counts {
+		for _, v := range row {
+			mx = max(mx, v)
+		}
+	}
+	return mx
+}
+
+func pollingSentence(pl PollingLoop, days int) string {
+	s := fmt.Sprintf("%s polled %s after %s in %s", plural(pl.Loops, "loop", "loops"), code(pl.Tool), code(pl.StartTool), plural(int64(days), "day", "days"))
+	if len(pl.Histogram) > 0 {
+		s += fmt.Sprintf(", from %s to %s polls", num(pl.Histogram[0].Polls), num(pl.Histogram[len(pl.Histogram)-1].Polls))
+	}
+	s += "."
+	if l := pl.Limit; l != nil {
+		var over int64
+		for _, pc := range pl.Histogram {
+			if pc.Polls > int64(l.Max) {
+				over += pc.Loops
+			}
+		}
+		s += fmt.Sprintf(" Proposed limit: %d per %s per %s; %s polled more than that.", l.Max, l.Window, l.Scope, plural(over, "loop", "loops"))
+	} else {
+		s += " No new limit is proposed."
+	}
+	if pl.RunawayThreshold > 0 {
+		s += fmt.Sprintf(" Loops of more than %s polls count as runaway.", trim(pl.RunawayThreshold))
+	}
+	return s
+}
