@@ -173,6 +173,11 @@ func runJetStream(ctx context.Context, nc *nats.Conn, store *analytics.Store, op
 		MaxAge:   opts.StreamMaxAge,
 		MaxBytes: opts.StreamMaxBytes,
 	})
+	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) ||
+		errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("nats.jetstream: %w: enable JetStream on the NATS server (and for this account), "+
+			"or set nats.jetstream: false for core mode, which is at-most-once", err)
+	}
 	if err != nil {
 		return fmt.Errorf("nats.stream: %w", err)
 	}

@@ -463,6 +463,19 @@ func TestServeRefusesBadStartups(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "(nats.url)")
 	assert.Contains(t, err.Error(), "connect to NATS at "+opts.URL)
+
+	// An external server without JetStream.
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	ns.Start()
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	opts = testOptions(t)
+	opts.URL = ns.ClientURL()
+	err = Run(context.Background(), store, opts, testLogger(t), nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "nats.jetstream")
+	assert.Contains(t, err.Error(), "enable JetStream")
 }
 
 // A shard consumes only its servers' subjects.

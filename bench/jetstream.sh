@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# JetStream benchmark: pre-fill the MCP_AUDIT stream with simulated events
+# (mcptrail simulate --nats, publish acks on), then in one run measure
+#   1. how fast `mcptrail serve` drains it into DuckDB (from /readyz to the last
+#      event stored, read from /metrics) and its peak RSS (VmHWM), and
+#   2. how fast a consumer that discards messages drains the same stream with
+#      the same fetch and ack pattern (the transport ceiling),
+# and print both rates, the ratio and peak RSS.
+#   EVENTS=1000000 bench/jetstream.sh
+# Targets: serve >= 150k events/s, >= 0.5x the ceiling, RSS <= 512 MiB.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EVENTS="${EVENTS:-1000000}"
+OUT="${OUT:-bench/out}"
+mkdir -p "$OUT"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/mcptrail-jsbench.XXXXXX")"
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+
+go build -o "$OUT/mcptrail" ./cmd/mcptrail
+go build -o "$OUT/jetstream" ./bench/jetstream
+STORE="$WORK/nats"
+NATS="127.0.0.1:$(freeport)"
+HTTP="127.0.0.1:$(freeport)"
+
+# 1. Pre-fill.
+"$OUT/jetstream" nats -store "$STORE" -listen "$NATS" >"$WORK/nats.out" &
+pids+=($!)
+for _ in $(seq 100); do grep -q ready "$WORK/nats.out" 2>/dev/null && break; sleep 0.1; done
+echo "pre-fill: $("$OUT/mcptrail" simulate --count "$EVENTS" --seed 1 --now 2026-11-29T00:00:00Z --nats "nats://$NATS" 2>&1 | tail -1)"
+kill "${pids[0]}"
+wait "${pids[0]}" || true
+pids=()
+echo "stream: $(du -sh "$STORE" | cut -f1) on disk"
+
+# 2. serve drains the stream into DuckDB.
+MCPTRAIL_STORAGE_PATH="$WORK/bench.duckdb" \
+	MCPTRAIL_NATS_EMBEDDED_LISTEN="$NATS" MCPTRAIL_NATS_EMBEDDED_STORE_DIR="$STORE" \
+	MCPTRAIL_HTTP_LISTEN="$HTTP" \
+	"$OUT/mcptrail" serve 2>"$WORK/serve.log" &
+SERVE=$!
+pids+=("$SERVE")
+if ! read -r t_serve rss_kib < <("$OUT/jetstream" watch -http "$HTTP" -count "$EVENTS" -pid "$SERVE"); then
+	tail -20 "$WORK/serve.log"
+	exit 1
+fi
+kill -TERM "$SERVE"
+wait "$SERVE"
+pids=()
+echo "stored (count, distinct ids): $("$OUT/mcptrail" query --db "$WORK/bench.duckdb" --sql "SELECT count(*) || ', ' || count(DISTINCT id) FROM calls" --format csv | tail -1)"
+
+# 3. The transport ceiling on the same stream (own durable consumers).
+t_ceiling=$("$OUT/jetstream" discard -store "$STORE" -listen "$NATS" -count "$EVENTS")
+t_each=$("$OUT/jetstream" discard -store "$STORE" -listen "$NATS" -count "$EVENTS" -ack-each)
+
+rate() { awk -v n="$EVENTS" -v t="$1" 'BEGIN{printf "%.0f", n/t}'; }
+r_serve=$(rate "$t_serve")
+r_ceiling=$(rate "$t_ceiling")
+r_each=$(rate "$t_each")
+ratio=$(awk -v a="$t_ceiling" -v b="$t_serve" 'BEGIN{printf "%.2f", a/b}')
+printf 'serve -> DuckDB   : %7.2fs %8s events/s   peak RSS %d MiB\n' "$t_serve" "$r_serve" $((rss_kib / 1024))
+printf 'discard (AckAll)  : %7.2fs %8s events/s   (transport ceiling)\n' "$t_ceiling" "$r_ceiling"
+printf 'discard (Ack each): %7.2fs %8s events/s\n' "$t_each" "$r_each"
+printf 'ratio serve/ceiling: %s   (targets: >= 150000 events/s, >= 0.5x, RSS <= 512 MiB)\n' "$ratio"

@@ -1,0 +1,293 @@
+// Command jetstream is the helper of bench/jetstream.sh:
+//
+//	jetstream nats    -store DIR -listen ADDR            run an embedded JetStream server with the MCP_AUDIT stream until SIGTERM
+//	jetstream watch   -http ADDR -count N -pid PID        wait for a serve daemon to be ready, then until it stored N messages; print seconds and its peak RSS
+//	jetstream discard -store DIR -listen ADDR -count N    drain the stream with a consumer that discards (the transport ceiling); print seconds
+//	jetstream inproc  -store DIR -listen ADDR -count N -db FILE [-cpuprofile F]
+//	                                                      drain with server.Run in this process (for profiling); print seconds
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/server"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fail(fmt.Errorf("usage: jetstream nats|watch|discard [flags]"))
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	store := fs.String("store", "", "JetStream store directory")
+	listen := fs.String("listen", "127.0.0.1:4222", "NATS listen address")
+	httpAddr := fs.String("http", "127.0.0.1:8474", "serve's http.listen")
+	count := fs.Int("count", 1_000_000, "messages to wait for")
+	pid := fs.Int("pid", 0, "serve's process id (for its peak RSS)")
+	batch := fs.Int("batch", ingest.DefaultBatchSize, "fetch batch size")
+	ackEach := fs.Bool("ack-each", false, "acknowledge every message instead of AckAll per batch")
+	db := fs.String("db", "", "database file (inproc)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile (inproc)")
+	_ = fs.Parse(os.Args[2:])
+
+	var err error
+	switch os.Args[1] {
+	case "nats":
+		err = runNATS(*store, *listen)
+	case "watch":
+		err = watch(*httpAddr, *count, *pid)
+	case "discard":
+		err = discard(*store, *listen, *count, *batch, *ackEach)
+	case "inproc":
+		err = inproc(*store, *listen, *db, *count, *batch, *cpuprofile)
+	default:
+		err = fmt.Errorf("unknown mode %q", os.Args[1])
+	}
+	if err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "jetstream:", err)
+	os.Exit(1)
+}
+
+func embedded(store, listen string) (*natsserver.Server, *nats.Conn, jetstream.JetStream, error) {
+	host, port, _ := strings.Cut(listen, ":")
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("listen %q: %w", listen, err)
+	}
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: host, Port: p, JetStream: true, StoreDir: store, NoSigs: true, NoLog: true, MaxPayload: 128 << 10})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		return nil, nil, nil, fmt.Errorf("nats server on %s did not start", listen)
+	}
+	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return ns, nc, js, nil
+}
+
+// runNATS serves the stream for the publisher until SIGTERM.
+func runNATS(store, listen string) error {
+	ns, nc, js, err := embedded(store, listen)
+	if err != nil {
+		return err
+	}
+	if _, err := ingest.EnsureStream(context.Background(), js, ingest.StreamSpec{Name: "MCP_AUDIT", Subjects: []string{"mcp.audit.>"}}); err != nil {
+		return err
+	}
+	fmt.Println("ready")
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	nc.Close()
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	return nil
+}
+
+// watch times a serve daemon from /readyz to N stored messages (events and
+// dead letters) from its /metrics, then prints "seconds peak_rss_kib".
+func watch(addr string, n, pid int) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("serve not ready at %s", addr)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	start := time.Now()
+	deadline = start.Add(10 * time.Minute)
+	for {
+		got, err := stored(addr)
+		if err != nil {
+			return err
+		}
+		if got >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d stored after 10 minutes", got, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	secs := time.Since(start).Seconds()
+	fmt.Printf("%.3f %d\n", secs, peakRSS(pid))
+	return nil
+}
+
+// stored sums the ingested, duplicate and rejected counters.
+func stored(addr string) (int, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	total := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "mcptrail_events_ingested_total{") && !strings.HasPrefix(line, "mcptrail_events_rejected_total{") &&
+			!strings.HasPrefix(line, "mcptrail_events_duplicate_total{") {
+			continue
+		}
+		if i := strings.LastIndexByte(line, ' '); i > 0 {
+			v, _ := strconv.ParseFloat(line[i+1:], 64)
+			total += v
+		}
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return int(total), sc.Err()
+}
+
+// peakRSS reads VmHWM of a process in KiB.
+func peakRSS(pid int) int {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
+			return kb
+		}
+	}
+	return 0
+}
+
+// discard drains the stream with its own durable consumer using the same
+// fetch and ack pattern as the daemon, and throws the messages away.
+func discard(store, listen string, n, batch int, ackEach bool) error {
+	ns, nc, js, err := embedded(store, listen)
+	if err != nil {
+		return err
+	}
+	defer func() { nc.Close(); ns.Shutdown(); ns.WaitForShutdown() }()
+	ctx := context.Background()
+	name := "discard"
+	if ackEach {
+		name = "discard-each"
+	}
+	_ = js.DeleteConsumer(ctx, "MCP_AUDIT", name)
+	c, err := ingest.EnsureConsumer(ctx, js, ingest.ConsumerSpec{Stream: "MCP_AUDIT", Durable: name, BatchSize: batch, AckEach: ackEach})
+	if err != nil {
+		return err
+	}
+	slog.Debug("draining", "consumer", name)
+	start := time.Now()
+	got := 0
+	for got < n {
+		b, err := c.Fetch(batch, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return err
+		}
+		var last jetstream.Msg
+		for m := range b.Messages() {
+			if _, err := m.Metadata(); err != nil { // the daemon parses it too
+				return err
+			}
+			if ackEach {
+				_ = m.Ack()
+			}
+			last = m
+			got++
+		}
+		if last == nil {
+			return fmt.Errorf("stream ran dry after %d of %d messages", got, n)
+		}
+		if !ackEach {
+			if err := last.DoubleAck(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	if ackEach {
+		_ = nc.Flush()
+	}
+	fmt.Printf("%.3f\n", time.Since(start).Seconds())
+	return nil
+}
+
+// inproc runs the daemon in this process against a fresh database and times
+// the drain, optionally under the CPU profiler.
+func inproc(store, listen, db string, n, batch int, profile string) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := analytics.Open(ctx, db, analytics.Options{})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	httpAddr := "127.0.0.1:0"
+	if l, err := net.Listen("tcp", httpAddr); err == nil {
+		httpAddr = l.Addr().String()
+		l.Close()
+	}
+	opts := server.Options{EmbeddedListen: listen, EmbeddedStoreDir: store, JetStream: true, HTTPListen: httpAddr, BatchSize: batch}
+	done := make(chan error, 1)
+	log := slog.New(slog.DiscardHandler)
+	if os.Getenv("DEBUG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	go func() { done <- server.Run(ctx, st, opts, log, nil) }()
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	out := make(chan error, 1)
+	go func() { out <- watch(httpAddr, n, os.Getpid()) }()
+	select {
+	case err := <-out:
+		cancel()
+		<-done
+		return err
+	case err := <-done:
+		return fmt.Errorf("daemon stopped: %w", err)
+	}
+}
