@@ -273,6 +273,10 @@ type JetStreamSource struct {
 	Decode  audit.Options
 	Workers int  // DefaultDecodeWorkers when <= 0
 	AckEach bool // must match the consumer's ack policy (ConsumerSpec.AckEach)
+	// Prefetch issues the next fetch while the current batch is decoded and
+	// stored, so that transport and database work overlap; memory then holds
+	// up to two batches instead of one.
+	Prefetch bool
 	// ShutdownGrace bounds how long the batch in hand may still take to be
 	// stored once ctx is cancelled (5 s when 0). Past it the batch is abandoned
 	// unacknowledged: it is redelivered after a restart, never lost.
@@ -345,28 +349,47 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 
 	dec := &Decoder{Opts: s.Decode, Workers: s.Workers}
 	var bo backoff
+	// With Prefetch, the next fetch runs while the current batch is decoded
+	// and stored; next holds its result.
+	var next chan fetchResult
+	defer func() {
+		if next != nil {
+			<-next // unprocessed: redelivered after a restart (resync rewinds at start)
+		}
+	}()
 	for ctx.Err() == nil {
-		t0 := time.Now()
-		msgs, ferr := s.fetch()
-		fetchTime := time.Since(t0)
-		if len(msgs) > 0 {
-			b, gap := s.prepare(msgs)
+		var fr fetchResult
+		if next != nil {
+			fr, next = <-next, nil
+		} else {
+			fr = s.timedFetch()
+		}
+		if s.Prefetch && len(fr.msgs) > 0 && fr.err == nil && ctx.Err() == nil {
+			next = make(chan fetchResult, 1)
+			go func(ch chan<- fetchResult) { ch <- s.timedFetch() }(next)
+		}
+		if len(fr.msgs) > 0 {
+			b, gap := s.prepare(fr.msgs)
 			if gap != nil {
 				s.fail("fetch", gap)
+				if next != nil {
+					<-next // its deliveries are rewound too
+					next = nil
+				}
 				if !s.resync(ctx) {
 					return nil
 				}
 				continue
 			}
-			next, ok := s.process(ctx, dec, b, cp, fetchTime)
+			c, ok := s.process(ctx, dec, b, cp, fr.took)
 			if !ok {
 				return nil // shutting down with an unstored batch: it will be redelivered
 			}
-			cp = next
+			cp = c
 		}
-		if ferr != nil {
-			s.fail("fetch", ferr)
-			if errors.Is(ferr, jetstream.ErrConsumerNotFound) || errors.Is(ferr, jetstream.ErrConsumerDeleted) {
+		if fr.err != nil {
+			s.fail("fetch", fr.err)
+			if errors.Is(fr.err, jetstream.ErrConsumerNotFound) || errors.Is(fr.err, jetstream.ErrConsumerDeleted) {
 				s.recreate(ctx)
 			}
 			if !bo.wait(ctx) {
@@ -377,6 +400,18 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 		bo.reset()
 	}
 	return nil
+}
+
+type fetchResult struct {
+	msgs []jetstream.Msg
+	err  error
+	took time.Duration
+}
+
+func (s *JetStreamSource) timedFetch() fetchResult {
+	t0 := time.Now()
+	msgs, err := s.fetch()
+	return fetchResult{msgs, err, time.Since(t0)}
 }
 
 func (s *JetStreamSource) fail(stage string, err error) {

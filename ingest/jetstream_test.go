@@ -342,3 +342,21 @@ func TestJetStreamLostDeliveryRewinds(t *testing.T) {
 	})
 	assert.True(t, gap, "the gap was not reported")
 }
+
+// With Prefetch the next fetch overlaps storing; every message is still
+// stored once, in order, and acknowledged.
+func TestJetStreamPrefetchExactlyOnce(t *testing.T) {
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Hour)
+	sink := &memSink{}
+	runSource(t, &JetStreamSource{Consumer: c, JS: js, Sink: sink, BatchSize: 64, MaxWait: 50 * time.Millisecond, Prefetch: true})
+	jsPublish(t, js, 0, 1000)
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 1000 }, 20*time.Second, 20*time.Millisecond)
+	waitDrained(t, c)
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	for i, e := range sink.events {
+		require.Equal(t, fmt.Sprintf("e%06d", i), e.ID)
+	}
+	assert.Equal(t, uint64(1000), sink.cp["MCP_AUDIT/mcptrail"])
+}

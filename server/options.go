@@ -89,6 +89,9 @@ type Options struct {
 	// AckEach acknowledges every message instead of one AckAll per batch
 	// (slower; kept for measurements). Not a config key.
 	AckEach bool
+	// Prefetch overlaps the next fetch with storing the current batch (up to
+	// two batches in memory). Not a config key yet.
+	Prefetch bool
 }
 
 func (o Options) withDefaults() Options {

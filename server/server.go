@@ -215,6 +215,7 @@ func runJetStream(ctx context.Context, nc *nats.Conn, store *analytics.Store, op
 		Decode:        opts.Decode,
 		Workers:       ingest.DefaultDecodeWorkers,
 		AckEach:       opts.AckEach,
+		Prefetch:      opts.Prefetch,
 		Log:           log.With("component", "ingest"),
 		Started:       markReady,
 		OnBatch:       func(r ingest.BatchReport) { m.observe(r, prefix) },

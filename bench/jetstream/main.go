@@ -47,6 +47,7 @@ func main() {
 	ackEach := fs.Bool("ack-each", false, "acknowledge every message instead of AckAll per batch")
 	db := fs.String("db", "", "database file (inproc)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile (inproc)")
+	prefetch := fs.Bool("prefetch", false, "overlap the next fetch with storing (inproc)")
 	_ = fs.Parse(os.Args[2:])
 
 	var err error
@@ -58,7 +59,7 @@ func main() {
 	case "discard":
 		err = discard(*store, *listen, *count, *batch, *ackEach)
 	case "inproc":
-		err = inproc(*store, *listen, *db, *count, *batch, *cpuprofile)
+		err = inproc(*store, *listen, *db, *count, *batch, *cpuprofile, *prefetch)
 	default:
 		err = fmt.Errorf("unknown mode %q", os.Args[1])
 	}
@@ -249,7 +250,7 @@ func discard(store, listen string, n, batch int, ackEach bool) error {
 
 // inproc runs the daemon in this process against a fresh database and times
 // the drain, optionally under the CPU profiler.
-func inproc(store, listen, db string, n, batch int, profile string) error {
+func inproc(store, listen, db string, n, batch int, profile string, prefetch bool) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st, err := analytics.Open(ctx, db, analytics.Options{})
@@ -262,7 +263,7 @@ func inproc(store, listen, db string, n, batch int, profile string) error {
 		httpAddr = l.Addr().String()
 		l.Close()
 	}
-	opts := server.Options{EmbeddedListen: listen, EmbeddedStoreDir: store, JetStream: true, HTTPListen: httpAddr, BatchSize: batch}
+	opts := server.Options{EmbeddedListen: listen, EmbeddedStoreDir: store, JetStream: true, HTTPListen: httpAddr, BatchSize: batch, Prefetch: prefetch}
 	done := make(chan error, 1)
 	log := slog.New(slog.DiscardHandler)
 	if os.Getenv("DEBUG") != "" {
