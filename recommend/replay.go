@@ -81,16 +81,21 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 			}
 		}
 	}
-	for _, t := range fast {
-		l := o.Policy.Tools[t].Limits[0]
-		limited, err := q.overflow(ctx, t, l, policy.ToolPointer(t)+"/limits/"+l.Counter, acc, o.FirstN)
+	if len(fast) > 0 {
+		limits := make(map[string]policy.Limit, len(fast))
+		for _, t := range fast {
+			limits[t] = o.Policy.Tools[t].Limits[0]
+		}
+		limited, err := q.overflow(ctx, limits, acc, o.FirstN)
 		if err != nil {
 			return nil, err
 		}
-		tr := r.tool(t)
-		tr.add(policy.RateLimited, limited.total)
-		tr.add(policy.Allowed, tools[t].calls-limited.total)
-		tr.Changed += limited.changed
+		for _, t := range fast {
+			tr := r.tool(t)
+			tr.add(policy.RateLimited, limited[t].total)
+			tr.add(policy.Allowed, tools[t].calls-limited[t].total)
+			tr.Changed += limited[t].changed
+		}
 	}
 	if len(exact) > 0 {
 		if err := q.stream(ctx, exact, o.Policy, r, acc, o.FirstN); err != nil {
@@ -277,39 +282,61 @@ WHERE `+inWindow+` AND tool = $tool AND decision = 'allowed' ORDER BY ts, id LIM
 
 type overflowCount struct{ total, changed int64 }
 
-// overflow counts, in SQL, the calls one limit would refuse: in each fixed
-// window and scope key, every call after the first max (in ts, id order).
-func (q query) overflow(ctx context.Context, tool string, l policy.Limit, rule string, acc *affected, firstN int) (overflowCount, error) {
-	var out overflowCount
-	rows, err := q.rows(ctx, "replay", `
-WITH c AS (
-	SELECT id, ts, decision, coalesce(session, '') AS session, coalesce(agent, '') AS agent, `+sessionKey+` AS sk,
-	       `+scopeExpr(l.EffectiveScope())+` AS k, epoch_ms(ts) // $bucket_ms AS w
-	FROM calls WHERE `+inWindow+` AND tool = $tool
-), b AS (
-	SELECT k, w FROM c GROUP BY k, w HAVING count(*) > $max
-), o AS (
-	SELECT c.*, row_number() OVER (PARTITION BY c.k, c.w ORDER BY c.ts, c.id) AS rn
-	FROM c SEMI JOIN b ON c.k = b.k AND c.w = b.w
-)
-SELECT id, ts, decision, session, agent, sk FROM o WHERE rn > $max ORDER BY ts, id`,
-		sql.Named("tool", tool), sql.Named("bucket_ms", bucketMillis(l.Window)), sql.Named("max", l.Max))
+// overflow counts, in SQL and in one pass over the window, the calls each
+// tool's single limit would refuse: in each fixed window and scope key, every
+// call after the first max (in ts, id order).
+func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, acc *affected, firstN int) (map[string]overflowCount, error) {
+	out := map[string]overflowCount{}
+	conn, err := q.db.Conn(ctx)
 	if err != nil {
-		return out, err
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE replay_limits (
+		limit_tool VARCHAR, bucket_ms BIGINT, lim BIGINT, limit_scope VARCHAR, limit_rule VARCHAR)`); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	for t, l := range limits {
+		if _, err := conn.ExecContext(ctx, `INSERT INTO replay_limits VALUES (?, ?, ?, ?, ?)`,
+			t, bucketMillis(l.Window), l.Max, l.EffectiveScope(), policy.ToolPointer(t)+"/limits/"+l.Counter); err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+	}
+	defer q.timed("replay overflow")()
+	rows, err := conn.QueryContext(ctx, `
+WITH c AS (
+	SELECT id, ts, tool, decision, coalesce(session, '') AS session, coalesce(agent, '') AS agent, `+sessionKey+` AS sk,
+	       CASE limit_scope WHEN 'session' THEN `+scopeExpr(policy.ScopeSession)+`
+	                        WHEN 'agent' THEN `+scopeExpr(policy.ScopeAgent)+`
+	                        ELSE `+scopeExpr(policy.ScopeGrant)+` END AS k,
+	       epoch_ms(ts) // bucket_ms AS w, lim, limit_rule
+	FROM calls JOIN replay_limits ON tool = limit_tool
+	WHERE `+inWindow+`
+), b AS (
+	SELECT tool, k, w FROM c GROUP BY tool, k, w HAVING count(*) > any_value(lim)
+), o AS (
+	SELECT c.*, row_number() OVER (PARTITION BY c.tool, c.k, c.w ORDER BY c.ts, c.id) AS rn
+	FROM c SEMI JOIN b ON c.tool = b.tool AND c.k = b.k AND c.w = b.w
+)
+SELECT id, ts, tool, decision, session, agent, sk, limit_rule FROM o WHERE rn > lim ORDER BY ts, id`, q.args()...)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		c := AffectedCall{Tool: tool, Replayed: policy.RateLimited, Rule: rule}
+		c := AffectedCall{Replayed: policy.RateLimited}
 		var sk string
-		if err := rows.Scan(&c.ID, &c.TS, &c.Recorded, &c.Session, &c.Agent, &sk); err != nil {
-			return out, fmt.Errorf("replay: %w", err)
+		if err := rows.Scan(&c.ID, &c.TS, &c.Tool, &c.Recorded, &c.Session, &c.Agent, &sk, &c.Rule); err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
 		}
 		c.TS = c.TS.UTC()
-		out.total++
+		n := out[c.Tool]
+		n.total++
 		if c.Recorded == policy.Allowed {
-			out.changed++
+			n.changed++
 			acc.add(c, sk, firstN)
 		}
+		out[c.Tool] = n
 	}
 	return out, rows.Err()
 }
