@@ -22,6 +22,10 @@ import (
 	"github.com/mcptrail/mcptrail/ingest"
 )
 
+// memoryLimit bounds DuckDB's memory (buffers, sorts, hash tables), so that
+// the daemon and the recommender stay within their RSS targets at any volume.
+const memoryLimit = "1GB"
+
 // ErrLocked means another process holds the database file for writing.
 var ErrLocked = errors.New("database is locked by another process")
 
@@ -64,6 +68,8 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	// Every connection works in UTC: date_trunc and friends on TIMESTAMPTZ follow
 	// the session time zone, and policy windows are calendar-aligned in UTC.
+	// DuckDB would otherwise use up to 80% of the machine's memory; with a
+	// limit, large sorts and aggregates spill to disk instead.
 	connector, err := duckdb.NewConnector(dsn, func(execer driver.ExecerContext) error {
 		_, err := execer.ExecContext(context.Background(), "SET TimeZone = 'UTC'", nil)
 		return err
@@ -75,6 +81,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
 		return nil, wrapOpenError(path, err)
+	}
+	if _, err := db.ExecContext(ctx, "SET memory_limit = '"+memoryLimit+"'"); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open database %s: %w", path, err)
 	}
 	s := &Store{path: path, readOnly: opts.ReadOnly, db: db}
 	if !opts.ReadOnly {

@@ -3,9 +3,13 @@ package recommend
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
+
+	duckdb "github.com/duckdb/duckdb-go/v2"
 )
 
 // Time arithmetic in these queries goes through epoch_ms: subtracting
@@ -16,6 +20,10 @@ import (
 // events carry no session (Intercept writes none), the gateway instance
 // stands in for it (SPEC §5).
 const sessionKey = `coalesce(session, 'gateway:' || gateway, '')`
+
+// sessionID identifies a session in sets that detectors and the replay share
+// (runaway sessions, affected sessions): the hash of the session key, as text.
+const sessionID = `hash(` + sessionKey + `)::VARCHAR`
 
 // inWindow is the WHERE clause shared by every detector.
 const inWindow = `server = $server AND ($grant = '' OR "grant" = $grant) AND ts > $from AND ts <= $to`
@@ -122,7 +130,8 @@ GROUP BY tool`, sql.Named("period_ms", window.Milliseconds()))
 // tool with the same arguments, each within the polling interval of the
 // previous one. Polling loops and retry storms are runs.
 type run struct {
-	Session     string
+	Session     string // the session's sessionID
+	SessionHash uint64
 	Tool        string
 	StartTool   string  // the call just before the run ("" at a session's start)
 	StartGap    float64 // seconds from that call to the run's first call
@@ -161,8 +170,8 @@ func (q query) runs(ctx context.Context, minCalls int, maxInterval time.Duration
 
 	rows, err := q.rows(ctx, "call sequences", `
 WITH c AS (
-	SELECT `+sessionKey+` AS sk, hash(`+sessionKey+`) AS skh, tool, hash(tool) AS th,
-	       hash(args_hash) AS hh, args_hash IS NULL AS no_args, status = 'error' AS err, epoch_ms(ts) AS ms
+	SELECT hash(`+sessionKey+`) AS skh, hash(tool) AS th, hash(args_hash) AS hh, args_hash IS NULL AS no_args,
+	       status = 'error' AS err, epoch_ms(ts) AS ms
 	FROM calls WHERE `+inWindow+` AND tool IS NOT NULL
 ), s AS (
 	SELECT *, lag(th) OVER w AS prev_th, lag(hh) OVER w AS prev_hh, ms - lag(ms) OVER w AS gap
@@ -170,19 +179,23 @@ WITH c AS (
 ), m AS (
 	SELECT *, (prev_th IS NULL OR th <> prev_th OR no_args OR hh <> prev_hh OR gap > $max_gap_ms)::INTEGER AS brk
 	FROM s
-), r AS (
-	SELECT *, sum(brk) OVER (PARTITION BY skh ORDER BY ms, th, hh ROWS UNBOUNDED PRECEDING) AS run_no
+), r AS MATERIALIZED (
+	SELECT skh, th, prev_th, gap, brk, err, ms,
+	       sum(brk) OVER (PARTITION BY skh ORDER BY ms, th, hh ROWS UNBOUNDED PRECEDING) AS run_no
 	FROM m
+), long_runs AS (
+	-- Most runs are a single call: count first, and compute the costly
+	-- aggregates (median, deviation) only for the runs long enough to matter.
+	SELECT skh, run_no FROM r GROUP BY skh, run_no HAVING count(*) >= $min_calls
 )
-SELECT any_value(sk), any_value(th), coalesce(arg_min(prev_th, ms), 0), coalesce(arg_min(gap, ms), 0) / 1000.0,
+SELECT skh, any_value(th), coalesce(arg_min(prev_th, ms), 0), coalesce(arg_min(gap, ms), 0) / 1000.0,
        count(*), (max(ms) - min(ms)) / 1000.0,
        coalesce(avg(gap) FILTER (brk = 0), 0) / 1000.0, coalesce(stddev_pop(gap) FILTER (brk = 0), 0) / 1000.0,
        coalesce(median(gap) FILTER (brk = 0), 0) / 1000.0,
        count(*) FILTER (err), coalesce(arg_max(err, ms), false), min(ms), max(ms)
-FROM r
+FROM r SEMI JOIN long_runs USING (skh, run_no)
 GROUP BY skh, run_no
-HAVING count(*) >= $min_calls
-ORDER BY min(ms), any_value(sk)`, sql.Named("max_gap_ms", maxInterval.Milliseconds()), sql.Named("min_calls", minCalls))
+ORDER BY min(ms), skh`, sql.Named("max_gap_ms", maxInterval.Milliseconds()), sql.Named("min_calls", minCalls))
 	if err != nil {
 		return nil, err
 	}
@@ -193,10 +206,11 @@ ORDER BY min(ms), any_value(sk)`, sql.Named("max_gap_ms", maxInterval.Millisecon
 		var th, prev uint64
 		var lastErr bool
 		var first, last int64
-		if err := rows.Scan(&r.Session, &th, &prev, &r.StartGap, &r.Polls, &r.SpanS, &r.MeanGap,
+		if err := rows.Scan(&r.SessionHash, &th, &prev, &r.StartGap, &r.Polls, &r.SpanS, &r.MeanGap,
 			&r.SDGap, &r.MedianGap, &r.Errors, &lastErr, &first, &last); err != nil {
 			return nil, fmt.Errorf("call sequences: %w", err)
 		}
+		r.Session = strconv.FormatUint(r.SessionHash, 10)
 		r.Tool, r.StartTool = names[th], names[prev]
 		if lastErr {
 			r.LastStatus = "error"
@@ -262,15 +276,26 @@ func (q query) peaks(ctx context.Context, tool, scope, window string, excluded [
 		return nil, err
 	}
 	defer q.timed("peaks " + tool + " " + window)()
+	// Calls inside excluded runs are subtracted per bucket rather than
+	// filtered row by row: the runs are few, and a per-row anti-join over
+	// the whole window measured five times slower than the aggregate itself.
 	rows, err := conn.QueryContext(ctx, `
 WITH c AS (
-	SELECT tool, ts, session, `+scopeExpr(scope)+` AS k
+	SELECT tool, epoch_ms(ts) // $bucket_ms AS w, `+scopeExpr(scope)+` AS k
 	FROM calls WHERE `+inWindow+` AND tool IS NOT NULL AND decision IN ('allowed', 'rate_limited')
 	  AND ($tool = '' OR tool = $tool)
-	  AND NOT EXISTS (SELECT 1 FROM excluded_runs x
-	                  WHERE x.tool = calls.tool AND x.sk = `+sessionKey+` AND calls.ts BETWEEN x.t0 AND x.t1)
+), per_all AS (
+	SELECT tool, k, w, count(*) AS n FROM c GROUP BY ALL
+), excluded AS (
+	SELECT calls.tool, `+scopeExpr(scope)+` AS k, epoch_ms(calls.ts) // $bucket_ms AS w, count(*) AS n
+	FROM calls SEMI JOIN excluded_runs x
+	     ON x.skh = hash(`+sessionKey+`) AND x.tool = calls.tool AND calls.ts BETWEEN x.t0 AND x.t1
+	WHERE `+inWindow+` AND decision IN ('allowed', 'rate_limited') AND ($tool = '' OR calls.tool = $tool)
+	GROUP BY ALL
 ), per AS (
-	SELECT tool, k, epoch_ms(ts) // $bucket_ms AS w, count(*) AS n FROM c GROUP BY ALL
+	SELECT p.tool, p.k, p.n - coalesce(e.n, 0) AS n
+	FROM per_all p LEFT JOIN excluded e ON p.tool = e.tool AND p.k = e.k AND p.w = e.w
+	WHERE p.n - coalesce(e.n, 0) > 0
 ), pk AS (
 	SELECT tool, k, max(n) AS peak, sum(n) AS calls FROM per GROUP BY ALL
 )
@@ -291,15 +316,30 @@ FROM pk GROUP BY tool`, q.args(sql.Named("bucket_ms", bucketMillis(window)), sql
 	return out, rows.Err()
 }
 
-// loadExcluded fills the connection's temporary table of excluded runs.
+// loadExcluded fills the connection's temporary table of excluded runs, with
+// the Appender: there can be thousands of runaway loops in a large window.
 func loadExcluded(ctx context.Context, conn *sql.Conn, excluded []run) error {
-	if _, err := conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE excluded_runs (sk VARCHAR, tool VARCHAR, t0 TIMESTAMPTZ, t1 TIMESTAMPTZ)`); err != nil {
+	if _, err := conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE excluded_runs (skh UBIGINT, tool VARCHAR, t0 TIMESTAMPTZ, t1 TIMESTAMPTZ)`); err != nil {
 		return fmt.Errorf("excluded runs: %w", err)
 	}
-	for _, r := range excluded {
-		if _, err := conn.ExecContext(ctx, `INSERT INTO excluded_runs VALUES (?, ?, ?, ?)`, r.Session, r.Tool, r.First, r.Last); err != nil {
-			return fmt.Errorf("excluded runs: %w", err)
+	if len(excluded) == 0 {
+		return nil
+	}
+	err := conn.Raw(func(dc any) error {
+		a, err := duckdb.NewAppender(dc.(driver.Conn), "temp", "main", "excluded_runs")
+		if err != nil {
+			return err
 		}
+		for _, r := range excluded {
+			if err := a.AppendRow(r.SessionHash, r.Tool, r.First, r.Last); err != nil {
+				_ = a.Close()
+				return err
+			}
+		}
+		return a.Close()
+	})
+	if err != nil {
+		return fmt.Errorf("excluded runs: %w", err)
 	}
 	return nil
 }
@@ -325,7 +365,7 @@ func (q query) runawayCut(ctx context.Context, scope, window string, max int, ru
 	err = conn.QueryRowContext(ctx, `
 WITH c AS (
 	SELECT c.tool, c.ts, `+scopeExpr(scope)+` AS k
-	FROM calls c SEMI JOIN excluded_runs x ON `+sessionKey+` = x.sk AND c.tool = x.tool AND c.ts BETWEEN x.t0 AND x.t1
+	FROM calls c SEMI JOIN excluded_runs x ON hash(`+sessionKey+`) = x.skh AND c.tool = x.tool AND c.ts BETWEEN x.t0 AND x.t1
 	WHERE `+inWindow+` AND decision IN ('allowed', 'rate_limited')
 ), per AS (SELECT k, epoch_ms(ts) // $bucket_ms AS w, count(*) AS n FROM c GROUP BY ALL)
 SELECT max(n), sum(greatest(n - $max, 0)) FROM per`,
@@ -400,10 +440,12 @@ type refusedStats struct {
 
 func (q query) refusedByTool(ctx context.Context, exclude []string) (map[string]*refusedStats, error) {
 	rows, err := q.rows(ctx, "refused calls", `
-SELECT tool, count(*), count(*) FILTER (decision <> 'allowed'),
-       count(DISTINCT `+sessionKey+`) FILTER (decision <> 'allowed'),
-       count(DISTINCT agent) FILTER (decision <> 'allowed'), min(ts), max(ts)
-FROM calls WHERE `+inWindow+` AND tool IS NOT NULL AND NOT list_contains($exclude, `+sessionKey+`)
+WITH refused AS (
+	SELECT tool, ts, agent, `+sessionKey+` AS sk
+	FROM calls WHERE `+inWindow+` AND tool IS NOT NULL AND decision <> 'allowed'
+)
+SELECT tool, count(*), count(*), count(DISTINCT sk), count(DISTINCT agent), min(ts), max(ts)
+FROM refused WHERE NOT list_contains($exclude, sk)
 GROUP BY tool`, sql.Named("exclude", stringList(exclude)))
 	if err != nil {
 		return nil, err

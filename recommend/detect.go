@@ -16,15 +16,21 @@ import (
 // detect runs every detector in an order where later ones can use earlier
 // results (loops before rate limits, probes before allow candidates).
 func (s *state) detect(ctx context.Context) error {
+	lap := s.q.timed("risky and unused tools")
 	s.detectRisky()
 	s.detectUnused()
 	storms := s.detectRetryStorms()
+	lap()
+	lap = s.q.timed("polling loops")
 	if err := s.detectLoops(ctx, storms); err != nil {
 		return err
 	}
+	lap()
+	lap = s.q.timed("rate limits")
 	if err := s.detectRateLimits(ctx); err != nil {
 		return err
 	}
+	lap()
 	probeSessions, err := s.detectProbes(ctx)
 	if err != nil {
 		return err

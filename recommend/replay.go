@@ -247,7 +247,7 @@ FROM calls WHERE `+inWindow+` AND tool IS NOT NULL GROUP BY tool`)
 // refuses outright.
 func (q query) affectedStatic(ctx context.Context, tool string, v policy.Verdict, acc *affected, firstN int) error {
 	rows, err := q.rows(ctx, "replay", `
-SELECT DISTINCT `+sessionKey+`, coalesce(agent, '') FROM calls
+SELECT DISTINCT `+sessionID+`, coalesce(agent, '') FROM calls
 WHERE `+inWindow+` AND tool = $tool AND decision = 'allowed'`, sql.Named("tool", tool))
 	if err != nil {
 		return err
@@ -303,22 +303,30 @@ func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, acc
 		}
 	}
 	defer q.timed("replay overflow")()
+	keyExpr := `CASE limit_scope WHEN 'session' THEN ` + scopeExpr(policy.ScopeSession) + `
+	                        WHEN 'agent' THEN ` + scopeExpr(policy.ScopeAgent) + `
+	                        ELSE ` + scopeExpr(policy.ScopeGrant) + ` END`
+	// First the buckets over their limit (one aggregate over the window),
+	// then the calls of those buckets only, numbered in time order.
+	if _, err := conn.ExecContext(ctx, `
+CREATE OR REPLACE TEMP TABLE overflow_buckets AS
+SELECT tool AS b_tool, `+keyExpr+` AS b_k, epoch_ms(ts) // bucket_ms AS b_w, any_value(lim) AS b_lim
+FROM calls JOIN replay_limits ON tool = limit_tool
+WHERE `+inWindow+`
+GROUP BY ALL HAVING count(*) > any_value(lim)`, q.args()...); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
 	rows, err := conn.QueryContext(ctx, `
 WITH c AS (
-	SELECT id, ts, tool, decision, coalesce(session, '') AS session, coalesce(agent, '') AS agent, `+sessionKey+` AS sk,
-	       CASE limit_scope WHEN 'session' THEN `+scopeExpr(policy.ScopeSession)+`
-	                        WHEN 'agent' THEN `+scopeExpr(policy.ScopeAgent)+`
-	                        ELSE `+scopeExpr(policy.ScopeGrant)+` END AS k,
-	       epoch_ms(ts) // bucket_ms AS w, lim, limit_rule
+	SELECT id, ts, tool, decision, coalesce(session, '') AS session, coalesce(agent, '') AS agent,
+	       `+sessionID+` AS sk, `+keyExpr+` AS k, epoch_ms(ts) // bucket_ms AS w, limit_rule
 	FROM calls JOIN replay_limits ON tool = limit_tool
-	WHERE `+inWindow+`
-), b AS (
-	SELECT tool, k, w FROM c GROUP BY tool, k, w HAVING count(*) > any_value(lim)
+	WHERE `+inWindow+` AND tool IN (SELECT DISTINCT b_tool FROM overflow_buckets)
 ), o AS (
-	SELECT c.*, row_number() OVER (PARTITION BY c.tool, c.k, c.w ORDER BY c.ts, c.id) AS rn
-	FROM c SEMI JOIN b ON c.tool = b.tool AND c.k = b.k AND c.w = b.w
+	SELECT c.*, b_lim, row_number() OVER (PARTITION BY c.tool, c.k, c.w ORDER BY c.ts, c.id) AS rn
+	FROM c JOIN overflow_buckets ON c.tool = b_tool AND c.k = b_k AND c.w = b_w
 )
-SELECT id, ts, tool, decision, session, agent, sk, limit_rule FROM o WHERE rn > lim ORDER BY ts, id`, q.args()...)
+SELECT id, ts, tool, decision, session, agent, sk, limit_rule FROM o WHERE rn > b_lim ORDER BY ts, id`, q.args()...)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
@@ -344,7 +352,7 @@ SELECT id, ts, tool, decision, session, agent, sk, limit_rule FROM o WHERE rn > 
 // stream feeds the tools' calls through the evaluator in time order.
 func (q query) stream(ctx context.Context, tools []string, p *policy.Policy, r *Replay, acc *affected, firstN int) error {
 	rows, err := q.rows(ctx, "replay", `
-SELECT id, ts, tool, coalesce("grant", ''), coalesce(session, ''), coalesce(agent, ''), decision, `+sessionKey+`,
+SELECT id, ts, tool, coalesce("grant", ''), coalesce(session, ''), coalesce(agent, ''), decision, `+sessionID+`,
        coalesce(args::VARCHAR, '')
 FROM calls WHERE `+inWindow+` AND list_contains($tools, tool) ORDER BY ts, id`, sql.Named("tools", tools))
 	if err != nil {
