@@ -153,6 +153,14 @@ type Suppressed struct {
 
 // Replay is what a policy would have done to the window's calls.
 type Replay struct {
+	ReplayTotals
+	ByTool map[string]*ToolReplay `json:"by_tool"`
+	// FirstAffected are the earliest calls whose decision the policy changes.
+	FirstAffected []AffectedCall `json:"first_affected"`
+}
+
+// ReplayTotals are a replay's counts over all tools; reports quote them.
+type ReplayTotals struct {
 	Calls            int64 `json:"calls"`
 	Allowed          int64 `json:"allowed"`
 	Denied           int64 `json:"denied"`
@@ -165,11 +173,8 @@ type Replay struct {
 	AgentsAffected   int64 `json:"agents_affected"`
 	// RateLimitedSessions are the sessions with a call the policy's limits
 	// refuse; RunawaySessions how many of them had a runaway polling loop.
-	RateLimitedSessions int64                  `json:"rate_limited_sessions"`
-	RunawaySessions     int64                  `json:"rate_limited_runaway_sessions"`
-	ByTool              map[string]*ToolReplay `json:"by_tool"`
-	// FirstAffected are the earliest calls whose decision the policy changes.
-	FirstAffected []AffectedCall `json:"first_affected"`
+	RateLimitedSessions int64 `json:"rate_limited_sessions"`
+	RunawaySessions     int64 `json:"rate_limited_runaway_sessions"`
 }
 
 // ToolReplay is the replay of one tool's calls.

@@ -123,12 +123,7 @@ func summarize(rec *recommend.Report) Recommendation {
 	s := Recommendation{
 		From: rec.Window.From, To: rec.Window.To, Days: rec.Window.Days,
 		Confidence: rec.Confidence, Draft: rec.Draft, Gates: rec.Gates, Findings: []Finding{},
-		Replay: Replay{
-			Calls: rec.Replay.Calls, Allowed: rec.Replay.Allowed, Denied: rec.Replay.Denied, Hidden: rec.Replay.Hidden,
-			RateLimited: rec.Replay.RateLimited, ApprovalRequired: rec.Replay.ApprovalRequired, Changed: rec.Replay.Changed,
-			SessionsAffected: rec.Replay.SessionsAffected, AgentsAffected: rec.Replay.AgentsAffected,
-			RateLimitedSessions: rec.Replay.RateLimitedSessions, RunawaySessions: rec.Replay.RunawaySessions,
-		},
+		Replay:         rec.Replay.ReplayTotals,
 		ReplaySentence: recommend.ReplaySentence(&rec.Replay),
 	}
 	if rec.Policy != nil {

@@ -183,16 +183,7 @@ func htmlChanges(b *strings.Builder, r *Report) {
 		}
 		fmt.Fprintf(b, "<p><strong>Tools no longer used</strong> (allowed calls in the previous window, none in this one): %s</p>\n", strings.Join(parts, ", "))
 	}
-	lists := []struct {
-		title string
-		refs  []FindingRef
-	}{
-		{"New findings", c.NewFindings},
-		{"Resolved findings", c.ResolvedFindings},
-		{"Suppressed since", c.SuppressedFindings},
-		{"Reopened (suppression ended)", c.ReopenedFindings},
-	}
-	for _, l := range lists {
+	for _, l := range c.findingLists() {
 		if len(l.refs) == 0 {
 			continue
 		}

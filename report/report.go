@@ -181,6 +181,22 @@ type Changes struct {
 	SuppressionChanges []analytics.SuppressionChange `json:"suppression_changes"`
 }
 
+// findingList is one titled list of changed findings, as every renderer shows it.
+type findingList struct {
+	title string
+	refs  []FindingRef
+}
+
+// findingLists returns the changed findings in the order renderers show them.
+func (c Changes) findingLists() []findingList {
+	return []findingList{
+		{"New findings", c.NewFindings},
+		{"Resolved findings", c.ResolvedFindings},
+		{"Suppressed since", c.SuppressedFindings},
+		{"Reopened (suppression ended)", c.ReopenedFindings},
+	}
+}
+
 // PreviousRef names the previous report.
 type PreviousRef struct {
 	Folder      string    `json:"folder"`
@@ -248,22 +264,10 @@ type Finding struct {
 	Suppressed bool   `json:"suppressed"`
 }
 
-// Replay is what the proposed policy would have done to the
-// recommendation window's calls (recommend.Replay without the per-tool and
-// per-call detail, which the PR folder has).
-type Replay struct {
-	Calls               int64 `json:"calls"`
-	Allowed             int64 `json:"allowed"`
-	Denied              int64 `json:"denied"`
-	Hidden              int64 `json:"hidden"`
-	RateLimited         int64 `json:"rate_limited"`
-	ApprovalRequired    int64 `json:"approval_required"`
-	Changed             int64 `json:"changed"`
-	SessionsAffected    int64 `json:"sessions_affected"`
-	AgentsAffected      int64 `json:"agents_affected"`
-	RateLimitedSessions int64 `json:"rate_limited_sessions"`
-	RunawaySessions     int64 `json:"rate_limited_runaway_sessions"`
-}
+// Replay is what the proposed policy would have done to the recommendation
+// window's calls: the totals of recommend.Replay (the per-tool and per-call
+// detail is in the PR folder).
+type Replay = recommend.ReplayTotals
 
 // FullRecommendation returns the recommendation behind the report (nil for
 // a report read back from JSON).
