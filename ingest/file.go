@@ -14,7 +14,7 @@ import (
 // Sink at once. A transaction that appends at least one DuckDB row group
 // (122,880 rows) writes it straight to the database file instead of the
 // write-ahead log: measured here, batches of 131,072 append twice as fast as
-// batches of 32,768. Three batches in flight bound memory.
+// batches of 32,768.
 const FileBatchLines = 131072
 
 // Progress is told how many input bytes have been consumed.
@@ -53,13 +53,14 @@ func ReadStream(ctx context.Context, r io.Reader, dec *Decoder, sink Sink, opts 
 	defer cancel()
 
 	// Stage 1 reads batches of lines; stage 2 decodes; the caller's goroutine
-	// appends. Channels of capacity 1 overlap the stages with bounded memory.
+	// appends. Unbuffered channels still overlap the three stages while
+	// keeping at most two batches of lines and two of events alive.
 	type readBatch struct {
 		msgs  []Message
 		bytes int
 		err   error
 	}
-	lines := make(chan readBatch, 1)
+	lines := make(chan readBatch)
 	go func() {
 		defer close(lines)
 		br := bufio.NewReaderSize(r, 1<<20)
@@ -100,7 +101,7 @@ func ReadStream(ctx context.Context, r io.Reader, dec *Decoder, sink Sink, opts 
 		lines int
 		err   error
 	}
-	decoded := make(chan decodedBatch, 1)
+	decoded := make(chan decodedBatch)
 	go func() {
 		defer close(decoded)
 		for b := range lines {
