@@ -33,10 +33,14 @@ import (
 
 // Defaults of the JetStream source and of the stream it creates.
 const (
-	DefaultBatchSize     = 5000
-	DefaultMaxWait       = time.Second
-	DefaultStreamMaxAge  = 7 * 24 * time.Hour
-	DefaultDuplicates    = 2 * time.Minute
+	DefaultBatchSize    = 5000
+	DefaultMaxWait      = time.Second
+	DefaultStreamMaxAge = 7 * 24 * time.Hour
+	// DefaultDuplicates is the stream's Nats-Msg-Id window. JetStream keeps
+	// every id published within it in memory (about 120 bytes each, plus GC
+	// headroom), so memory grows with publish rate x window: 30 s covers a
+	// gateway's retries, and the store's id de-duplication catches the rest.
+	DefaultDuplicates    = 30 * time.Second
 	DefaultAckWait       = time.Minute
 	DefaultDecodeWorkers = 2
 )

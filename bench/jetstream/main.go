@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	_ "net/http/pprof" // inproc: PPROF=addr serves profiles
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -135,7 +136,17 @@ func watch(addr string, n, pid int) error {
 	}
 	start := time.Now()
 	deadline = start.Add(10 * time.Minute)
+	var maxRSS int
+	var maxAt time.Duration
+	defer func() {
+		if os.Getenv("DEBUG") != "" {
+			fmt.Fprintf(os.Stderr, "highest sampled RSS %d MiB at %.1fs\n", maxRSS/1024, maxAt.Seconds())
+		}
+	}()
 	for {
+		if r := rss(pid, "VmRSS:"); r > maxRSS {
+			maxRSS, maxAt = r, time.Since(start)
+		}
 		got, err := stored(addr)
 		if err != nil {
 			return err
@@ -178,7 +189,10 @@ func stored(addr string) (int, error) {
 }
 
 // peakRSS reads VmHWM of a process in KiB.
-func peakRSS(pid int) int {
+func peakRSS(pid int) int { return rss(pid, "VmHWM:") }
+
+// rss reads one memory line of /proc/PID/status in KiB.
+func rss(pid int, key string) int {
 	if pid == 0 {
 		return 0
 	}
@@ -187,7 +201,7 @@ func peakRSS(pid int) int {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(line, key); ok {
 			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
 			return kb
 		}
@@ -258,6 +272,11 @@ func inproc(store, listen, db string, n, batch int, profile string, prefetch boo
 		return err
 	}
 	defer st.Close()
+	if lim := os.Getenv("DUCKDB_MEMORY_LIMIT"); lim != "" {
+		if _, err := st.DB().ExecContext(ctx, "SET memory_limit = '"+strings.ReplaceAll(lim, "'", "")+"'"); err != nil {
+			return err
+		}
+	}
 	httpAddr := "127.0.0.1:0"
 	if l, err := net.Listen("tcp", httpAddr); err == nil {
 		httpAddr = l.Addr().String()
@@ -270,6 +289,9 @@ func inproc(store, listen, db string, n, batch int, profile string, prefetch boo
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	go func() { done <- server.Run(ctx, st, opts, log, nil) }()
+	if addr := os.Getenv("PPROF"); addr != "" {
+		go func() { _ = http.ListenAndServe(addr, nil) }()
+	}
 	if profile != "" {
 		f, err := os.Create(profile)
 		if err != nil {
