@@ -111,6 +111,9 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 	} else {
 		auth := Auth{Creds: opts.Creds, NKey: opts.NKey, Token: opts.Token, User: opts.User, Password: opts.Password, TLS: opts.TLS}
 		if nc, err = connectExternal(ctx, opts.URL, auth, log, hooks); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped during start-up
+			}
 			return err
 		}
 	}
@@ -153,7 +156,7 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 	} else {
 		runErr = runCore(ctx, nc, store, opts, m, log, markReady)
 	}
-	if runErr != nil {
+	if runErr != nil && ctx.Err() == nil {
 		return runErr
 	}
 	log.Info("shutting down")

@@ -523,3 +523,13 @@ func TestBaseURL(t *testing.T) {
 		assert.Equal(t, want, baseURL(in), in)
 	}
 }
+
+// SIGTERM during start-up is a clean stop, not a failure.
+func TestServeCancelledDuringStartup(t *testing.T) {
+	store := openStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	assert.NoError(t, Run(ctx, store, testOptions(t), testLogger(t), func() { t.Error("ready after cancel") }))
+	assert.Less(t, time.Since(start), 10*time.Second)
+}
