@@ -48,7 +48,7 @@ func startEmbedded(opts Options, log *slog.Logger) (*natsserver.Server, error) {
 		StoreDir:   opts.EmbeddedStoreDir,
 		NoSigs:     true, // the daemon owns SIGTERM/SIGINT
 		// Gateways may send up to ingest.max_event_bytes; leave headroom for headers.
-		MaxPayload: int32(max(opts.Decode.MaxEventBytes, 64<<10) + 64<<10),
+		MaxPayload: int32(min(max(opts.Decode.MaxEventBytes, 64<<10)+64<<10, 64<<20)),
 	}
 	if opts.Token != "" {
 		sopts.Authorization = opts.Token
