@@ -3,6 +3,7 @@ module github.com/mcptrail/mcptrail
 go 1.26.8
 
 require (
+	github.com/apache/arrow-go/v18 v18.5.1
 	github.com/aymanbagabas/go-udiff v0.4.1
 	github.com/duckdb/duckdb-go/v2 v2.10506.0
 	github.com/evanphx/json-patch/v5 v5.9.11
@@ -24,7 +25,6 @@ require (
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
-	github.com/apache/arrow-go/v18 v18.5.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/clipperhouse/displaywidth v0.10.0 // indirect

@@ -22,9 +22,9 @@ import (
 	"github.com/mcptrail/mcptrail/ingest"
 )
 
-// memoryLimit bounds DuckDB's memory (buffers, sorts, hash tables), so that
-// the daemon and the recommender stay within their RSS targets at any volume.
-const memoryLimit = "1GB"
+// DefaultMemoryLimit bounds DuckDB's memory (buffers, sorts, hash tables), so
+// that the recommender over 10M calls stays within 2 GiB of RSS.
+const DefaultMemoryLimit = "1GB"
 
 // ErrLocked means another process holds the database file for writing.
 var ErrLocked = errors.New("database is locked by another process")
@@ -34,6 +34,9 @@ type Options struct {
 	// ReadOnly opens the file in DuckDB's read-only mode: no migrations run and
 	// any write fails. Several read-only processes may share one file.
 	ReadOnly bool
+	// MemoryLimit bounds DuckDB's memory, e.g. "256MB" (DefaultMemoryLimit
+	// when empty); larger sorts and aggregates spill to disk.
+	MemoryLimit string
 }
 
 // Store is one DuckDB database file. Appends are serialised on one dedicated
@@ -82,7 +85,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, wrapOpenError(path, err)
 	}
-	if _, err := db.ExecContext(ctx, "SET memory_limit = '"+memoryLimit+"'"); err != nil {
+	limit := opts.MemoryLimit
+	if limit == "" {
+		limit = DefaultMemoryLimit
+	}
+	if _, err := db.ExecContext(ctx, "SET memory_limit = ?", limit); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open database %s: %w", path, err)
 	}
@@ -213,20 +220,17 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 	now := time.Now().UTC()
 	if len(b.Events) > 0 {
 		events := uniqueByID(b.Events)
-		// A fresh staging table per batch: deleting the previous batch's rows
-		// would leave them behind as deleted versions that later scans skip over.
-		if _, err := conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE staging AS SELECT * FROM calls LIMIT 0`); err != nil {
-			return res, fmt.Errorf("append: staging table: %w", err)
-		}
-		lo, hi, err := s.stage(conn, events)
+		lo, hi := timeRange(events)
+		staged, release, err := stage(ctx, conn, events)
 		if err != nil {
 			return res, err
 		}
 		r, err := conn.ExecContext(ctx, `
 INSERT INTO calls
-SELECT s.* REPLACE (?::TIMESTAMPTZ AS ingested_at)
-FROM staging s
+SELECT `+stagedColumns+`, ?::TIMESTAMPTZ
+FROM `+staged+` s
 ANTI JOIN (SELECT id FROM calls WHERE ts BETWEEN ? AND ?) c ON s.id = c.id`, now, lo, hi)
+		release()
 		if err != nil {
 			return res, fmt.Errorf("append: insert calls: %w", err)
 		}
@@ -275,35 +279,25 @@ func uniqueByID(events []audit.Event) []audit.Event {
 	return out
 }
 
-// stage appends events to the staging table with the Appender and returns the
-// batch's time range.
-func (s *Store) stage(conn *sql.Conn, events []audit.Event) (lo, hi time.Time, err error) {
+// timeRange is the first and last ts of a non-empty batch.
+func timeRange(events []audit.Event) (lo, hi time.Time) {
 	lo, hi = events[0].TS, events[0].TS
-	err = conn.Raw(func(dc any) error {
-		a, err := duckdb.NewAppender(dc.(driver.Conn), "temp", "main", "staging")
-		if err != nil {
-			return fmt.Errorf("append: open appender: %w", err)
+	for i := range events {
+		if events[i].TS.Before(lo) {
+			lo = events[i].TS
 		}
-		for i := range events {
-			e := &events[i]
-			if e.TS.Before(lo) {
-				lo = e.TS
-			}
-			if e.TS.After(hi) {
-				hi = e.TS
-			}
-			if err := a.AppendRow(eventRow(e)...); err != nil {
-				_ = a.Close()
-				return fmt.Errorf("append: event %q: %w", e.ID, err)
-			}
+		if events[i].TS.After(hi) {
+			hi = events[i].TS
 		}
-		if err := a.Close(); err != nil {
-			return fmt.Errorf("append: flush: %w", err)
-		}
-		return nil
-	})
-	return lo, hi, err
+	}
+	return lo, hi
 }
+
+// stagedColumns selects, from a staged batch s, the columns of calls up to
+// ingested_at, in order.
+const stagedColumns = `s.id, s.ts, s.server, s.tool, s.method, s.decision, s.status, s.gateway, s."grant",
+	s.agent, s.session, s.request_id, s.rule, s.reason, s.error_code, s.latency_ms, s.args_hash, s.arg_keys,
+	s.args::JSON, s.policy_version, s.attrs`
 
 // eventRow lays out an event in the column order of the calls table.
 // Empty optional strings become NULL so that SQL users can test IS NULL.

@@ -50,6 +50,7 @@ reported; they fail the command only with --strict.`,
 					return fmt.Errorf("%s is a folder: give the JSONL files in it", name)
 				}
 			}
+			softMemoryLimit(768 << 20)
 			store, closeStore, err := a.openStore(cmd.Context(), false)
 			if err != nil {
 				if errors.Is(err, analytics.ErrLocked) && a.daemonHoldsDB(cmd.Context()) {

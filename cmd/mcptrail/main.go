@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"runtime/pprof"
 	"syscall"
 )
@@ -97,6 +98,15 @@ func exitCode(err error) int {
 		return exitUsage
 	}
 	return exitFailure
+}
+
+// softMemoryLimit caps the Go heap's growth (runtime/debug.SetMemoryLimit)
+// unless GOMEMLIMIT says otherwise: the garbage collector then works harder
+// instead of letting a long ingest double its live memory.
+func softMemoryLimit(bytes int64) {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(bytes)
+	}
 }
 
 func newLogger(w io.Writer, level slog.Level) *slog.Logger {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/analytics"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden stdout files")
@@ -26,7 +28,12 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "mcptrail")
-	build := exec.Command("go", "build", "-o", binary, ".")
+	// The binary takes the same path into DuckDB as this test build.
+	args := []string{"build", "-o", binary}
+	if analytics.StagingPath == "arrow" {
+		args = append(args, "-tags", "duckdb_arrow")
+	}
+	build := exec.Command("go", append(args, ".")...)
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
 		panic("build mcptrail: " + err.Error())

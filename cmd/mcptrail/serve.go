@@ -32,7 +32,10 @@ SIGINT or SIGTERM stops it gracefully.`,
 			if err != nil {
 				return err
 			}
-			store, err := analytics.Open(cmd.Context(), a.cfg.Storage.Path, analytics.Options{})
+			// The daemon runs for weeks at any volume: keep DuckDB's buffers and
+			// the Go heap small (measured peak RSS with these limits: see README).
+			softMemoryLimit(256 << 20)
+			store, err := analytics.Open(cmd.Context(), a.cfg.Storage.Path, analytics.Options{MemoryLimit: "256MB"})
 			if err != nil {
 				if errors.Is(err, analytics.ErrLocked) {
 					return fmt.Errorf("%w: another mcptrail (serve or ingest) holds it; stop it or set storage.path", err)
