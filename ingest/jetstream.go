@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/internal/wait"
 )
 
 // Defaults of the JetStream source and of the stream it creates.
@@ -464,12 +465,12 @@ func (s *JetStreamSource) resync(ctx context.Context) bool {
 	if err == nil && info.NumAckPending == 0 {
 		return true
 	}
-	wait := DefaultAckWait
+	ackWait := DefaultAckWait
 	if err == nil && info.Config.AckWait > 0 {
-		wait = info.Config.AckWait
+		ackWait = info.Config.AckWait
 	}
-	s.Log.Warn("waiting for the ack wait before fetching, so that unacknowledged messages come back first", "wait", wait)
-	return sleepCtx(ctx, wait+time.Second)
+	s.Log.Warn("waiting for the ack wait before fetching, so that unacknowledged messages come back first", "wait", ackWait)
+	return wait.Sleep(ctx, ackWait+time.Second)
 }
 
 // fetch pulls one batch: it returns when BatchSize messages arrived or
@@ -618,17 +619,6 @@ func (s *JetStreamSource) ack(ctx context.Context, msgs []jetstream.Msg, last je
 	defer cancel()
 	if err := last.DoubleAck(actx); err != nil {
 		s.fail("ack", err)
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

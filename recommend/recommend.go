@@ -360,11 +360,11 @@ func plural(n int64, one, many string) string {
 	if n == 1 {
 		return fmt.Sprintf("%d %s", n, one)
 	}
-	return fmt.Sprintf("%s %s", groupDigits(n), many)
+	return fmt.Sprintf("%s %s", GroupDigits(n), many)
 }
 
-// groupDigits writes 212400 as 212,400.
-func groupDigits(n int64) string {
+// GroupDigits writes 212400 as 212,400.
+func GroupDigits(n int64) string {
 	s := fmt.Sprint(n)
 	neg := strings.HasPrefix(s, "-")
 	s = strings.TrimPrefix(s, "-")

@@ -144,7 +144,7 @@ func ReplaySentence(r *Replay) string {
 	var parts []string
 	add := func(n int64, verb string) {
 		if n > 0 {
-			parts = append(parts, fmt.Sprintf("%s %s", verb, groupDigits(n)))
+			parts = append(parts, fmt.Sprintf("%s %s", verb, GroupDigits(n)))
 		}
 	}
 	add(r.RateLimited, "rate-limited")
@@ -152,9 +152,9 @@ func ReplaySentence(r *Replay) string {
 	add(r.Hidden, "refused as hidden")
 	add(r.Denied, "denied")
 	if len(parts) == 0 {
-		return fmt.Sprintf("would have allowed all %s calls", groupDigits(r.Calls))
+		return fmt.Sprintf("would have allowed all %s calls", GroupDigits(r.Calls))
 	}
-	s := "would have " + strings.Join(parts, ", ") + " of " + groupDigits(r.Calls) + " calls"
+	s := "would have " + strings.Join(parts, ", ") + " of " + GroupDigits(r.Calls) + " calls"
 	if r.RateLimited > 0 && r.RateLimitedSessions > 0 {
 		if r.RunawaySessions == r.RateLimitedSessions {
 			s += fmt.Sprintf(", the rate limits all in %s", plural(r.RunawaySessions, "runaway session", "runaway sessions"))
@@ -370,8 +370,8 @@ func Markdown(r *Report) string {
 	}
 	b.WriteString("### Replay impact\n\n")
 	fmt.Fprintf(&b, "| Decision | Calls |\n|---|---:|\n| allowed | %s |\n| rate limited | %s |\n| approval required | %s |\n| hidden | %s |\n| denied | %s |\n| **total** | **%s** |\n\n",
-		groupDigits(r.Replay.Allowed), groupDigits(r.Replay.RateLimited), groupDigits(r.Replay.ApprovalRequired),
-		groupDigits(r.Replay.Hidden), groupDigits(r.Replay.Denied), groupDigits(r.Replay.Calls))
+		GroupDigits(r.Replay.Allowed), GroupDigits(r.Replay.RateLimited), GroupDigits(r.Replay.ApprovalRequired),
+		GroupDigits(r.Replay.Hidden), GroupDigits(r.Replay.Denied), GroupDigits(r.Replay.Calls))
 	var changed []string
 	for t, tr := range r.Replay.ByTool {
 		if tr.Changed > 0 {
@@ -383,7 +383,7 @@ func Markdown(r *Report) string {
 		b.WriteString("| Tool | Calls | Changed | Sessions affected |\n|---|---:|---:|---:|\n")
 		for _, t := range changed {
 			tr := r.Replay.ByTool[t]
-			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", t, groupDigits(tr.Calls), groupDigits(tr.Changed), groupDigits(tr.SessionsAffected))
+			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", t, GroupDigits(tr.Calls), GroupDigits(tr.Changed), GroupDigits(tr.SessionsAffected))
 		}
 		b.WriteString("\n")
 	}

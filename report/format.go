@@ -3,27 +3,13 @@ package report
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/mcptrail/mcptrail/recommend"
 )
 
 // num writes 212400 as 212,400.
-func num(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
+func num(n int64) string { return recommend.GroupDigits(n) }
 
 // trim writes a float without trailing zeros.
 func trim(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }

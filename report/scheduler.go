@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/internal/wait"
 	"github.com/mcptrail/mcptrail/recommend"
 )
 
@@ -217,17 +218,6 @@ type Scheduler struct {
 // machine, a corrected clock) delays a run by at most this much.
 const maxSleep = time.Minute
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // Start runs the schedules until ctx is done. Runs never overlap: they run
 // one after the other, and fire times that pass during a run are run once
 // after it. A schedule whose last recorded run (in its out_dir) is older
@@ -239,7 +229,7 @@ func (s *Scheduler) Start(ctx context.Context) {
 		now = func() time.Time { return time.Now() }
 	}
 	if sleep == nil {
-		sleep = sleepCtx
+		sleep = wait.Sleep
 	}
 	log := s.Log
 	if log == nil {
@@ -285,7 +275,7 @@ func (s *Scheduler) Start(ctx context.Context) {
 			return
 		}
 		t := now()
-		wait := maxSleep
+		idle := maxSleep
 		for i, sc := range s.Schedules {
 			if next[i].IsZero() {
 				continue // never fires
@@ -294,12 +284,12 @@ func (s *Scheduler) Start(ctx context.Context) {
 				due = append(due, i)
 				next[i] = sc.Cron.Next(t)
 			}
-			wait = min(wait, next[i].Sub(t))
+			idle = min(idle, next[i].Sub(t))
 		}
 		if len(due) > 0 {
 			continue
 		}
-		if !sleep(ctx, max(wait, time.Millisecond)) {
+		if !sleep(ctx, max(idle, time.Millisecond)) {
 			return
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/internal/wait"
 )
 
 // DefaultPublishInFlight is the async-publish window: enough unacknowledged
@@ -132,7 +133,7 @@ func Publish(ctx context.Context, opts PublishOptions, next func() (audit.Event,
 		}
 		if opts.Rate > 0 {
 			due := start.Add(time.Duration(float64(i) / opts.Rate * float64(time.Second)))
-			if d := time.Until(due); d > 0 && !sleep(ctx, d) {
+			if d := time.Until(due); d > 0 && !wait.Sleep(ctx, d) {
 				return finish(ctx.Err())
 			}
 		}
@@ -195,17 +196,6 @@ func waitComplete(ctx context.Context, js jetstream.JetStream) error {
 		return ctx.Err()
 	case <-time.After(time.Minute):
 		return fmt.Errorf("publish: %d acknowledgements still outstanding after a minute", js.PublishAsyncPending())
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
