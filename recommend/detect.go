@@ -117,7 +117,7 @@ func (s *state) detectUnused() {
 		}
 		ev := map[string]any{
 			"last_called": last, "denied_attempts": denied, "category": string(c.Category),
-			"in_catalog": s.inCat[t], "in_policy": s.currentRule(t) != nil || (s.opts.Current != nil && s.opts.Current.Tools != nil && hasKey(s.opts.Current.Tools, t)),
+			"in_catalog": s.inCat[t], "in_policy": s.opts.Current != nil && hasKey(s.opts.Current.Tools, t),
 		}
 		f := Finding{Kind: KindUnusedTool, Tool: t, Evidence: ev, Confidence: s.confid, Action: Action{Op: OpHide}}
 		switch c.Category {
