@@ -122,16 +122,12 @@ func firstLine(s string) string {
 	return s
 }
 
-// openWriter reserves the connection that owns the staging table.
+// openWriter reserves the connection that appends: each batch stages its
+// rows on it (see stage), so batches never share staging state.
 func (s *Store) openWriter(ctx context.Context) error {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("open write connection: %w", err)
-	}
-	// The staging table mirrors calls; it lives only on this connection.
-	if _, err := conn.ExecContext(ctx, `CREATE TEMP TABLE staging AS SELECT * FROM calls LIMIT 0`); err != nil {
-		_ = conn.Close()
-		return fmt.Errorf("create staging table: %w", err)
 	}
 	s.wconn = conn
 	return nil

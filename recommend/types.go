@@ -49,7 +49,7 @@ type Options struct {
 	Params Params
 	// Catalog is the server's classified tool list; nil when none is known.
 	Catalog []catalog.Classification
-	// CatalogAdded maps a tool to when an import first listed it, for grace;
+	// ToolAdded maps a tool to when an import first listed it, for grace;
 	// tools of the server's first import are absent (no grace).
 	ToolAdded map[string]time.Time
 	// Current is the policy in force, nil when unknown.

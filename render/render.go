@@ -12,7 +12,6 @@ import (
 	"io"
 	"math"
 	"math/big"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -310,14 +309,4 @@ func toAny(s []string) []any {
 		out[i] = s[i]
 	}
 	return out
-}
-
-// SortedKeys returns the keys of m in order; renderers use it for stable output.
-func SortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -34,12 +34,11 @@ func main() {
 
 // Exit codes of SPEC §6.
 const (
-	exitOK       = 0
-	exitFailure  = 1
-	exitUsage    = 2
-	exitFailOn   = 3
-	exitNotMine  = 125 // daemon API only: the request names another database
-	exitInternal = exitFailure
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+	exitFailOn  = 3
+	exitNotMine = 125 // daemon API only: the request names another database
 )
 
 // exitError carries an exit code through cobra.
