@@ -168,33 +168,34 @@ func (q query) runs(ctx context.Context, minCalls int, maxInterval time.Duration
 	}
 	nrows.Close()
 
+	// One sort of the window's calls (LAG and LEAD share it) marks each call
+	// that continues the previous one (cont) or is continued by the next
+	// (cont_next). A call with neither is a run of one: most calls are, so
+	// only the rest goes through the second pass that numbers the runs
+	// (a running count of run starts) and the aggregates.
 	rows, err := q.rows(ctx, "call sequences", `
 WITH c AS (
 	SELECT hash(`+sessionKey+`) AS skh, hash(tool) AS th, hash(args_hash) AS hh, args_hash IS NULL AS no_args,
 	       status = 'error' AS err, epoch_ms(ts) AS ms
 	FROM calls WHERE `+inWindow+` AND tool IS NOT NULL
 ), s AS (
-	SELECT *, lag(th) OVER w AS prev_th, lag(hh) OVER w AS prev_hh, ms - lag(ms) OVER w AS gap
+	SELECT skh, th, hh, err, ms, lag(th) OVER w AS prev_th, ms - lag(ms) OVER w AS gap,
+	       coalesce(th = lag(th) OVER w AND NOT no_args AND hh = lag(hh) OVER w
+	                AND ms - lag(ms) OVER w <= $max_gap_ms, false) AS cont,
+	       coalesce(th = lead(th) OVER w AND NOT lead(no_args) OVER w AND hh = lead(hh) OVER w
+	                AND lead(ms) OVER w - ms <= $max_gap_ms, false) AS cont_next
 	FROM c WINDOW w AS (PARTITION BY skh ORDER BY ms, th, hh)
-), m AS (
-	SELECT *, (prev_th IS NULL OR th <> prev_th OR no_args OR hh <> prev_hh OR gap > $max_gap_ms)::INTEGER AS brk
-	FROM s
-), r AS MATERIALIZED (
-	SELECT skh, th, prev_th, gap, brk, err, ms,
-	       sum(brk) OVER (PARTITION BY skh ORDER BY ms, th, hh ROWS UNBOUNDED PRECEDING) AS run_no
-	FROM m
-), long_runs AS (
-	-- Most runs are a single call: count first, and compute the costly
-	-- aggregates (median, deviation) only for the runs long enough to matter.
-	SELECT skh, run_no FROM r GROUP BY skh, run_no HAVING count(*) >= $min_calls
+), r AS (
+	SELECT *, sum((NOT cont)::INTEGER) OVER (PARTITION BY skh ORDER BY ms, th, hh ROWS UNBOUNDED PRECEDING) AS run_no
+	FROM s WHERE $min_calls <= 1 OR cont OR cont_next
 )
-SELECT skh, any_value(th), coalesce(arg_min(prev_th, ms), 0), coalesce(arg_min(gap, ms), 0) / 1000.0,
+SELECT skh, any_value(th), coalesce(any_value(prev_th) FILTER (NOT cont), 0), coalesce(any_value(gap) FILTER (NOT cont), 0) / 1000.0,
        count(*), (max(ms) - min(ms)) / 1000.0,
-       coalesce(avg(gap) FILTER (brk = 0), 0) / 1000.0, coalesce(stddev_pop(gap) FILTER (brk = 0), 0) / 1000.0,
-       coalesce(median(gap) FILTER (brk = 0), 0) / 1000.0,
+       coalesce(avg(gap) FILTER (cont), 0) / 1000.0, coalesce(stddev_pop(gap) FILTER (cont), 0) / 1000.0,
+       coalesce(median(gap) FILTER (cont), 0) / 1000.0,
        count(*) FILTER (err), coalesce(arg_max(err, ms), false), min(ms), max(ms)
-FROM r SEMI JOIN long_runs USING (skh, run_no)
-GROUP BY skh, run_no
+FROM r
+GROUP BY skh, run_no HAVING count(*) >= $min_calls
 ORDER BY min(ms), skh`, sql.Named("max_gap_ms", maxInterval.Milliseconds()), sql.Named("min_calls", minCalls))
 	if err != nil {
 		return nil, err
