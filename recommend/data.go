@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"time"
 
@@ -126,6 +127,27 @@ GROUP BY tool`, sql.Named("period_ms", window.Milliseconds()))
 	return out, rows.Err()
 }
 
+// toolNames maps DuckDB's hash of each tool name to the name. The ordered
+// and grouped work carries tools as these hashes: integers sort and group
+// several times faster than the strings they stand for.
+func (q query) toolNames(ctx context.Context, tools []string) (map[uint64]string, error) {
+	rows, err := q.db.QueryContext(ctx, `SELECT t, hash(t) FROM unnest($tools::VARCHAR[]) u(t)`, sql.Named("tools", stringList(tools)))
+	if err != nil {
+		return nil, fmt.Errorf("tool names: %w", err)
+	}
+	defer rows.Close()
+	names := map[uint64]string{}
+	for rows.Next() {
+		var name string
+		var h uint64
+		if err := rows.Scan(&name, &h); err != nil {
+			return nil, fmt.Errorf("tool names: %w", err)
+		}
+		names[h] = name
+	}
+	return names, rows.Err()
+}
+
 // run is a maximal sequence, within one session, of consecutive calls of one
 // tool with the same arguments, each within the polling interval of the
 // previous one. Polling loops and retry storms are runs.
@@ -147,27 +169,9 @@ type run struct {
 
 // runs finds every run of at least minCalls calls. The sequence work (LAG
 // over each session's calls in time order) runs in DuckDB; only the runs,
-// far fewer than the calls, come back.
-func (q query) runs(ctx context.Context, minCalls int, maxInterval time.Duration) ([]run, error) {
-	// Tool names of the window, by hash: the ordered work below carries only
-	// integers (hashes and epoch milliseconds), which sort several times
-	// faster than the strings they stand for.
-	names := map[uint64]string{}
-	nrows, err := q.rows(ctx, "tool names", `SELECT DISTINCT tool, hash(tool) FROM calls WHERE `+inWindow+` AND tool IS NOT NULL`)
-	if err != nil {
-		return nil, err
-	}
-	for nrows.Next() {
-		var name string
-		var h uint64
-		if err := nrows.Scan(&name, &h); err != nil {
-			nrows.Close()
-			return nil, fmt.Errorf("tool names: %w", err)
-		}
-		names[h] = name
-	}
-	nrows.Close()
-
+// far fewer than the calls, come back. names maps tool hashes back to the
+// tools (toolNames).
+func (q query) runs(ctx context.Context, names map[uint64]string, minCalls int, maxInterval time.Duration) ([]run, error) {
 	// One sort of the window's calls (LAG and LEAD share it) marks each call
 	// that continues the previous one (cont) or is continued by the next
 	// (cont_next). A call with neither is a run of one: most calls are, so
@@ -264,57 +268,139 @@ func scopeExpr(scope string) string {
 
 // peaks computes per-tool percentiles of per-scope peak counts per window
 // over the calls that pass the policy's other rules (allowed or rate-limited).
-// Calls inside excluded runs (runaway loops) are left out.
-//
-// tool, when not empty, restricts the work to that tool's calls.
-func (q query) peaks(ctx context.Context, tool, scope, window string, excluded []run) (map[string]*peakStats, error) {
-	conn, err := q.db.Conn(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("peaks: %w", err)
-	}
-	defer conn.Close()
-	if err := loadExcluded(ctx, conn, excluded); err != nil {
-		return nil, err
-	}
-	defer q.timed("peaks " + tool + " " + window)()
-	// Calls inside excluded runs are subtracted per bucket rather than
-	// filtered row by row: the runs are few, and a per-row anti-join over
-	// the whole window measured five times slower than the aggregate itself.
-	rows, err := conn.QueryContext(ctx, `
+// names maps tool hashes back to the tools (toolNames).
+func (q query) peaks(ctx context.Context, names map[uint64]string, scope, window string) (map[string]*peakStats, error) {
+	rows, err := q.rows(ctx, "peaks "+scope+" "+window, `
 WITH c AS (
-	SELECT tool, epoch_ms(ts) // $bucket_ms AS w, `+scopeExpr(scope)+` AS k
+	SELECT hash(tool) AS th, epoch_ms(ts) // $bucket_ms AS w, `+scopeExpr(scope)+` AS k
 	FROM calls WHERE `+inWindow+` AND tool IS NOT NULL AND decision IN ('allowed', 'rate_limited')
-	  AND ($tool = '' OR tool = $tool)
-), per_all AS (
-	SELECT tool, k, w, count(*) AS n FROM c GROUP BY ALL
-), excluded AS (
-	SELECT calls.tool, `+scopeExpr(scope)+` AS k, epoch_ms(calls.ts) // $bucket_ms AS w, count(*) AS n
-	FROM calls SEMI JOIN excluded_runs x
-	     ON x.skh = hash(`+sessionKey+`) AND x.tool = calls.tool AND calls.ts BETWEEN x.t0 AND x.t1
-	WHERE `+inWindow+` AND decision IN ('allowed', 'rate_limited') AND ($tool = '' OR calls.tool = $tool)
-	GROUP BY ALL
 ), per AS (
-	SELECT p.tool, p.k, p.n - coalesce(e.n, 0) AS n
-	FROM per_all p LEFT JOIN excluded e ON p.tool = e.tool AND p.k = e.k AND p.w = e.w
-	WHERE p.n - coalesce(e.n, 0) > 0
+	SELECT th, k, w, count(*) AS n FROM c GROUP BY ALL
 ), pk AS (
-	SELECT tool, k, max(n) AS peak, sum(n) AS calls FROM per GROUP BY ALL
+	SELECT th, k, max(n) AS peak, sum(n) AS calls FROM per GROUP BY ALL
 )
-SELECT tool, quantile_cont(peak, 0.5), quantile_cont(peak, 0.9), quantile_cont(peak, 0.99), max(peak), count(*), sum(calls)
-FROM pk GROUP BY tool`, q.args(sql.Named("bucket_ms", bucketMillis(window)), sql.Named("tool", tool))...)
+SELECT th, quantile_cont(peak, 0.5), quantile_cont(peak, 0.9), quantile_cont(peak, 0.99), max(peak), count(*), sum(calls)
+FROM pk GROUP BY th`, sql.Named("bucket_ms", bucketMillis(window)))
 	if err != nil {
-		return nil, fmt.Errorf("peaks: %w", err)
+		return nil, err
 	}
 	defer rows.Close()
 	out := map[string]*peakStats{}
 	for rows.Next() {
 		p := &peakStats{}
-		if err := rows.Scan(&p.Tool, &p.P50, &p.P90, &p.P99, &p.Max, &p.Scopes, &p.Calls); err != nil {
+		var th uint64
+		if err := rows.Scan(&th, &p.P50, &p.P90, &p.P99, &p.Max, &p.Scopes, &p.Calls); err != nil {
 			return nil, fmt.Errorf("peaks: %w", err)
+		}
+		var ok bool
+		if p.Tool, ok = names[th]; !ok {
+			return nil, fmt.Errorf("peaks: a tool of the window is missing from its usage")
 		}
 		out[p.Tool] = p
 	}
 	return out, rows.Err()
+}
+
+// pollPeaks is peaks for one polled tool and several windows, leaving out
+// the calls inside its runaway loops; for each window it also returns those
+// loops' calls per window and scope key (runawayBuckets), to size the cut.
+//
+// The tool's calls are counted once per minute and scope key, inside and
+// outside runaway loops; every window rolls up from those minutes (hours
+// and days are whole minutes since the epoch). A call is inside a loop when
+// it falls in the time span of one of its session's loops: those calls are
+// counted apart and subtracted, as a per-row anti-join over all the tool's
+// calls measured several times slower.
+func (q query) pollPeaks(ctx context.Context, tool, scope string, windows []string, runaway []run) (map[string]*peakStats, map[string]runawayBuckets, error) {
+	conn, err := q.db.Conn(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("peaks: %w", err)
+	}
+	defer conn.Close()
+	if err := loadExcluded(ctx, conn, runaway); err != nil {
+		return nil, nil, err
+	}
+	done := q.timed("peaks " + tool)
+	defer done()
+	if _, err := conn.ExecContext(ctx, `
+CREATE OR REPLACE TEMP TABLE poll_minutes AS
+WITH c AS (
+	SELECT `+scopeExpr(scope)+` AS k, epoch_ms(ts) // 60000 AS m
+	FROM calls WHERE `+inWindow+` AND tool = $tool AND decision IN ('allowed', 'rate_limited')
+), per AS (
+	SELECT k, m, count(*) AS n FROM c GROUP BY ALL
+), in_loops AS (
+	SELECT `+scopeExpr(scope)+` AS k, epoch_ms(calls.ts) // 60000 AS m, count(*) AS n
+	FROM calls SEMI JOIN excluded_runs x
+	     ON x.skh = hash(`+sessionKey+`) AND x.tool = calls.tool AND calls.ts BETWEEN x.t0 AND x.t1
+	WHERE `+inWindow+` AND calls.tool = $tool AND decision IN ('allowed', 'rate_limited')
+	GROUP BY ALL
+)
+SELECT k, m, per.n - coalesce(in_loops.n, 0) AS n, coalesce(in_loops.n, 0) AS n_loop
+FROM per LEFT JOIN in_loops USING (k, m)`,
+		q.args(sql.Named("tool", tool))...); err != nil {
+		return nil, nil, fmt.Errorf("peaks: %w", err)
+	}
+	stats := map[string]*peakStats{}
+	cuts := map[string]runawayBuckets{}
+	for _, window := range windows {
+		args := []any{sql.Named("minutes", bucketMillis(window)/60000)}
+		st := &peakStats{Tool: tool}
+		// Buckets with no call left (all inside loops) are no peak.
+		err := conn.QueryRowContext(ctx, `
+WITH per AS (
+	SELECT k, m // $minutes AS w, sum(n)::BIGINT AS n FROM poll_minutes WHERE n > 0 GROUP BY ALL
+), pk AS (
+	SELECT k, max(n) AS peak, sum(n) AS calls FROM per GROUP BY k
+)
+SELECT quantile_cont(peak, 0.5), quantile_cont(peak, 0.9), quantile_cont(peak, 0.99), max(peak), count(*), sum(calls)
+FROM pk HAVING count(*) > 0`, args...).Scan(&st.P50, &st.P90, &st.P99, &st.Max, &st.Scopes, &st.Calls)
+		switch {
+		case err == sql.ErrNoRows:
+			continue
+		case err != nil:
+			return nil, nil, fmt.Errorf("peaks: %w", err)
+		}
+		stats[window] = st
+		rows, err := conn.QueryContext(ctx, `
+WITH per AS (SELECT k, m // $minutes AS w, sum(n_loop)::BIGINT AS n FROM poll_minutes WHERE n_loop > 0 GROUP BY ALL)
+SELECT n, count(*) FROM per GROUP BY n`, args...)
+		if err != nil {
+			return nil, nil, fmt.Errorf("runaway loops: %w", err)
+		}
+		b := runawayBuckets{}
+		for rows.Next() {
+			var n, count int64
+			if err := rows.Scan(&n, &count); err != nil {
+				rows.Close()
+				return nil, nil, fmt.Errorf("runaway loops: %w", err)
+			}
+			b[n] = count
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, nil, fmt.Errorf("runaway loops: %w", err)
+		}
+		cuts[window] = b
+	}
+	return stats, cuts, nil
+}
+
+// runawayBuckets counts the windows (per scope key) of runaway loops' calls
+// by how many calls they hold.
+type runawayBuckets map[int64]int64
+
+// cut tells how a limit of max calls per window and scope key would treat
+// the runaway loops: their highest per-window count, and how many of their
+// calls it would refuse (every call past max in a window).
+func (b runawayBuckets) cut(max int) (peak float64, refused int64) {
+	for n, count := range b {
+		peak = math.Max(peak, float64(n))
+		if n > int64(max) {
+			refused += (n - int64(max)) * count
+		}
+	}
+	return peak, refused
 }
 
 // loadExcluded fills the connection's temporary table of excluded runs, with
@@ -343,38 +429,6 @@ func loadExcluded(ctx context.Context, conn *sql.Conn, excluded []run) error {
 		return fmt.Errorf("excluded runs: %w", err)
 	}
 	return nil
-}
-
-// runawayCut tells how a limit of max calls per window and scope key would
-// treat the given runs: their highest per-window count, and how many of
-// their calls it would refuse (every call past max in a window).
-func (q query) runawayCut(ctx context.Context, scope, window string, max int, runs []run) (peak float64, refused int64, err error) {
-	if len(runs) == 0 {
-		return 0, 0, nil
-	}
-	conn, err := q.db.Conn(ctx)
-	if err != nil {
-		return 0, 0, fmt.Errorf("runaway loops: %w", err)
-	}
-	defer conn.Close()
-	if err := loadExcluded(ctx, conn, runs); err != nil {
-		return 0, 0, err
-	}
-	var p sql.NullFloat64
-	var r sql.NullInt64
-	defer q.timed("runaway cut " + window)()
-	err = conn.QueryRowContext(ctx, `
-WITH c AS (
-	SELECT c.tool, c.ts, `+scopeExpr(scope)+` AS k
-	FROM calls c SEMI JOIN excluded_runs x ON hash(`+sessionKey+`) = x.skh AND c.tool = x.tool AND c.ts BETWEEN x.t0 AND x.t1
-	WHERE `+inWindow+` AND decision IN ('allowed', 'rate_limited')
-), per AS (SELECT k, epoch_ms(ts) // $bucket_ms AS w, count(*) AS n FROM c GROUP BY ALL)
-SELECT max(n), sum(greatest(n - $max, 0)) FROM per`,
-		q.args(sql.Named("bucket_ms", bucketMillis(window)), sql.Named("max", max))...).Scan(&p, &r)
-	if err != nil {
-		return 0, 0, fmt.Errorf("runaway loops: %w", err)
-	}
-	return p.Float64, r.Int64, nil
 }
 
 // probe is a burst of refused calls to several tools in one session.

@@ -298,25 +298,23 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []run) error 
 	for _, r := range runaway {
 		runawayPolls += r.Polls
 	}
-	for _, window := range []string{policy.WindowMinute, policy.WindowHour, policy.WindowDay} {
-		stats, err := s.q.peaks(ctx, k.tool, scope, window, runaway)
-		if err != nil {
-			return err
-		}
-		st := stats[k.tool]
+	windows := []string{policy.WindowMinute, policy.WindowHour, policy.WindowDay}
+	if len(runaway) == 0 {
+		windows = windows[:1] // nothing to cut: the per-minute limit
+	}
+	peaks, runawayBuckets, err := s.q.pollPeaks(ctx, k.tool, scope, windows, runaway)
+	if err != nil {
+		return err
+	}
+	for _, window := range windows {
+		st := peaks[window]
 		if st == nil {
 			continue
 		}
 		l := policy.Limit{Counter: k.tool + "_rate", Window: window, Max: s.limitValue(st.P99), Scope: scope}
-		rp, cut, err := s.q.runawayCut(ctx, scope, window, l.Max, runaway)
-		if err != nil {
-			return err
-		}
+		rp, cut := runawayBuckets[window].cut(l.Max)
 		if chosen == nil || cut > refused {
 			chosen, chosenStats, runawayPeak, refused = &l, st, rp, cut
-		}
-		if len(runaway) == 0 {
-			break
 		}
 	}
 	f := Finding{Kind: KindPollingLoop, Tool: k.tool, Confidence: s.loopConfidence(len(loops)), Evidence: ev,
@@ -390,7 +388,7 @@ func (s *state) limitValue(p99 float64) int {
 // detectRateLimits derives a limit for every used tool from its observed
 // per-scope peaks (Cloudflare-style percentiles of per-session maxima).
 func (s *state) detectRateLimits(ctx context.Context) error {
-	stats, err := s.q.peaks(ctx, "", policy.ScopeSession, policy.WindowMinute, nil)
+	stats, err := s.q.peaks(ctx, s.names, policy.ScopeSession, policy.WindowMinute)
 	if err != nil {
 		return err
 	}
@@ -402,7 +400,7 @@ func (s *state) detectRateLimits(ctx context.Context) error {
 		}
 	}
 	if needGrant {
-		if grantStats, err = s.q.peaks(ctx, "", policy.ScopeGrant, policy.WindowMinute, nil); err != nil {
+		if grantStats, err = s.q.peaks(ctx, s.names, policy.ScopeGrant, policy.WindowMinute); err != nil {
 			return err
 		}
 	}

@@ -28,6 +28,7 @@ type state struct {
 	days     int
 	confid   string // confidence from the data gates
 	usage    map[string]*usage
+	names    map[uint64]string // tool hashes to the tools of usage (toolNames)
 	classes  map[string]catalog.Classification
 	inCat    map[string]bool
 	universe []string
@@ -80,9 +81,12 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 	if s.usage, err = s.q.toolUsage(ctx, p.Window); err != nil {
 		return nil, err
 	}
+	if s.names, err = s.q.toolNames(ctx, sortedKeys(s.usage)); err != nil {
+		return nil, err
+	}
 	s.classify()
 	lap("usage")
-	if s.runs, err = s.q.runs(ctx, p.PollMinCalls, p.PollMaxInterval); err != nil {
+	if s.runs, err = s.q.runs(ctx, s.names, p.PollMinCalls, p.PollMaxInterval); err != nil {
 		return nil, err
 	}
 	lap("sequences")
