@@ -282,9 +282,9 @@ WHERE `+inWindow+` AND tool = $tool AND decision = 'allowed' ORDER BY ts, id LIM
 
 type overflowCount struct{ total, changed int64 }
 
-// overflow counts, in SQL and in one pass over the window, the calls each
-// tool's single limit would refuse: in each fixed window and scope key, every
-// call after the first max (in ts, id order).
+// overflow counts, in SQL, the calls each tool's single limit would refuse:
+// in each fixed window and scope key, every call after the first max (in
+// ts, id order).
 func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, acc *affected, firstN int) (map[string]overflowCount, error) {
 	out := map[string]overflowCount{}
 	conn, err := q.db.Conn(ctx)
@@ -292,13 +292,16 @@ func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, acc
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	defer conn.Close()
+	// Limits go by a small integer id: the big aggregate below groups on
+	// it rather than on the tool's name.
 	if _, err := conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE replay_limits (
-		limit_tool VARCHAR, bucket_ms BIGINT, lim BIGINT, limit_scope VARCHAR, limit_rule VARCHAR)`); err != nil {
+		lid INTEGER, limit_tool VARCHAR, bucket_ms BIGINT, lim BIGINT, limit_scope VARCHAR, limit_rule VARCHAR)`); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	for t, l := range limits {
-		if _, err := conn.ExecContext(ctx, `INSERT INTO replay_limits VALUES (?, ?, ?, ?, ?)`,
-			t, bucketMillis(l.Window), l.Max, l.EffectiveScope(), policy.ToolPointer(t)+"/limits/"+l.Counter); err != nil {
+	for i, t := range sortedKeys(limits) {
+		l := limits[t]
+		if _, err := conn.ExecContext(ctx, `INSERT INTO replay_limits VALUES (?, ?, ?, ?, ?, ?)`,
+			i, t, bucketMillis(l.Window), l.Max, l.EffectiveScope(), policy.ToolPointer(t)+"/limits/"+l.Counter); err != nil {
 			return nil, fmt.Errorf("replay: %w", err)
 		}
 	}
@@ -307,46 +310,86 @@ func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, acc
 	                        WHEN 'agent' THEN ` + scopeExpr(policy.ScopeAgent) + `
 	                        ELSE ` + scopeExpr(policy.ScopeGrant) + ` END`
 	// First the buckets over their limit (one aggregate over the window),
-	// then the calls of those buckets only, numbered in time order.
+	// then the calls of those buckets only, numbered in time order; the
+	// strings of a call are read only for the calls past the limit.
 	if _, err := conn.ExecContext(ctx, `
 CREATE OR REPLACE TEMP TABLE overflow_buckets AS
-SELECT tool AS b_tool, `+keyExpr+` AS b_k, epoch_ms(ts) // bucket_ms AS b_w, any_value(lim) AS b_lim
-FROM calls JOIN replay_limits ON tool = limit_tool
-WHERE `+inWindow+`
-GROUP BY ALL HAVING count(*) > any_value(lim)`, q.args()...); err != nil {
+WITH per AS (
+	SELECT lid, `+keyExpr+` AS k, epoch_ms(ts) // bucket_ms AS w, count(*) AS n
+	FROM calls JOIN replay_limits ON tool = limit_tool
+	WHERE `+inWindow+`
+	GROUP BY ALL
+)
+SELECT lid AS b_lid, k AS b_k, w AS b_w, lim AS b_lim FROM per JOIN replay_limits USING (lid) WHERE n > lim`, q.args()...); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	rows, err := conn.QueryContext(ctx, `
+	if _, err := conn.ExecContext(ctx, `
+CREATE OR REPLACE TEMP TABLE overflow_calls AS
 WITH c AS (
-	SELECT id, ts, tool, decision, coalesce(session, '') AS session, coalesce(agent, '') AS agent,
-	       `+sessionID+` AS sk, `+keyExpr+` AS k, epoch_ms(ts) // bucket_ms AS w, limit_rule
+	SELECT id, ts, decision, session, agent, gateway, lid, `+keyExpr+` AS k, epoch_ms(ts) // bucket_ms AS w
 	FROM calls JOIN replay_limits ON tool = limit_tool
-	WHERE `+inWindow+` AND tool IN (SELECT DISTINCT b_tool FROM overflow_buckets)
+	WHERE `+inWindow+` AND lid IN (SELECT b_lid FROM overflow_buckets)
 ), o AS (
-	SELECT c.*, b_lim, row_number() OVER (PARTITION BY c.tool, c.k, c.w ORDER BY c.ts, c.id) AS rn
-	FROM c JOIN overflow_buckets ON c.tool = b_tool AND c.k = b_k AND c.w = b_w
+	SELECT c.*, b_lim, row_number() OVER (PARTITION BY lid, k, w ORDER BY ts, id) AS rn
+	FROM c JOIN overflow_buckets ON lid = b_lid AND k = b_k AND w = b_w
 )
-SELECT id, ts, tool, decision, session, agent, sk, limit_rule FROM o WHERE rn > b_lim ORDER BY ts, id`, q.args()...)
+SELECT id, ts, limit_tool AS tool, decision, coalesce(session, '') AS session, coalesce(agent, '') AS agent,
+       `+sessionID+` AS sk, limit_rule
+FROM o JOIN replay_limits USING (lid) WHERE rn > b_lim`, q.args()...); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	rows, err := conn.QueryContext(ctx, `SELECT tool, count(*), count(*) FILTER (decision = 'allowed') FROM overflow_calls GROUP BY tool`)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		c := AffectedCall{Replayed: policy.RateLimited}
+		var tool string
+		var n overflowCount
+		if err := rows.Scan(&tool, &n.total, &n.changed); err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+		out[tool] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	// The calls whose recorded "allowed" the limit changes: their sessions
+	// and agents, then the earliest of them, in time order (affected keeps
+	// the earliest firstN*4 it is given).
+	sets, err := conn.QueryContext(ctx, `SELECT DISTINCT tool, sk, agent FROM overflow_calls WHERE decision = 'allowed'`)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	defer sets.Close()
+	for sets.Next() {
+		c := AffectedCall{Recorded: policy.Allowed, Replayed: policy.RateLimited}
 		var sk string
-		if err := rows.Scan(&c.ID, &c.TS, &c.Tool, &c.Recorded, &c.Session, &c.Agent, &sk, &c.Rule); err != nil {
+		if err := sets.Scan(&c.Tool, &sk, &c.Agent); err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+		acc.add(c, sk, 0)
+	}
+	if err := sets.Err(); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	first, err := conn.QueryContext(ctx, `
+SELECT id, ts, tool, session, agent, sk, limit_rule FROM overflow_calls WHERE decision = 'allowed'
+ORDER BY ts, id LIMIT $n`, sql.Named("n", max(firstN*4, 0)))
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	defer first.Close()
+	for first.Next() {
+		c := AffectedCall{Recorded: policy.Allowed, Replayed: policy.RateLimited}
+		var sk string
+		if err := first.Scan(&c.ID, &c.TS, &c.Tool, &c.Session, &c.Agent, &sk, &c.Rule); err != nil {
 			return nil, fmt.Errorf("replay: %w", err)
 		}
 		c.TS = c.TS.UTC()
-		n := out[c.Tool]
-		n.total++
-		if c.Recorded == policy.Allowed {
-			n.changed++
-			acc.add(c, sk, firstN)
-		}
-		out[c.Tool] = n
+		acc.add(c, sk, firstN)
 	}
-	return out, rows.Err()
+	return out, first.Err()
 }
 
 // stream feeds the tools' calls through the evaluator in time order.
