@@ -355,41 +355,36 @@ FROM o JOIN replay_limits USING (lid) WHERE rn > b_lim`, q.args()...); err != ni
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	// The calls whose recorded "allowed" the limit changes: their sessions
-	// and agents, then the earliest of them, in time order (affected keeps
-	// the earliest firstN*4 it is given).
-	sets, err := conn.QueryContext(ctx, `SELECT DISTINCT tool, sk, agent FROM overflow_calls WHERE decision = 'allowed'`)
+	// and agents (rows without a call), then the earliest of them in time
+	// order (affected keeps the earliest firstN*4 it is given).
+	rows, err = conn.QueryContext(ctx, `
+SELECT DISTINCT tool, sk, agent, NULL::VARCHAR AS id, NULL::TIMESTAMPTZ AS ts, NULL::VARCHAR, NULL::VARCHAR
+FROM overflow_calls WHERE decision = 'allowed'
+UNION ALL (
+	SELECT tool, sk, agent, id, ts, session, limit_rule FROM overflow_calls WHERE decision = 'allowed'
+	ORDER BY ts, id LIMIT $n
+)
+ORDER BY ts NULLS FIRST, id`, sql.Named("n", max(firstN*4, 0)))
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	defer sets.Close()
-	for sets.Next() {
+	defer rows.Close()
+	for rows.Next() {
 		c := AffectedCall{Recorded: policy.Allowed, Replayed: policy.RateLimited}
 		var sk string
-		if err := sets.Scan(&c.Tool, &sk, &c.Agent); err != nil {
+		var id, session, rule sql.NullString
+		var ts sql.NullTime
+		if err := rows.Scan(&c.Tool, &sk, &c.Agent, &id, &ts, &session, &rule); err != nil {
 			return nil, fmt.Errorf("replay: %w", err)
 		}
-		acc.add(c, sk, 0)
-	}
-	if err := sets.Err(); err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
-	}
-	first, err := conn.QueryContext(ctx, `
-SELECT id, ts, tool, session, agent, sk, limit_rule FROM overflow_calls WHERE decision = 'allowed'
-ORDER BY ts, id LIMIT $n`, sql.Named("n", max(firstN*4, 0)))
-	if err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
-	}
-	defer first.Close()
-	for first.Next() {
-		c := AffectedCall{Recorded: policy.Allowed, Replayed: policy.RateLimited}
-		var sk string
-		if err := first.Scan(&c.ID, &c.TS, &c.Tool, &c.Session, &c.Agent, &sk, &c.Rule); err != nil {
-			return nil, fmt.Errorf("replay: %w", err)
+		if !id.Valid {
+			acc.add(c, sk, 0) // a session and agent only
+			continue
 		}
-		c.TS = c.TS.UTC()
+		c.ID, c.TS, c.Session, c.Rule = id.String, ts.Time.UTC(), session.String, rule.String
 		acc.add(c, sk, firstN)
 	}
-	return out, first.Err()
+	return out, rows.Err()
 }
 
 // stream feeds the tools' calls through the evaluator in time order.
