@@ -66,9 +66,11 @@ func (q query) rows(ctx context.Context, what, text string, extra ...any) (*sql.
 }
 
 // windowStats counts the window's calls, sessions, agents and active days.
+// Distinct sessions are counted by their hash (as everywhere here): distinct
+// integers are cheaper to count than the strings.
 func (q query) windowStats(ctx context.Context) (w Window, activeDays int, err error) {
 	err = q.db.QueryRowContext(ctx, `
-SELECT count(*), count(DISTINCT `+sessionKey+`) FILTER (`+sessionKey+` <> ''), count(DISTINCT agent),
+SELECT count(*), count(DISTINCT hash(`+sessionKey+`)) FILTER (`+sessionKey+` <> ''), count(DISTINCT agent),
        count(DISTINCT epoch_ms(ts) // 86400000)
 FROM calls WHERE `+inWindow, q.args()...).Scan(&w.Calls, &w.Sessions, &w.Agents, &activeDays)
 	if err != nil {
@@ -100,7 +102,7 @@ SELECT tool,
        count(*) FILTER (ts > $from AND decision = 'allowed'),
        count(DISTINCT epoch_ms(ts) // 86400000) FILTER (ts > $from AND decision = 'allowed'),
        count(*) FILTER (ts > $from AND decision <> 'allowed'),
-       count(DISTINCT `+sessionKey+`) FILTER (ts > $from),
+       count(DISTINCT hash(`+sessionKey+`)) FILTER (ts > $from),
        count(*) FILTER (ts > $from AND coalesce(session, '') <> ''),
        max(ts) FILTER (decision = 'allowed'),
        count(DISTINCT (epoch_ms($from) - epoch_ms(ts)) // $period_ms) FILTER (ts <= $from AND decision = 'allowed')
@@ -268,19 +270,20 @@ func scopeExpr(scope string) string {
 
 // peaks computes per-tool percentiles of per-scope peak counts per window
 // over the calls that pass the policy's other rules (allowed or rate-limited).
-// names maps tool hashes back to the tools (toolNames).
-func (q query) peaks(ctx context.Context, names map[uint64]string, scope, window string) (map[string]*peakStats, error) {
+// tools are the tools to measure; names maps tool hashes back to the tools
+// (toolNames).
+func (q query) peaks(ctx context.Context, names map[uint64]string, tools []string, scope, window string) (map[string]*peakStats, error) {
 	rows, err := q.rows(ctx, "peaks "+scope+" "+window, `
 WITH c AS (
 	SELECT hash(tool) AS th, epoch_ms(ts) // $bucket_ms AS w, `+scopeExpr(scope)+` AS k
-	FROM calls WHERE `+inWindow+` AND tool IS NOT NULL AND decision IN ('allowed', 'rate_limited')
+	FROM calls WHERE `+inWindow+` AND tool IN (SELECT unnest($tools::VARCHAR[])) AND decision IN ('allowed', 'rate_limited')
 ), per AS (
 	SELECT th, k, w, count(*) AS n FROM c GROUP BY ALL
 ), pk AS (
 	SELECT th, k, max(n) AS peak, sum(n) AS calls FROM per GROUP BY ALL
 )
 SELECT th, quantile_cont(peak, 0.5), quantile_cont(peak, 0.9), quantile_cont(peak, 0.99), max(peak), count(*), sum(calls)
-FROM pk GROUP BY th`, sql.Named("bucket_ms", bucketMillis(window)))
+FROM pk GROUP BY th`, sql.Named("bucket_ms", bucketMillis(window)), sql.Named("tools", stringList(tools)))
 	if err != nil {
 		return nil, err
 	}

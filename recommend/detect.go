@@ -204,16 +204,23 @@ type loopPair struct{ start, tool string }
 
 // detectLoops finds polling loops by their shape (SPEC §5), never by name.
 func (s *state) detectLoops(ctx context.Context, _ map[string]bool) error {
-	pairs := map[loopPair][]run{}
+	// Counted first, so that each pair's slice is allocated once: there
+	// are hundreds of thousands of loops in a large window.
+	counts := map[loopPair]int{}
 	for _, r := range s.runs {
-		if isStorm(r) || r.StartTool == "" || r.StartTool == r.Tool || r.StartGap > s.p.PollMaxInterval.Seconds() {
-			continue
+		if s.isLoop(r) {
+			counts[loopPair{r.StartTool, r.Tool}]++
 		}
-		if cv(r) > s.p.PollMaxCV {
-			continue
+	}
+	pairs := make(map[loopPair][]run, len(counts))
+	for k, n := range counts {
+		pairs[k] = make([]run, 0, n)
+	}
+	for _, r := range s.runs {
+		if s.isLoop(r) {
+			k := loopPair{r.StartTool, r.Tool}
+			pairs[k] = append(pairs[k], r)
 		}
-		k := loopPair{r.StartTool, r.Tool}
-		pairs[k] = append(pairs[k], r)
 	}
 	keys := make([]loopPair, 0, len(pairs))
 	for k := range pairs {
@@ -241,6 +248,15 @@ func (s *state) detectLoops(ctx context.Context, _ map[string]bool) error {
 	return nil
 }
 
+// isLoop tells a polling loop from other runs: not a retry storm, started
+// by another tool's call shortly before, at a regular interval.
+func (s *state) isLoop(r run) bool {
+	if isStorm(r) || r.StartTool == "" || r.StartTool == r.Tool || r.StartGap > s.p.PollMaxInterval.Seconds() {
+		return false
+	}
+	return cv(r) <= s.p.PollMaxCV
+}
+
 func cv(r run) float64 {
 	if r.MeanGap <= 0 {
 		return 0
@@ -257,7 +273,7 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []run) error 
 	}
 	p95 := quantile(polls, 0.95)
 	limitRunaway := s.p.RunawayFactor * p95
-	var runaway, normal []run
+	var runaway []run
 	var wasted int64
 	sessions := map[string]bool{}
 	runawaySessions := map[string]bool{}
@@ -267,8 +283,6 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []run) error 
 			runaway = append(runaway, r)
 			runawaySessions[r.Session] = true
 			s.runawaySessions[r.Session] = true
-		} else {
-			normal = append(normal, r)
 		}
 		wasted += wastedPolls(r)
 	}
@@ -388,19 +402,26 @@ func (s *state) limitValue(p99 float64) int {
 // detectRateLimits derives a limit for every used tool from its observed
 // per-scope peaks (Cloudflare-style percentiles of per-session maxima).
 func (s *state) detectRateLimits(ctx context.Context) error {
-	stats, err := s.q.peaks(ctx, s.names, policy.ScopeSession, policy.WindowMinute)
-	if err != nil {
-		return err
-	}
-	grantStats := map[string]*peakStats{}
+	// Polled tools have their limit from the loop detector, tools behind
+	// approval need none: only the other used tools are measured.
+	var tools []string
 	needGrant := false
-	for t := range stats {
+	for _, t := range sortedKeys(s.usage) {
+		if s.polled[t] || s.approval[t] || s.usage[t].Allowed == 0 {
+			continue
+		}
+		tools = append(tools, t)
 		if s.scopeFor(t) == policy.ScopeGrant {
 			needGrant = true
 		}
 	}
+	stats, err := s.q.peaks(ctx, s.names, tools, policy.ScopeSession, policy.WindowMinute)
+	if err != nil {
+		return err
+	}
+	grantStats := map[string]*peakStats{}
 	if needGrant {
-		if grantStats, err = s.q.peaks(ctx, s.names, policy.ScopeGrant, policy.WindowMinute); err != nil {
+		if grantStats, err = s.q.peaks(ctx, s.names, tools, policy.ScopeGrant, policy.WindowMinute); err != nil {
 			return err
 		}
 	}
