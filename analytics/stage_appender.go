@@ -16,10 +16,26 @@ import (
 // StagingPath names how batches reach DuckDB in this build.
 const StagingPath = "appender"
 
-// stage writes events into a fresh temporary table with the Appender and
-// returns its name. (Builds with the duckdb_arrow tag hand DuckDB an Arrow
-// batch instead: the Appender's per-value cgo calls are its cost.)
-func stage(ctx context.Context, conn *sql.Conn, events []audit.Event) (string, func(), error) {
+// columns holds a batch's events for the Appender. (Builds with the
+// duckdb_arrow tag hand DuckDB Arrow columns instead: the Appender's
+// per-value cgo calls are its cost.)
+type columns struct{ events []audit.Event }
+
+func newColumns(capacity int) *columns {
+	return &columns{events: make([]audit.Event, 0, capacity)}
+}
+
+func (c *columns) add(e *audit.Event) { c.events = append(c.events, *e) }
+
+// id is the id of the i-th event added.
+func (c *columns) id(i int) string { return c.events[i].ID }
+
+func (c *columns) release() { c.events = nil }
+
+// register writes the events into a fresh temporary table with the Appender
+// and returns its name.
+func (c *columns) register(ctx context.Context, conn *sql.Conn) (string, func(), error) {
+	events := c.events
 	// A fresh staging table per batch: deleting the previous batch's rows
 	// would leave them behind as deleted versions that later scans skip over.
 	if _, err := conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE staging AS SELECT * FROM calls LIMIT 0`); err != nil {

@@ -49,13 +49,31 @@ var stagingSchema = arrow.NewSchema([]arrow.Field{
 
 var viewSeq atomic.Int64
 
-// stage hands the batch to DuckDB as an Arrow record registered as a view:
-// the columns are built in Go memory and crossed into DuckDB once, instead
-// of one cgo call per value as with the Appender.
-func stage(ctx context.Context, conn *sql.Conn, events []audit.Event) (string, func(), error) {
-	rec := buildRecord(events)
-	reader, err := array.NewRecordReader(stagingSchema, []arrow.RecordBatch{rec})
-	rec.Release()
+// columns builds a batch as Arrow columns, handed to DuckDB as a view: the
+// columns are built in Go memory and crossed into DuckDB once, instead of
+// one cgo call per value as with the Appender. Strings are copied into the
+// columns' buffers, which hold no pointers for the garbage collector.
+type columns struct {
+	b   *array.RecordBuilder
+	ids *array.StringBuilder
+	rec arrow.RecordBatch // built at the first register, kept for retries
+}
+
+func newColumns(capacity int) *columns {
+	b := array.NewRecordBuilder(memory.DefaultAllocator, stagingSchema)
+	b.Reserve(capacity)
+	return &columns{b: b, ids: b.Field(0).(*array.StringBuilder)}
+}
+
+// id is the id of the i-th event added (before register).
+func (c *columns) id(i int) string { return c.ids.Value(i) }
+
+// register makes the batch visible to SQL on conn as a view; release drops it.
+func (c *columns) register(ctx context.Context, conn *sql.Conn) (string, func(), error) {
+	if c.rec == nil {
+		c.rec = c.b.NewRecordBatch()
+	}
+	reader, err := array.NewRecordReader(stagingSchema, []arrow.RecordBatch{c.rec})
 	if err != nil {
 		return "", nil, fmt.Errorf("append: arrow batch: %w", err)
 	}
@@ -80,10 +98,17 @@ func stage(ctx context.Context, conn *sql.Conn, events []audit.Event) (string, f
 	}, nil
 }
 
-func buildRecord(events []audit.Event) arrow.RecordBatch {
-	b := array.NewRecordBuilder(memory.DefaultAllocator, stagingSchema)
-	defer b.Release()
-	b.Reserve(len(events))
+func (c *columns) release() {
+	if c.rec != nil {
+		c.rec.Release()
+		c.rec = nil
+	}
+	c.b.Release()
+}
+
+// add appends one event as a row.
+func (c *columns) add(e *audit.Event) {
+	b := c.b
 	str := func(i int) *array.StringBuilder { return b.Field(i).(*array.StringBuilder) }
 	opt := func(sb *array.StringBuilder, v string) {
 		if v == "" {
@@ -92,69 +117,63 @@ func buildRecord(events []audit.Event) arrow.RecordBatch {
 			sb.Append(v)
 		}
 	}
-	ts := b.Field(1).(*array.TimestampBuilder)
-	code := b.Field(14).(*array.Int64Builder)
-	lat := b.Field(15).(*array.Float64Builder)
-	keys := b.Field(17).(*array.ListBuilder)
-	keyValues := keys.ValueBuilder().(*array.StringBuilder)
-	attrs := b.Field(20).(*array.MapBuilder)
-	attrKeys := attrs.KeyBuilder().(*array.StringBuilder)
-	attrItems := attrs.ItemBuilder().(*array.StringBuilder)
-	for i := range events {
-		e := &events[i]
-		method := e.Method
-		if method == "" {
-			method = audit.DefaultMethod
-		}
-		str(0).Append(e.ID)
-		ts.Append(arrow.Timestamp(e.TS.UnixMicro()))
-		str(2).Append(e.Server)
-		opt(str(3), e.Tool)
-		str(4).Append(method)
-		str(5).Append(string(e.Decision))
-		opt(str(6), e.Status)
-		opt(str(7), e.Gateway)
-		opt(str(8), e.Grant)
-		opt(str(9), e.Agent)
-		opt(str(10), e.Session)
-		opt(str(11), e.RequestID)
-		opt(str(12), e.Rule)
-		opt(str(13), e.Reason)
-		if e.ErrorCode != nil {
-			code.Append(*e.ErrorCode)
-		} else {
-			code.AppendNull()
-		}
-		if e.LatencyMS != nil {
-			lat.Append(*e.LatencyMS)
-		} else {
-			lat.AppendNull()
-		}
-		opt(str(16), e.ArgsHash)
-		if len(e.ArgKeys) > 0 {
-			keys.Append(true)
-			for _, k := range e.ArgKeys {
-				keyValues.Append(k)
-			}
-		} else {
-			keys.AppendNull()
-		}
-		opt(str(18), string(e.Args))
-		opt(str(19), e.PolicyVersion)
-		if len(e.Attrs) > 0 {
-			attrs.Append(true)
-			ks := make([]string, 0, len(e.Attrs))
-			for k := range e.Attrs {
-				ks = append(ks, k)
-			}
-			sort.Strings(ks)
-			for _, k := range ks {
-				attrKeys.Append(k)
-				attrItems.Append(e.Attrs[k])
-			}
-		} else {
-			attrs.AppendNull()
-		}
+	method := e.Method
+	if method == "" {
+		method = audit.DefaultMethod
 	}
-	return b.NewRecordBatch()
+	str(0).Append(e.ID)
+	b.Field(1).(*array.TimestampBuilder).Append(arrow.Timestamp(e.TS.UnixMicro()))
+	str(2).Append(e.Server)
+	opt(str(3), e.Tool)
+	str(4).Append(method)
+	str(5).Append(string(e.Decision))
+	opt(str(6), e.Status)
+	opt(str(7), e.Gateway)
+	opt(str(8), e.Grant)
+	opt(str(9), e.Agent)
+	opt(str(10), e.Session)
+	opt(str(11), e.RequestID)
+	opt(str(12), e.Rule)
+	opt(str(13), e.Reason)
+	code := b.Field(14).(*array.Int64Builder)
+	if e.ErrorCode != nil {
+		code.Append(*e.ErrorCode)
+	} else {
+		code.AppendNull()
+	}
+	lat := b.Field(15).(*array.Float64Builder)
+	if e.LatencyMS != nil {
+		lat.Append(*e.LatencyMS)
+	} else {
+		lat.AppendNull()
+	}
+	opt(str(16), e.ArgsHash)
+	keys := b.Field(17).(*array.ListBuilder)
+	if len(e.ArgKeys) > 0 {
+		keys.Append(true)
+		kv := keys.ValueBuilder().(*array.StringBuilder)
+		for _, k := range e.ArgKeys {
+			kv.Append(k)
+		}
+	} else {
+		keys.AppendNull()
+	}
+	opt(str(18), string(e.Args))
+	opt(str(19), e.PolicyVersion)
+	attrs := b.Field(20).(*array.MapBuilder)
+	if len(e.Attrs) > 0 {
+		attrs.Append(true)
+		ks := make([]string, 0, len(e.Attrs))
+		for k := range e.Attrs {
+			ks = append(ks, k)
+		}
+		sort.Strings(ks)
+		ak, av := attrs.KeyBuilder().(*array.StringBuilder), attrs.ItemBuilder().(*array.StringBuilder)
+		for _, k := range ks {
+			ak.Append(k)
+			av.Append(e.Attrs[k])
+		}
+	} else {
+		attrs.AppendNull()
+	}
 }

@@ -45,8 +45,9 @@ var Defaults = map[string]any{
 	"nats.tls.cert":               "",
 	"nats.tls.key":                "",
 	"nats.stream_max_age":         "7d",
-	"ingest.batch_size":           5000,
-	"ingest.flush_interval":       "1s",
+	"ingest.batch_size":           122880,
+	"ingest.fetch_size":           4096,
+	"ingest.flush_interval":       "2s",
 	"ingest.max_event_bytes":      65536,
 	"ingest.store_args":           false,
 	"http.listen":                 "127.0.0.1:8474",
@@ -107,6 +108,7 @@ type NATS struct {
 // Ingest is ingest.*.
 type Ingest struct {
 	BatchSize     int
+	FetchSize     int
 	FlushInterval time.Duration
 	MaxEventBytes int
 	StoreArgs     bool
@@ -213,7 +215,8 @@ func Load(v *viper.Viper) (*Config, error) {
 		StreamMaxAge: p.duration("nats.stream_max_age"),
 	}
 	c.Ingest = Ingest{
-		BatchSize: p.integer("ingest.batch_size", 1, 1_000_000), FlushInterval: p.duration("ingest.flush_interval"),
+		BatchSize: p.integer("ingest.batch_size", 1, 1_000_000), FetchSize: p.integer("ingest.fetch_size", 1, 100_000),
+		FlushInterval: p.duration("ingest.flush_interval"),
 		MaxEventBytes: p.integer("ingest.max_event_bytes", 1024, 64<<20), StoreArgs: p.boolean("ingest.store_args"),
 	}
 	c.HTTP = HTTP{Listen: p.str("http.listen", hostPort), Token: p.str("http.token", nil)}

@@ -186,7 +186,8 @@ func (s *CoreSource) store(ctx context.Context, dec *Decoder, msgs []Message) {
 		return
 	}
 	b := Batch{Events: out.Events, DeadLetters: out.Dead}
-	rep := BatchReport{Messages: len(msgs), Events: out.Events, Formats: out.Formats, Dead: out.Dead, Skipped: out.Skipped}
+	rep := BatchReport{Messages: len(msgs), Dead: out.Dead, Skipped: out.Skipped}
+	rep.count(out.Events, out.Formats, repeats(out.Events), false)
 	var bo backoff
 	for {
 		rep.Attempts++

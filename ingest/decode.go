@@ -34,6 +34,7 @@ type Decoder struct {
 	Workers int // parallel decoders; 1 when < 1
 
 	intercept audit.InterceptServers
+	results   []decodeResult // reused across calls: one fetch or file batch
 }
 
 type decodeResult struct {
@@ -45,7 +46,19 @@ type decodeResult struct {
 // applies the order-dependent steps (Intercept server resolution, dead-letter
 // routing) sequentially so the outcome does not depend on scheduling.
 func (d *Decoder) Decode(ctx context.Context, msgs []Message) (Decoded, error) {
-	results := make([]decodeResult, len(msgs))
+	out := Decoded{Events: make([]audit.Event, 0, len(msgs)), Formats: make([]audit.Format, 0, len(msgs))}
+	err := d.DecodeAppend(ctx, msgs, &out)
+	return out, err
+}
+
+// DecodeAppend is Decode appending to out, so that a batch assembled from
+// several fetches is not copied once per fetch.
+func (d *Decoder) DecodeAppend(ctx context.Context, msgs []Message, out *Decoded) error {
+	if cap(d.results) < len(msgs) {
+		d.results = make([]decodeResult, len(msgs))
+	}
+	results := d.results[:len(msgs)]
+	defer clear(results) // drop references to this call's payloads
 	workers := max(d.Workers, 1)
 	chunk := (len(msgs) + workers - 1) / max(workers, 1)
 	var wg sync.WaitGroup
@@ -61,10 +74,9 @@ func (d *Decoder) Decode(ctx context.Context, msgs []Message) (Decoded, error) {
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return Decoded{}, err
+		return err
 	}
 
-	out := Decoded{Events: make([]audit.Event, 0, len(msgs)), Formats: make([]audit.Format, 0, len(msgs))}
 	limit := d.Opts.MaxEventBytes
 	if limit <= 0 {
 		limit = audit.DefaultMaxEventBytes
@@ -87,7 +99,7 @@ func (d *Decoder) Decode(ctx context.Context, msgs []Message) (Decoded, error) {
 			out.Skipped++
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // DecodeMessages decodes one self-contained slice of messages with a fresh

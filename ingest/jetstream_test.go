@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -307,9 +309,10 @@ func (s *gateSink) Append(ctx context.Context, b Batch) (Result, error) {
 }
 
 // A delivery that never reaches the source (here: taken by another fetcher
-// while a batch is being stored) must not be acknowledged by a later AckAll
-// or passed over by the checkpoint: the source notices the gap in delivery
-// sequences and rewinds the consumer.
+// while the source is stuck storing a batch, holding the fetches it made
+// meanwhile) must not be acknowledged by a later AckAll or passed over by the
+// checkpoint: the source notices the gap in delivery sequences and rewinds
+// the consumer.
 func TestJetStreamLostDeliveryRewinds(t *testing.T) {
 	_, js := jsServer(t)
 	c := jsSetup(t, js, time.Hour)
@@ -317,11 +320,18 @@ func TestJetStreamLostDeliveryRewinds(t *testing.T) {
 	sink := &gateSink{entered: make(chan struct{}), release: make(chan struct{})}
 	var errs sync.Map
 	runSource(t, &JetStreamSource{
-		Consumer: c, JS: js, Sink: sink, BatchSize: 50, MaxWait: 100 * time.Millisecond,
+		Consumer: c, JS: js, Sink: sink, BatchSize: 5, MaxWait: time.Second,
 		OnError: func(stage string, err error) { errs.Store(err.Error(), stage) },
 	})
+	// The first batch is held in the sink; the fetcher goes on with two
+	// fetches (one queued, one in hand) and then waits.
 	<-sink.entered
-	jsPublish(t, js, 5, 10)
+	jsPublish(t, js, 5, 15)
+	require.Eventually(t, func() bool {
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumAckPending == 15
+	}, 5*time.Second, 10*time.Millisecond)
+	jsPublish(t, js, 15, 20)
 	b, err := c.Fetch(3, jetstream.FetchMaxWait(time.Second))
 	require.NoError(t, err)
 	stolen := 0
@@ -331,10 +341,13 @@ func TestJetStreamLostDeliveryRewinds(t *testing.T) {
 	require.Equal(t, 3, stolen)
 	close(sink.release)
 
-	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 10 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 20 }, 10*time.Second, 20*time.Millisecond)
 	waitDrained(t, c)
-	n, _ := sink.count()
-	assert.Equal(t, 10, n)
+	sink.mu.Lock()
+	for i, e := range sink.events {
+		assert.Equal(t, fmt.Sprintf("e%06d", i), e.ID)
+	}
+	sink.mu.Unlock()
 	gap := false
 	errs.Range(func(k, v any) bool {
 		gap = gap || strings.Contains(k.(string), "was lost")
@@ -343,13 +356,16 @@ func TestJetStreamLostDeliveryRewinds(t *testing.T) {
 	assert.True(t, gap, "the gap was not reported")
 }
 
-// With Prefetch the next fetch overlaps storing; every message is still
-// stored once, in order, and acknowledged.
-func TestJetStreamPrefetchExactlyOnce(t *testing.T) {
+// Batches fill from several fetches while the previous one is stored; every
+// message is still stored once, in order, and acknowledged.
+func TestJetStreamPipelineExactlyOnce(t *testing.T) {
 	_, js := jsServer(t)
 	c := jsSetup(t, js, time.Hour)
 	sink := &memSink{}
-	runSource(t, &JetStreamSource{Consumer: c, JS: js, Sink: sink, BatchSize: 64, MaxWait: 50 * time.Millisecond, Prefetch: true})
+	var mu sync.Mutex
+	var sizes []int
+	runSource(t, &JetStreamSource{Consumer: c, JS: js, Sink: sink, BatchSize: 64, FetchSize: 16, MaxWait: time.Second,
+		OnBatch: func(r BatchReport) { mu.Lock(); sizes = append(sizes, r.Messages); mu.Unlock() }})
 	jsPublish(t, js, 0, 1000)
 	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 1000 }, 20*time.Second, 20*time.Millisecond)
 	waitDrained(t, c)
@@ -359,4 +375,55 @@ func TestJetStreamPrefetchExactlyOnce(t *testing.T) {
 		require.Equal(t, fmt.Sprintf("e%06d", i), e.ID)
 	}
 	assert.Equal(t, uint64(1000), sink.cp["MCP_AUDIT/mcptrail"])
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Greater(t, slices.Max(sizes), 16, "batches should span several fetches")
+	assert.LessOrEqual(t, slices.Max(sizes), 64)
+}
+
+// firstFailSink refuses every batch that holds the event first.
+type firstFailSink struct {
+	memSink
+	first    string
+	attempts atomic.Int64
+}
+
+func (s *firstFailSink) Append(ctx context.Context, b Batch) (Result, error) {
+	if len(b.Events) > 0 && b.Events[0].ID == s.first {
+		s.attempts.Add(1)
+		return Result{}, errors.New("disk full")
+	}
+	return s.memSink.Append(ctx, b)
+}
+
+// A batch abandoned unstored at shutdown: the messages fetched behind it
+// must not be stored either, or their checkpoint would pass over the
+// abandoned messages and they would be skipped on redelivery.
+func TestJetStreamShutdownStoresNothingAfterAnAbandonedBatch(t *testing.T) {
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Hour)
+	jsPublish(t, js, 0, 10)
+	sink := &firstFailSink{first: "e000000"}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- (&JetStreamSource{Consumer: c, JS: js, Sink: sink, BatchSize: 5, MaxWait: time.Second,
+			ShutdownGrace: 100 * time.Millisecond}).Run(ctx)
+	}()
+	require.Eventually(t, func() bool {
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumAckPending == 10 && sink.attempts.Load() >= 2
+	}, 5*time.Second, 10*time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("source did not stop")
+	}
+	n, _ := sink.count()
+	assert.Zero(t, n, "nothing may be stored after an abandoned batch")
+	info, err := c.Info(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, uint64(0), info.AckFloor.Stream, "nothing may be acknowledged")
 }

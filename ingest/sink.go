@@ -34,7 +34,10 @@ type Checkpoint struct {
 // Batch is what a source hands to the Sink in one piece: stored in one
 // transaction, all or nothing.
 type Batch struct {
-	Events      []audit.Event
+	Events []audit.Event
+	// Staged, when set, holds the events instead of Events: a Staging made
+	// by the same Sink (see StagingSink).
+	Staged      Staging
 	DeadLetters []DeadLetter
 	Checkpoint  *Checkpoint // nil for sources without positions (files, core NATS)
 }
@@ -51,6 +54,26 @@ func (r *Result) Add(r2 Result) {
 	r.Ingested += r2.Ingested
 	r.Duplicates += r2.Duplicates
 	r.Rejected += r2.Rejected
+}
+
+// Staging holds a batch's events in a sink's own compact form (for DuckDB:
+// Arrow columns), filled as they are decoded, so that a large batch does
+// not sit in memory as Go structs for the garbage collector to scan.
+type Staging interface {
+	// Add copies events in and sets repeat[i] (when repeat is not nil) for
+	// each event whose id is already held: repeats are not stored.
+	Add(events []audit.Event, repeat []bool)
+	// Len is the number of events held, repeats left out.
+	Len() int
+	// Release frees the staging; it is not used afterwards.
+	Release()
+}
+
+// StagingSink is a Sink that can stage a batch as it is assembled.
+type StagingSink interface {
+	Sink
+	// NewStaging returns an empty Staging sized for about capacity events.
+	NewStaging(capacity int) Staging
 }
 
 // Sink stores batches. analytics.Store implements it.

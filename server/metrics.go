@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/ingest"
 )
 
@@ -142,8 +141,6 @@ func (m *metrics) server(s string) string {
 	return s
 }
 
-type labelKey struct{ format, server string }
-
 // observe counts one stored batch. Append reports only totals, so when it
 // found duplicates the split by label is exact for repeats within the batch
 // and proportional for ids stored by earlier batches (rare: publishers'
@@ -156,75 +153,42 @@ func (m *metrics) observe(rep ingest.BatchReport, subjectPrefix string) {
 	m.skipped.Add(float64(rep.Skipped))
 	m.redelivered.Add(float64(rep.Redelivered))
 
-	for i := range rep.RedeliveredEvents {
-		m.duplicates.WithLabelValues(formatOf(rep.RedeliveredFormats, i), m.server(rep.RedeliveredEvents[i].Server)).Inc()
-	}
 	for _, d := range rep.Dead {
 		m.rejected.WithLabelValues(d.Format, m.server(serverFromSubject(d.Source, subjectPrefix)), d.Reason).Inc()
 	}
 
-	counts := map[labelKey]int{}
-	var repeats map[labelKey]int
-	if rep.Result.Duplicates > 0 {
-		repeats = map[labelKey]int{}
-	}
-	var seen map[string]bool
-	if repeats != nil {
-		seen = make(map[string]bool, len(rep.Events))
-	}
-	for i := range rep.Events {
-		k := labelKey{formatOf(rep.Formats, i), rep.Events[i].Server}
-		if seen != nil {
-			if seen[rep.Events[i].ID] {
-				repeats[k]++
-				continue
-			}
-			seen[rep.Events[i].ID] = true
-		}
-		counts[k]++
-	}
-	unique := 0
-	for _, n := range counts {
-		unique += n
-	}
-	stored := unique - rep.Result.Ingested // duplicates of earlier batches
-	keys := make([]labelKey, 0, len(counts))
-	for k := range counts {
+	// Events handed over that the store found already stored (Result says
+	// how many, not which) are spread over the labels in proportion.
+	keys := make([]ingest.EventLabel, 0, len(rep.Labels))
+	handed := 0
+	for k, c := range rep.Labels {
 		keys = append(keys, k)
+		handed += c.Handed
 	}
-	slices.SortFunc(keys, func(a, b labelKey) int {
-		return strings.Compare(a.format+"\x00"+a.server, b.format+"\x00"+b.server)
+	slices.SortFunc(keys, func(a, b ingest.EventLabel) int {
+		return strings.Compare(string(a.Format)+"\x00"+a.Server, string(b.Format)+"\x00"+b.Server)
 	})
-	left := stored
-	for i, k := range keys {
-		n := counts[k]
+	stored := handed - rep.Result.Ingested
+	left, unspread := stored, handed
+	for _, k := range keys {
+		c := rep.Labels[k]
 		dup := 0
-		if stored > 0 {
-			dup = n * stored / unique
-			if i == len(keys)-1 {
-				dup = left
+		if stored > 0 && c.Handed > 0 {
+			dup = c.Handed * stored / handed
+			if unspread -= c.Handed; unspread == 0 {
+				dup = left // the last label with handed events takes the rest
 			}
-			dup = min(dup, n, left)
+			dup = min(dup, c.Handed, left)
 			left -= dup
 		}
-		srv := m.server(k.server)
-		m.ingested.WithLabelValues(k.format, srv).Add(float64(n - dup))
-		if d := dup + repeats[k]; d > 0 {
-			m.duplicates.WithLabelValues(k.format, srv).Add(float64(d))
+		srv := m.server(k.Server)
+		if c.Handed > 0 {
+			m.ingested.WithLabelValues(string(k.Format), srv).Add(float64(c.Handed - dup))
+		}
+		if d := dup + c.Repeats + c.Redelivered; d > 0 {
+			m.duplicates.WithLabelValues(string(k.Format), srv).Add(float64(d))
 		}
 	}
-	for k, n := range repeats {
-		if counts[k] == 0 {
-			m.duplicates.WithLabelValues(k.format, m.server(k.server)).Add(float64(n))
-		}
-	}
-}
-
-func formatOf(fs []audit.Format, i int) string {
-	if i < len(fs) && fs[i] != "" {
-		return string(fs[i])
-	}
-	return string(audit.FormatAuto)
 }
 
 // serverFromSubject takes the server from mcp.audit.<server>; the payload is

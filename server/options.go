@@ -70,6 +70,7 @@ type Options struct {
 	StreamMaxBytes int64         // nats.stream_max_bytes: unlimited when <= 0
 
 	BatchSize     int           // ingest.batch_size
+	FetchSize     int           // ingest.fetch_size (JetStream)
 	FlushInterval time.Duration // ingest.flush_interval
 	Decode        audit.Options // ingest.max_event_bytes, ingest.store_args (Format auto)
 
@@ -89,9 +90,6 @@ type Options struct {
 	// AckEach acknowledges every message instead of one AckAll per batch
 	// (slower; kept for measurements). Not a config key.
 	AckEach bool
-	// Prefetch overlaps the next fetch with storing the current batch (up to
-	// two batches in memory). Not a config key yet.
-	Prefetch bool
 }
 
 func (o Options) withDefaults() Options {

@@ -188,6 +188,7 @@ func runJetStream(ctx context.Context, nc *nats.Conn, store *analytics.Store, op
 		Stream:    opts.Stream,
 		Durable:   opts.Consumer,
 		BatchSize: opts.BatchSize,
+		FetchSize: opts.FetchSize,
 		AckEach:   opts.AckEach,
 	}
 	if len(opts.Servers) > 0 {
@@ -214,11 +215,11 @@ func runJetStream(ctx context.Context, nc *nats.Conn, store *analytics.Store, op
 		Sink:          store,
 		CheckpointKey: opts.Stream + "/" + opts.Consumer,
 		BatchSize:     opts.BatchSize,
+		FetchSize:     opts.FetchSize,
 		MaxWait:       opts.FlushInterval,
 		Decode:        opts.Decode,
 		Workers:       ingest.DefaultDecodeWorkers,
 		AckEach:       opts.AckEach,
-		Prefetch:      opts.Prefetch,
 		Log:           log.With("component", "ingest"),
 		Started:       markReady,
 		OnBatch:       func(r ingest.BatchReport) { m.observe(r, prefix) },

@@ -267,10 +267,24 @@ func TestServeStartupIngestDedupAndMetrics(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 	assert.Equal(t, 2500, queryInt(t, store, `SELECT count(DISTINCT id) FROM calls`))
 
+	// Payloads that repeat an event id under new message ids: once stored
+	// (ev-0000007), once repeated within one batch (ev-x, published twice
+	// in a row, lands in one fetch). Both count as duplicates.
+	for _, id := range []string{"ev-0000007", "ev-x", "ev-x"} {
+		payload := fmt.Appendf(nil, `{"id":%q,"ts":"2026-01-02T03:04:05.007Z","server":"proxmox-mcp","tool":"vm_list","decision":"allowed"}`, id)
+		_, err = js.Publish(context.Background(), "mcp.audit.proxmox-mcp", payload)
+		require.NoError(t, err)
+	}
+	waitCount(t, store, `SELECT count(*) FROM calls`, 2501)
+	require.Eventually(t, func() bool {
+		_, body := d.get(t, "/metrics", "")
+		return strings.Contains(body, `mcptrail_events_duplicate_total{format="native",server="proxmox-mcp"} 2`)
+	}, 10*time.Second, 20*time.Millisecond)
+
 	code, body := d.get(t, "/metrics", "")
 	require.Equal(t, http.StatusOK, code)
 	for _, want := range []string{
-		`mcptrail_events_ingested_total{format="native",server="proxmox-mcp"} 2500`,
+		`mcptrail_events_ingested_total{format="native",server="proxmox-mcp"} 2501`,
 		`mcptrail_events_rejected_total{format="auto",reason="malformed_json",server="broken"} 1`,
 		`mcptrail_batch_messages_count`,
 		`mcptrail_commit_seconds_bucket`,

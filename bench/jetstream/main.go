@@ -44,11 +44,11 @@ func main() {
 	httpAddr := fs.String("http", "127.0.0.1:8474", "serve's http.listen")
 	count := fs.Int("count", 1_000_000, "messages to wait for")
 	pid := fs.Int("pid", 0, "serve's process id (for its peak RSS)")
-	batch := fs.Int("batch", ingest.DefaultBatchSize, "fetch batch size")
+	batch := fs.Int("batch", ingest.DefaultBatchSize, "messages per transaction (inproc)")
+	fetch := fs.Int("fetch", ingest.DefaultFetchSize, "messages per fetch")
 	ackEach := fs.Bool("ack-each", false, "acknowledge every message instead of AckAll per batch")
 	db := fs.String("db", "", "database file (inproc)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile (inproc)")
-	prefetch := fs.Bool("prefetch", false, "overlap the next fetch with storing (inproc)")
 	_ = fs.Parse(os.Args[2:])
 
 	var err error
@@ -58,9 +58,9 @@ func main() {
 	case "watch":
 		err = watch(*httpAddr, *count, *pid)
 	case "discard":
-		err = discard(*store, *listen, *count, *batch, *ackEach)
+		err = discard(*store, *listen, *count, *fetch, *ackEach)
 	case "inproc":
-		err = inproc(*store, *listen, *db, *count, *batch, *cpuprofile, *prefetch)
+		err = inproc(*store, *listen, *db, *count, *batch, *fetch, *cpuprofile)
 	default:
 		err = fmt.Errorf("unknown mode %q", os.Args[1])
 	}
@@ -211,7 +211,7 @@ func rss(pid int, key string) int {
 
 // discard drains the stream with its own durable consumer using the same
 // fetch and ack pattern as the daemon, and throws the messages away.
-func discard(store, listen string, n, batch int, ackEach bool) error {
+func discard(store, listen string, n, fetch int, ackEach bool) error {
 	ns, nc, js, err := embedded(store, listen)
 	if err != nil {
 		return err
@@ -223,7 +223,7 @@ func discard(store, listen string, n, batch int, ackEach bool) error {
 		name = "discard-each"
 	}
 	_ = js.DeleteConsumer(ctx, "MCP_AUDIT", name)
-	c, err := ingest.EnsureConsumer(ctx, js, ingest.ConsumerSpec{Stream: "MCP_AUDIT", Durable: name, BatchSize: batch, AckEach: ackEach})
+	c, err := ingest.EnsureConsumer(ctx, js, ingest.ConsumerSpec{Stream: "MCP_AUDIT", Durable: name, BatchSize: fetch, FetchSize: fetch, AckEach: ackEach})
 	if err != nil {
 		return err
 	}
@@ -231,7 +231,7 @@ func discard(store, listen string, n, batch int, ackEach bool) error {
 	start := time.Now()
 	got := 0
 	for got < n {
-		b, err := c.Fetch(batch, jetstream.FetchMaxWait(time.Second))
+		b, err := c.Fetch(fetch, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			return err
 		}
@@ -264,7 +264,7 @@ func discard(store, listen string, n, batch int, ackEach bool) error {
 
 // inproc runs the daemon in this process against a fresh database and times
 // the drain, optionally under the CPU profiler.
-func inproc(store, listen, db string, n, batch int, profile string, prefetch bool) error {
+func inproc(store, listen, db string, n, batch, fetch int, profile string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st, err := analytics.Open(ctx, db, analytics.Options{})
@@ -282,7 +282,7 @@ func inproc(store, listen, db string, n, batch int, profile string, prefetch boo
 		httpAddr = l.Addr().String()
 		l.Close()
 	}
-	opts := server.Options{EmbeddedListen: listen, EmbeddedStoreDir: store, JetStream: true, HTTPListen: httpAddr, BatchSize: batch, Prefetch: prefetch}
+	opts := server.Options{EmbeddedListen: listen, EmbeddedStoreDir: store, JetStream: true, HTTPListen: httpAddr, BatchSize: batch, FetchSize: fetch}
 	done := make(chan error, 1)
 	log := slog.New(slog.DiscardHandler)
 	if os.Getenv("DEBUG") != "" {

@@ -35,7 +35,7 @@ SIGINT or SIGTERM stops it gracefully.`,
 			// The daemon runs for weeks at any volume: keep DuckDB's buffers and
 			// the Go heap small (measured peak RSS with these limits: see README).
 			softMemoryLimit(256 << 20)
-			store, err := analytics.Open(cmd.Context(), a.cfg.Storage.Path, analytics.Options{MemoryLimit: "256MB"})
+			store, err := analytics.Open(cmd.Context(), a.cfg.Storage.Path, analytics.Options{MemoryLimit: "256MB", ReturnMemory: true})
 			if err != nil {
 				if errors.Is(err, analytics.ErrLocked) {
 					return fmt.Errorf("%w: another mcptrail (serve or ingest) holds it; stop it or set storage.path", err)
@@ -73,7 +73,7 @@ func (a *app) serverOptions() server.Options {
 		Servers: c.NATS.Servers, Queue: c.NATS.Queue, Creds: c.NATS.Creds, NKey: c.NATS.NKey, Token: c.NATS.Token,
 		User: c.NATS.User, Password: c.NATS.Password,
 		TLS:          server.TLS{CA: c.NATS.TLSCA, Cert: c.NATS.TLSCert, Key: c.NATS.TLSKey},
-		StreamMaxAge: c.NATS.StreamMaxAge, BatchSize: c.Ingest.BatchSize, FlushInterval: c.Ingest.FlushInterval,
+		StreamMaxAge: c.NATS.StreamMaxAge, BatchSize: c.Ingest.BatchSize, FetchSize: c.Ingest.FetchSize, FlushInterval: c.Ingest.FlushInterval,
 		Decode:     audit.Options{MaxEventBytes: c.Ingest.MaxEventBytes, StoreArgs: c.Ingest.StoreArgs},
 		HTTPListen: c.HTTP.Listen, HTTPToken: c.HTTP.Token,
 	}
