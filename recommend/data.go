@@ -323,8 +323,7 @@ func (q query) pollPeaks(ctx context.Context, tool, scope string, windows []stri
 	if err := loadExcluded(ctx, conn, runaway); err != nil {
 		return nil, nil, err
 	}
-	done := q.timed("peaks " + tool)
-	defer done()
+	defer q.timed("peaks " + tool)()
 	if _, err := conn.ExecContext(ctx, `
 CREATE OR REPLACE TEMP TABLE poll_minutes AS
 WITH c AS (
