@@ -47,10 +47,12 @@ const (
 	DefaultMaxWait      = 2 * time.Second
 	DefaultStreamMaxAge = 7 * 24 * time.Hour
 	// DefaultDuplicates is the stream's Nats-Msg-Id window. JetStream keeps
-	// every id published within it in memory (about 120 bytes each, plus GC
-	// headroom), so memory grows with publish rate x window: 30 s covers a
-	// gateway's retries, and the store's id de-duplication catches the rest.
-	DefaultDuplicates    = 30 * time.Second
+	// every id published within it in memory (about 200 bytes each with GC
+	// headroom), in the daemon's own heap when the server is embedded, so
+	// memory grows with publish rate x window: 10 s covers a gateway's
+	// retry after a publish timeout (5 s by default) and costs about 100 MiB
+	// at 50k events/s; the store's id de-duplication catches the rest.
+	DefaultDuplicates    = 10 * time.Second
 	DefaultAckWait       = time.Minute
 	DefaultDecodeWorkers = 2
 )
@@ -321,13 +323,12 @@ func (s *JetStreamSource) defaults() {
 // it holds (within ShutdownGrace) and returns nil. It returns an error only
 // when it cannot start (the checkpoint cannot be read).
 //
-// Fetching and decoding overlap (a fetcher goroutine pulls the next
-// messages while the last ones are decoded), but nothing more is fetched
-// while a batch is stored beyond the one fetch the fetcher holds: memory is
-// bounded by one batch and two fetches. Overlapping the commit with filling
-// the next batch was measured: it cost a third more CPU per event (the
-// garbage collector scanning two batches under the daemon's memory limit)
-// and RSS over 512 MiB, for no gain on 2 cores.
+// Fetching, decoding and storing overlap: a fetcher goroutine pulls the
+// next messages while the last ones are decoded and staged, and one batch
+// fills while the previous one is committed. Memory is bounded by two
+// staged batches (Arrow columns, about 30 MB each for 122,880 events) and
+// two fetches; a full batch waits until the previous one is stored and
+// acknowledged, so commits and acknowledgements stay in stream order.
 func (s *JetStreamSource) Run(ctx context.Context) error {
 	s.defaults()
 	cp, err := s.Sink.Checkpoint(ctx, s.CheckpointKey)
@@ -354,6 +355,7 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 	}
 
 	p := &pipeline{src: s, dec: &Decoder{Opts: s.Decode, Workers: s.Workers}, cp: cp}
+	defer p.wait()
 	var bo backoff
 	for ctx.Err() == nil {
 		// One fetcher per contiguous run of deliveries: a gap or a fetch
@@ -365,6 +367,9 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 			break // ctx ended
 		}
 		p.drop() // unacknowledged: redelivered after the rewind
+		if !p.wait() {
+			return nil
+		}
 		var gap *gapError
 		switch {
 		case errors.As(err, &gap):
@@ -450,16 +455,25 @@ func (p *pipeline) fill(ctx context.Context, fetches <-chan fetchResult) error {
 	}
 }
 
-// pipeline assembles batches from fetches and stores them.
+// pipeline assembles batches from fetches and stores them, one batch
+// filling while the previous one is stored.
 type pipeline struct {
 	src     *JetStreamSource
 	dec     *Decoder
 	scratch Decoded // one fetch's decoded events, reused
 	repeat  []bool  // which of them repeat an id of the batch
 	filling *filling
-	// cp is the highest stream sequence stored: messages at or below it are
-	// redeliveries.
+	storing *storing
+	// cp is the highest stream sequence handed to the Sink (or stored
+	// before this run): messages at or below it are redeliveries.
 	cp uint64
+}
+
+// storing is a batch handed to the Sink; done closes when it is stored and
+// acknowledged, or abandoned (ok false) at shutdown.
+type storing struct {
+	done chan struct{}
+	ok   bool
 }
 
 // filling is a batch being assembled from successive fetches.
@@ -551,18 +565,41 @@ func (p *pipeline) drop() {
 	}
 }
 
-// flush stores and acknowledges the filling batch. false when it was
-// abandoned unstored at shutdown.
+// flush waits until the batch being stored is done, then starts storing
+// the filling one. false when the previous batch was abandoned (shutdown):
+// nothing after it may be stored or acknowledged, or its messages would
+// fall below the checkpoint unstored.
 func (p *pipeline) flush(ctx context.Context) bool {
+	if !p.wait() {
+		return false
+	}
 	f := p.filling
 	if f == nil {
 		return true
 	}
 	p.filling = nil
-	if !p.src.store(ctx, f, p.cp) {
+	st := &storing{done: make(chan struct{})}
+	p.storing = st
+	cp := p.cp
+	p.cp = max(p.cp, f.maxSeq)
+	go func() {
+		defer close(st.done)
+		st.ok = p.src.store(ctx, f, cp)
+	}()
+	return true
+}
+
+// wait waits for the batch being stored; false when it was abandoned.
+func (p *pipeline) wait() bool {
+	st := p.storing
+	if st == nil {
+		return true
+	}
+	<-st.done
+	if !st.ok {
 		return false
 	}
-	p.cp = max(p.cp, f.maxSeq)
+	p.storing = nil
 	return true
 }
 

@@ -309,10 +309,10 @@ func (s *gateSink) Append(ctx context.Context, b Batch) (Result, error) {
 }
 
 // A delivery that never reaches the source (here: taken by another fetcher
-// while the source is stuck storing a batch, holding the fetches it made
-// meanwhile) must not be acknowledged by a later AckAll or passed over by the
-// checkpoint: the source notices the gap in delivery sequences and rewinds
-// the consumer.
+// while the source is stuck storing a batch, holding the next batch and the
+// fetches it made meanwhile) must not be acknowledged by a later AckAll or
+// passed over by the checkpoint: the source notices the gap in delivery
+// sequences and rewinds the consumer.
 func TestJetStreamLostDeliveryRewinds(t *testing.T) {
 	_, js := jsServer(t)
 	c := jsSetup(t, js, time.Hour)
@@ -323,15 +323,16 @@ func TestJetStreamLostDeliveryRewinds(t *testing.T) {
 		Consumer: c, JS: js, Sink: sink, BatchSize: 5, MaxWait: time.Second,
 		OnError: func(stage string, err error) { errs.Store(err.Error(), stage) },
 	})
-	// The first batch is held in the sink; the fetcher goes on with two
-	// fetches (one queued, one in hand) and then waits.
+	// The first batch is held in the sink; the second fills and waits for
+	// it, and the fetcher goes on with two fetches (one queued, one in hand)
+	// and then waits.
 	<-sink.entered
-	jsPublish(t, js, 5, 15)
+	jsPublish(t, js, 5, 20)
 	require.Eventually(t, func() bool {
 		info, err := c.Info(context.Background())
-		return err == nil && info.NumAckPending == 15
+		return err == nil && info.NumAckPending == 20
 	}, 5*time.Second, 10*time.Millisecond)
-	jsPublish(t, js, 15, 20)
+	jsPublish(t, js, 20, 25)
 	b, err := c.Fetch(3, jetstream.FetchMaxWait(time.Second))
 	require.NoError(t, err)
 	stolen := 0
@@ -341,7 +342,7 @@ func TestJetStreamLostDeliveryRewinds(t *testing.T) {
 	require.Equal(t, 3, stolen)
 	close(sink.release)
 
-	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 20 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 25 }, 10*time.Second, 20*time.Millisecond)
 	waitDrained(t, c)
 	sink.mu.Lock()
 	for i, e := range sink.events {
@@ -396,9 +397,9 @@ func (s *firstFailSink) Append(ctx context.Context, b Batch) (Result, error) {
 	return s.memSink.Append(ctx, b)
 }
 
-// A batch abandoned unstored at shutdown: the messages fetched behind it
-// must not be stored either, or their checkpoint would pass over the
-// abandoned messages and they would be skipped on redelivery.
+// A batch abandoned unstored at shutdown: the batch filling behind it must
+// not be stored either, or its checkpoint would pass over the abandoned
+// messages and they would be skipped on redelivery.
 func TestJetStreamShutdownStoresNothingAfterAnAbandonedBatch(t *testing.T) {
 	_, js := jsServer(t)
 	c := jsSetup(t, js, time.Hour)
