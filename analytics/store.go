@@ -42,6 +42,11 @@ type Options struct {
 	// allocated over 16 MB), so that a long-running daemon's RSS follows
 	// its work: measured 450 instead of 510 MiB while draining a backlog.
 	ReturnMemory bool
+	// IngestThreads, when > 0, runs DuckDB on this many threads except while
+	// a Boost is held. A daemon's appends share 2 cores with NATS and
+	// decoding: on one DuckDB thread they were measured 1.4x faster than on
+	// two, with a third less CPU per row.
+	IngestThreads int
 }
 
 // Store is one DuckDB database file. Appends are serialised on one dedicated
@@ -54,6 +59,13 @@ type Store struct {
 	mu     sync.Mutex // guards the write connection and its staging table
 	wconn  *sql.Conn
 	closed bool
+
+	// threads: DuckDB's own default (all cores) and the ingest setting;
+	// boosts counts the Boosts held.
+	boostMu       sync.Mutex
+	boosts        int
+	queryThreads  int
+	ingestThreads int
 }
 
 // Open opens (creating if needed) the database at path and migrates its schema.
@@ -104,7 +116,17 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("open database %s: %s: %w", path, q, err)
 		}
 	}
-	s := &Store{path: path, readOnly: opts.ReadOnly, db: db}
+	s := &Store{path: path, readOnly: opts.ReadOnly, db: db, ingestThreads: opts.IngestThreads}
+	if s.ingestThreads > 0 {
+		if err := db.QueryRowContext(ctx, "SELECT current_setting('threads')").Scan(&s.queryThreads); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("open database %s: read threads: %w", path, err)
+		}
+		if err := s.setThreads(ctx, s.ingestThreads); err != nil {
+			_ = db.Close()
+			return nil, err
+		}
+	}
 	if !opts.ReadOnly {
 		if err := migrate(ctx, db); err != nil {
 			_ = db.Close()
@@ -141,6 +163,37 @@ func (s *Store) openWriter(ctx context.Context) error {
 		return fmt.Errorf("open write connection: %w", err)
 	}
 	s.wconn = conn
+	return nil
+}
+
+// Boost gives DuckDB all its threads (see Options.IngestThreads) until
+// done is called: for queries and reports inside the daemon. Appends that
+// run meanwhile use them too.
+func (s *Store) Boost(ctx context.Context) (done func()) {
+	if s.ingestThreads <= 0 {
+		return func() {}
+	}
+	s.boostMu.Lock()
+	defer s.boostMu.Unlock()
+	if s.boosts++; s.boosts == 1 {
+		if err := s.setThreads(ctx, s.queryThreads); err != nil {
+			s.boosts--
+			return func() {} // the query just runs on fewer threads
+		}
+	}
+	return sync.OnceFunc(func() {
+		s.boostMu.Lock()
+		defer s.boostMu.Unlock()
+		if s.boosts--; s.boosts == 0 {
+			_ = s.setThreads(context.WithoutCancel(ctx), s.ingestThreads)
+		}
+	})
+}
+
+func (s *Store) setThreads(ctx context.Context, n int) error {
+	if _, err := s.db.ExecContext(ctx, fmt.Sprintf("SET threads = %d", n)); err != nil {
+		return fmt.Errorf("set DuckDB threads to %d: %w", n, err)
+	}
 	return nil
 }
 

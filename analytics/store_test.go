@@ -226,3 +226,30 @@ func TestQueryBindsParameters(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, [][]any{{int64(0)}}, rows)
 }
+
+// A daemon's store appends on IngestThreads; Boosts (nested) give queries
+// DuckDB's default threads and hand them back when the last one ends.
+func TestBoostLendsAllThreadsWhileHeld(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "t.duckdb"), Options{IngestThreads: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	threads := func() int { return count(t, s, `SELECT current_setting('threads')`) }
+	if s.queryThreads <= 1 {
+		t.Skip("DuckDB runs one thread on this machine: nothing to lend")
+	}
+	assert.Equal(t, 1, threads())
+	done1 := s.Boost(ctx)
+	assert.Equal(t, s.queryThreads, threads())
+	done2 := s.Boost(ctx)
+	done1()
+	done1() // idempotent
+	assert.Equal(t, s.queryThreads, threads(), "still held by the second")
+	done2()
+	assert.Equal(t, 1, threads())
+
+	plain := openTemp(t)
+	before := count(t, plain, `SELECT current_setting('threads')`)
+	plain.Boost(ctx)()
+	assert.Equal(t, before, count(t, plain, `SELECT current_setting('threads')`), "no IngestThreads: untouched")
+}

@@ -41,7 +41,11 @@ func (a *app) scheduleReports(store *analytics.Store, schedules []report.Schedul
 				return nc.FlushTimeout(5 * time.Second)
 			},
 		}
-		(&report.Scheduler{Schedules: schedules, Run: runner.RunSchedule, Log: log}).Start(ctx)
+		run := func(ctx context.Context, s report.Schedule, now time.Time) error {
+			defer store.Boost(ctx)()
+			return runner.RunSchedule(ctx, s, now)
+		}
+		(&report.Scheduler{Schedules: schedules, Run: run, Log: log}).Start(ctx)
 	}
 }
 

@@ -34,8 +34,8 @@ SIGINT or SIGTERM stops it gracefully.`,
 			}
 			// The daemon runs for weeks at any volume: keep DuckDB's buffers and
 			// the Go heap small (measured peak RSS with these limits: see README).
-			softMemoryLimit(256 << 20)
-			store, err := analytics.Open(cmd.Context(), a.cfg.Storage.Path, analytics.Options{MemoryLimit: "256MB", ReturnMemory: true})
+			softMemoryLimit(192 << 20)
+			store, err := analytics.Open(cmd.Context(), a.cfg.Storage.Path, analytics.Options{MemoryLimit: "256MB", ReturnMemory: true, IngestThreads: 1})
 			if err != nil {
 				if errors.Is(err, analytics.ErrLocked) {
 					return fmt.Errorf("%w: another mcptrail (serve or ingest) holds it; stop it or set storage.path", err)
@@ -99,6 +99,7 @@ func runInDaemon(ctx context.Context, store *analytics.Store, args []string, std
 		fmt.Fprintf(stderr, "mcptrail: the daemon does not run %q\n", name)
 		return exitUsage
 	}
+	defer store.Boost(ctx)()
 	a := &app{stdout: stdout, stderr: stderr, stdin: nil, store: store}
 	return a.execute(ctx, args)
 }
