@@ -3,6 +3,7 @@ package audit
 import (
 	"crypto/sha256"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Kind says what a decoded line is.
@@ -76,8 +77,14 @@ func Decode(line []byte, opts Options) (Result, error) {
 		return Result{Format: opts.Format}, reject(ReasonNotUTF8,
 			"invalid UTF-8 at byte %d: the payload must be UTF-8 encoded JSON", invalidUTF8At(b))
 	}
-	// One copy of the line: every string of the event is a substring of it.
-	src := string(b)
+	// One copy of the line (or the line itself, borrowed): every string of
+	// the event is a substring of it.
+	var src string
+	if opts.Borrow {
+		src = unsafe.String(unsafe.SliceData(b), len(b))
+	} else {
+		src = string(b)
+	}
 	var buf [32]field
 	fs, err := parseTop(src, buf[:0])
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -267,4 +268,21 @@ func TestParseTime(t *testing.T) {
 		_, err := parseTime(v)
 		assert.Error(t, err, v)
 	}
+}
+
+// Borrow decodes the same event without copying the payload: its strings
+// point into the payload itself.
+func TestDecodeBorrowAliasesThePayload(t *testing.T) {
+	line := []byte(`{"id":"evt-1","ts":"2026-11-03T10:00:00Z","server":"proxmox-mcp","tool":"vm_list","decision":"allowed","session":"s-1"}`)
+	copied, err := Decode(line, Options{})
+	require.NoError(t, err)
+	borrowed, err := Decode(line, Options{Borrow: true})
+	require.NoError(t, err)
+	assert.Equal(t, copied, borrowed)
+	inLine := func(s string) bool {
+		p, lo := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(&line[0]))
+		return p >= lo && p < lo+uintptr(len(line))
+	}
+	assert.True(t, inLine(borrowed.Event.Tool), "borrowed strings alias the payload")
+	assert.False(t, inLine(copied.Event.Tool), "by default the event owns a copy")
 }

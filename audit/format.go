@@ -68,6 +68,10 @@ type Options struct {
 	// Intercept needs it most: its startup line records only the upstream
 	// command's base name (npx, python3) or URL.
 	Server string
+	// Borrow lets the event's strings alias the payload instead of a copy of
+	// it: for callers that never modify or reuse the payload afterwards
+	// (NATS messages, whose payloads the client allocates one by one).
+	Borrow bool
 }
 
 // withDefaults fills the zero fields of o.

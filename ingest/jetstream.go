@@ -354,7 +354,11 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 		s.Started()
 	}
 
-	p := &pipeline{src: s, dec: &Decoder{Opts: s.Decode, Workers: s.Workers}, cp: cp}
+	// Payloads are borrowed: the NATS client allocates each one, and nothing
+	// modifies them.
+	opts := s.Decode
+	opts.Borrow = true
+	p := &pipeline{src: s, dec: &Decoder{Opts: opts, Workers: s.Workers}, cp: cp}
 	defer p.wait()
 	var bo backoff
 	for ctx.Err() == nil {
