@@ -255,6 +255,10 @@ func (s *Store) Checkpoint(ctx context.Context, consumer string) (uint64, error)
 // batch's time range: a redelivered event carries its original ts, and the
 // range lets DuckDB skip row groups by their min/max ts instead of keeping a
 // unique index, which costs a third of the append throughput.
+// It is written as NOT IN (calls.id is NOT NULL): as an ANTI JOIN, DuckDB
+// built its hash table over the staged batch, all columns (60 MB for
+// 122,880 rows in duckdb_memory()); NOT IN hashes the stored ids in range,
+// which took the daemon from 86-90k to 95-108k events/s and 100 MiB less RSS.
 func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, error) {
 	var res ingest.Result
 	if s.readOnly {
@@ -294,7 +298,7 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 INSERT INTO calls
 SELECT `+stagedColumns+`, ?::TIMESTAMPTZ
 FROM `+staged+` s
-ANTI JOIN (SELECT id FROM calls WHERE ts BETWEEN ? AND ?) c ON s.id = c.id`, now, st.lo, st.hi)
+WHERE s.id NOT IN (SELECT id FROM calls WHERE ts BETWEEN ? AND ?)`, now, st.lo, st.hi)
 		release()
 		if err != nil {
 			return res, fmt.Errorf("append: insert calls: %w", err)
