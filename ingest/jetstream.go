@@ -26,7 +26,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mcptrail/mcptrail/audit"
@@ -199,8 +198,9 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSp
 		AckWait:       ackWait,
 		MaxDeliver:    -1, // never give up on a message: dropping one would lose an event
 		// The default (1000) would cap every fetch at 1000 messages; the
-		// source holds up to two batches unacknowledged, plus one fetch.
-		MaxAckPending: max(2*batch+fetch, 20000),
+		// source holds up to two batches unacknowledged, plus the client's
+		// two fetches in advance and one in hand.
+		MaxAckPending: max(2*batch+3*fetch, 20000),
 	}
 	switch len(spec.FilterSubjects) {
 	case 0:
@@ -397,24 +397,35 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 	return nil
 }
 
-// startFetcher pulls FetchSize messages at a time in its own goroutine, so
-// that transport and decoding overlap. It stops after an error
+// startFetcher pulls messages continuously in its own goroutine (the
+// client keeps pull requests for up to two fetches outstanding, so the
+// server never waits for the next request) and hands them on FetchSize at
+// a time, so that transport and decoding overlap. It stops after an error
 // (which it delivers) or when stop is called; stop waits for it.
 func (s *JetStreamSource) startFetcher(ctx context.Context) (<-chan fetchResult, func()) {
 	fctx, cancel := context.WithCancel(ctx)
 	out := make(chan fetchResult, 1)
 	done := make(chan struct{})
+	it, err := s.Consumer.Messages(jetstream.PullMaxMessages(2 * s.FetchSize))
+	if err != nil {
+		out <- fetchResult{err: fmt.Errorf("pull from consumer %s: %w", s.CheckpointKey, err)}
+		close(done)
+		return out, cancel
+	}
 	go func() {
 		defer close(done)
+		// Stopping drops what the client holds unprocessed: unacknowledged,
+		// it is redelivered after the rewind or a restart.
+		defer it.Stop()
 		for fctx.Err() == nil {
-			fr := s.timedFetch(s.FetchSize, s.MaxWait)
+			fr := s.nextFetch(fctx, it)
 			if len(fr.msgs) == 0 && fr.err == nil {
 				continue
 			}
 			select {
 			case out <- fr:
 			case <-fctx.Done():
-				return // unprocessed: redelivered after the rewind or a restart
+				return
 			}
 			if fr.err != nil {
 				return
@@ -422,6 +433,38 @@ func (s *JetStreamSource) startFetcher(ctx context.Context) (<-chan fetchResult,
 		}
 	}()
 	return out, func() { cancel(); <-done }
+}
+
+// fetchLinger is how long a fetch that has its first message waits for
+// more before it is handed on short of FetchSize.
+const fetchLinger = 50 * time.Millisecond
+
+// nextFetch takes up to FetchSize messages from it: it waits for the first
+// until ctx ends, then at most fetchLinger for the rest.
+func (s *JetStreamSource) nextFetch(ctx context.Context, it jetstream.MessagesContext) fetchResult {
+	m, err := it.Next(jetstream.NextContext(ctx))
+	if err != nil {
+		if ctx.Err() != nil {
+			err = nil
+		}
+		return fetchResult{err: err}
+	}
+	t0 := time.Now()
+	msgs := make([]jetstream.Msg, 1, s.FetchSize)
+	msgs[0] = m
+	lctx, cancel := context.WithTimeout(ctx, fetchLinger)
+	defer cancel()
+	for len(msgs) < s.FetchSize {
+		m, err := it.Next(jetstream.NextContext(lctx))
+		if err != nil {
+			if lctx.Err() != nil {
+				err = nil // lingered long enough, or shutting down
+			}
+			return fetchResult{msgs, err, time.Since(t0)}
+		}
+		msgs = append(msgs, m)
+	}
+	return fetchResult{msgs, nil, time.Since(t0)}
 }
 
 // fill adds fetches to the filling batch and hands batches over when they
@@ -613,12 +656,6 @@ type fetchResult struct {
 	took time.Duration
 }
 
-func (s *JetStreamSource) timedFetch(n int, wait time.Duration) fetchResult {
-	t0 := time.Now()
-	msgs, err := s.fetch(n, wait)
-	return fetchResult{msgs, err, time.Since(t0)}
-}
-
 func (s *JetStreamSource) fail(stage string, err error) {
 	s.Log.Error("jetstream ingest: "+stage+" failed", "err", err)
 	if s.OnError != nil {
@@ -671,26 +708,6 @@ func (s *JetStreamSource) resync(ctx context.Context) bool {
 	}
 	s.Log.Warn("waiting for the ack wait before fetching, so that unacknowledged messages come back first", "wait", ackWait)
 	return wait.Sleep(ctx, ackWait+time.Second)
-}
-
-// fetch pulls up to n messages: it returns when they arrived or wait passed,
-// with whatever arrived. The server ends the request at wait, after the last
-// message it delivered, so nothing delivered is left behind (a client-side
-// deadline could drop messages still in flight).
-func (s *JetStreamSource) fetch(n int, wait time.Duration) ([]jetstream.Msg, error) {
-	b, err := s.Consumer.Fetch(n, jetstream.FetchMaxWait(wait))
-	if err != nil {
-		return nil, err
-	}
-	msgs := make([]jetstream.Msg, 0, min(n, 1024))
-	for m := range b.Messages() {
-		msgs = append(msgs, m)
-	}
-	err = b.Error()
-	if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, nats.ErrTimeout) {
-		err = nil
-	}
-	return msgs, err
 }
 
 // gapError is a delivery sequence that does not follow the previous one.

@@ -292,58 +292,55 @@ func TestEnsureStreamUpdatesLimitsAndKeepsSubjects(t *testing.T) {
 	assert.Equal(t, uint64(1), info.State.Msgs)
 }
 
-// gateSink holds the first append until released.
-type gateSink struct {
-	memSink
-	once    sync.Once
-	entered chan struct{}
-	release chan struct{}
+// droppingConsumer loses one delivery between the server and the source,
+// as a client-side drop would.
+type droppingConsumer struct {
+	jetstream.Consumer
+	seq     uint64 // stream sequence to lose, once
+	dropped atomic.Bool
 }
 
-func (s *gateSink) Append(ctx context.Context, b Batch) (Result, error) {
-	s.once.Do(func() {
-		close(s.entered)
-		<-s.release
-	})
-	return s.memSink.Append(ctx, b)
+func (c *droppingConsumer) Messages(opts ...jetstream.PullMessagesOpt) (jetstream.MessagesContext, error) {
+	it, err := c.Consumer.Messages(opts...)
+	return &droppingIter{MessagesContext: it, c: c}, err
 }
 
-// A delivery that never reaches the source (here: taken by another fetcher
-// while the source is stuck storing a batch, holding the next batch and the
-// fetches it made meanwhile) must not be acknowledged by a later AckAll or
-// passed over by the checkpoint: the source notices the gap in delivery
-// sequences and rewinds the consumer.
+type droppingIter struct {
+	jetstream.MessagesContext
+	c *droppingConsumer
+}
+
+func (it *droppingIter) Next(opts ...jetstream.NextOpt) (jetstream.Msg, error) {
+	for {
+		m, err := it.MessagesContext.Next(opts...)
+		if err != nil {
+			return m, err
+		}
+		if md, err := m.Metadata(); err == nil && md.Sequence.Stream == it.c.seq && it.c.dropped.CompareAndSwap(false, true) {
+			continue
+		}
+		return m, nil
+	}
+}
+
+// A delivery that never reaches the source must not be acknowledged by a
+// later AckAll or passed over by the checkpoint: the source notices the gap
+// in delivery sequences, drops what it holds unstored and rewinds the
+// consumer, which delivers the lost message again.
 func TestJetStreamLostDeliveryRewinds(t *testing.T) {
 	_, js := jsServer(t)
 	c := jsSetup(t, js, time.Hour)
-	jsPublish(t, js, 0, 5)
-	sink := &gateSink{entered: make(chan struct{}), release: make(chan struct{})}
+	jsPublish(t, js, 0, 20)
+	lossy := &droppingConsumer{Consumer: c, seq: 8}
+	sink := &memSink{}
 	var errs sync.Map
 	runSource(t, &JetStreamSource{
-		Consumer: c, JS: js, Sink: sink, BatchSize: 5, MaxWait: time.Second,
+		Consumer: lossy, JS: js, Sink: sink, BatchSize: 5, FetchSize: 5, MaxWait: time.Second,
 		OnError: func(stage string, err error) { errs.Store(err.Error(), stage) },
 	})
-	// The first batch is held in the sink; the second fills and waits for
-	// it, and the fetcher goes on with two fetches (one queued, one in hand)
-	// and then waits.
-	<-sink.entered
-	jsPublish(t, js, 5, 20)
-	require.Eventually(t, func() bool {
-		info, err := c.Info(context.Background())
-		return err == nil && info.NumAckPending == 20
-	}, 5*time.Second, 10*time.Millisecond)
-	jsPublish(t, js, 20, 25)
-	b, err := c.Fetch(3, jetstream.FetchMaxWait(time.Second))
-	require.NoError(t, err)
-	stolen := 0
-	for range b.Messages() {
-		stolen++
-	}
-	require.Equal(t, 3, stolen)
-	close(sink.release)
-
-	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 25 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 20 }, 10*time.Second, 20*time.Millisecond)
 	waitDrained(t, c)
+	require.True(t, lossy.dropped.Load())
 	sink.mu.Lock()
 	for i, e := range sink.events {
 		assert.Equal(t, fmt.Sprintf("e%06d", i), e.ID)

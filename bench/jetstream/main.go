@@ -210,7 +210,7 @@ func rss(pid int, key string) int {
 }
 
 // discard drains the stream with its own durable consumer using the same
-// fetch and ack pattern as the daemon, and throws the messages away.
+// pull and ack pattern as the daemon, and throws the messages away.
 func discard(store, listen string, n, fetch int, ackEach bool) error {
 	ns, nc, js, err := embedded(store, listen)
 	if err != nil {
@@ -228,29 +228,28 @@ func discard(store, listen string, n, fetch int, ackEach bool) error {
 		return err
 	}
 	slog.Debug("draining", "consumer", name)
+	// The daemon's pattern: continuous pulls of up to two fetches ahead,
+	// one AckAll per fetch-sized chunk (or an ack per message).
+	it, err := c.Messages(jetstream.PullMaxMessages(2 * fetch))
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
 	start := time.Now()
-	got := 0
-	for got < n {
-		b, err := c.Fetch(fetch, jetstream.FetchMaxWait(time.Second))
+	for got := 0; got < n; {
+		m, err := it.Next()
 		if err != nil {
+			return fmt.Errorf("after %d of %d messages: %w", got, n, err)
+		}
+		if _, err := m.Metadata(); err != nil { // the daemon parses it too
 			return err
 		}
-		var last jetstream.Msg
-		for m := range b.Messages() {
-			if _, err := m.Metadata(); err != nil { // the daemon parses it too
-				return err
-			}
-			if ackEach {
-				_ = m.Ack()
-			}
-			last = m
-			got++
-		}
-		if last == nil {
-			return fmt.Errorf("stream ran dry after %d of %d messages", got, n)
-		}
-		if !ackEach {
-			if err := last.DoubleAck(ctx); err != nil {
+		got++
+		switch {
+		case ackEach:
+			_ = m.Ack()
+		case got%fetch == 0 || got == n:
+			if err := m.DoubleAck(ctx); err != nil {
 				return err
 			}
 		}
