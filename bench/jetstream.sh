@@ -8,9 +8,9 @@
 # and print both rates, the ratio and peak RSS.
 #   EVENTS=1000000 bench/jetstream.sh
 # Targets: serve >= 150k events/s, >= 0.5x the ceiling, RSS <= 512 MiB.
-# serve starts right after the pre-fill, so the ids of the last 10 s of it are
+# serve starts right after the pre-fill, so the ids of the last 5 s of it are
 # still inside the stream's Nats-Msg-Id window, which JetStream keeps in
-# memory (about 200 MiB for 1M ids): the worst case for RSS. WAIT=15 starts
+# memory (about 200 MiB for 1M ids): the worst case for RSS. WAIT=10 starts
 # it after the window instead, as a daemon catching up on an older backlog
 # would.
 set -euo pipefail
