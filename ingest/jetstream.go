@@ -2,9 +2,9 @@ package ingest
 
 // The JetStream source turns at-least-once delivery into exactly-once storage:
 //
-//  1. fetch messages FetchSize at a time and decode each fetch at once (in
-//     parallel), until BatchSize messages are in hand or FlushInterval
-//     passed since the first;
+//  1. pull messages continuously, decode them FetchSize at a time (in
+//     parallel) and stage them in the Sink's form, until BatchSize messages
+//     are in hand or MaxWait (the flush interval) passed since the first;
 //  2. append the batch's events, dead letters and the checkpoint (the
 //     highest stream sequence of the batch) to the Sink in ONE transaction;
 //  3. only then acknowledge.
@@ -39,9 +39,10 @@ const (
 	// ones go through the write-ahead log and are written a second time at
 	// the next checkpoint.
 	DefaultBatchSize = 122880
-	// DefaultFetchSize is the messages asked for by one pull request: large
-	// enough to amortise the request (100-message fetches halve the
-	// throughput), small enough to stay within the client's pending limits.
+	// DefaultFetchSize is the messages decoded and staged together (the
+	// client keeps two of them requested ahead): large enough to amortise
+	// each step (100-message fetches halved the throughput), small enough to
+	// stay within the client's pending limits.
 	DefaultFetchSize    = 4096
 	DefaultMaxWait      = 2 * time.Second
 	DefaultStreamMaxAge = 7 * 24 * time.Hour
@@ -266,11 +267,10 @@ type JetStreamSource struct {
 	// CheckpointKey names the checkpoint row; use one per stream and consumer.
 	CheckpointKey string
 	BatchSize     int // messages per transaction; DefaultBatchSize when <= 0
-	FetchSize     int // messages per pull request; DefaultFetchSize when <= 0, at most BatchSize
+	FetchSize     int // messages decoded together; DefaultFetchSize when <= 0, at most BatchSize
 	// MaxWait is the flush interval: a batch is stored at the latest this
 	// long after its first message arrived (DefaultMaxWait when <= 0; at
-	// most 5 s, so that shutdown, which lets the fetch in flight finish,
-	// stays prompt).
+	// most 5 s).
 	MaxWait time.Duration
 	Decode  audit.Options
 	Workers int  // DefaultDecodeWorkers when <= 0
@@ -329,7 +329,7 @@ func (s *JetStreamSource) defaults() {
 // next messages while the last ones are decoded and staged, and one batch
 // fills while the previous one is committed. Memory is bounded by two
 // staged batches (Arrow columns, about 30 MB each for 122,880 events) and
-// two fetches; a full batch waits until the previous one is stored and
+// three fetches (one decoding, two requested ahead); a full batch waits until the previous one is stored and
 // acknowledged, so commits and acknowledgements stay in stream order.
 func (s *JetStreamSource) Run(ctx context.Context) error {
 	s.defaults()
@@ -367,10 +367,14 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 		// One fetcher per contiguous run of deliveries: a gap or a fetch
 		// error stops it before the consumer is rewound or recreated.
 		fetches, stopFetcher := s.startFetcher(ctx)
+		added := p.added
 		err := p.fill(ctx, fetches)
 		stopFetcher()
 		if err == nil {
 			break // ctx ended
+		}
+		if p.added > added {
+			bo.reset() // the failure follows a working run: start the backoff over
 		}
 		p.drop() // unacknowledged: redelivered after the rewind
 		if !p.wait() {
@@ -516,6 +520,9 @@ type pipeline struct {
 	// cp is the highest stream sequence handed to the Sink (or stored
 	// before this run): messages at or below it are redeliveries.
 	cp uint64
+	// added counts the fetches taken in, so that Run can tell a failure
+	// after a working run from repeated failures.
+	added int
 }
 
 // storing is a batch handed to the Sink; done closes when it is stored and
@@ -596,6 +603,7 @@ func (p *pipeline) add(ctx context.Context, fr fetchResult) error {
 	}
 	f.rep.Decode += time.Since(t0)
 	f.msgs += len(in)
+	p.added++
 	// Keep only what acknowledging needs: the raw payloads are decoded.
 	if p.src.AckEach {
 		f.acks = append(f.acks, fb.msgs...)
@@ -835,12 +843,5 @@ func (b *backoff) wait(ctx context.Context) bool {
 	} else {
 		b.d = min(2*b.d, 5*time.Second)
 	}
-	t := time.NewTimer(b.d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return wait.Sleep(ctx, b.d)
 }
