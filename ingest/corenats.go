@@ -185,9 +185,15 @@ func (s *CoreSource) store(ctx context.Context, dec *Decoder, msgs []Message) {
 	if err != nil {
 		return
 	}
-	b := Batch{Events: out.Events, DeadLetters: out.Dead}
+	// Staged like a JetStream batch: the staging flags the repeats the
+	// metrics count.
+	st := newStaging(s.Sink, len(out.Events))
+	defer st.Release()
+	repeat := make([]bool, len(out.Events))
+	st.Add(out.Events, repeat)
+	b := batchOf(st, out.Dead)
 	rep := BatchReport{Messages: len(msgs), Dead: out.Dead, Skipped: out.Skipped}
-	rep.count(out.Events, out.Formats, repeats(out.Events), false)
+	rep.count(out.Events, out.Formats, repeat, false)
 	var bo backoff
 	for {
 		rep.Attempts++

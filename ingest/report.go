@@ -71,20 +71,6 @@ func (r *BatchReport) count(events []audit.Event, formats []audit.Format, repeat
 	}
 }
 
-// repeats flags the events whose id appeared earlier in events.
-func repeats(events []audit.Event) []bool {
-	seen := make(map[string]struct{}, len(events))
-	out := make([]bool, len(events))
-	for i := range events {
-		if _, ok := seen[events[i].ID]; ok {
-			out[i] = true
-			continue
-		}
-		seen[events[i].ID] = struct{}{}
-	}
-	return out
-}
-
 // eventStaging is the Staging of sinks that take plain events: it holds
 // them, repeats left out.
 type eventStaging struct {
