@@ -36,12 +36,9 @@ so that tools added later get the recommend.grace period before being hidden.`,
 		Example: `  mcptrail catalog import proxmox-mcp.tools.json --server proxmox-mcp`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if done, err := a.forward(cmd); done || err != nil {
-				return err
-			}
-			store, closeStore, err := a.openStore(cmd.Context(), false)
-			if err != nil {
-				return err
+			store, closeStore, err := a.storeOrForward(cmd, false)
+			if store == nil {
+				return err // forwarded to the daemon, or the file did not open
 			}
 			defer closeStore()
 			name, n, added, err := a.importCatalog(cmd.Context(), store, args[0], server)
@@ -81,12 +78,9 @@ func newCatalogListCmd(a *app) *cobra.Command {
 			if format != "table" && format != "json" {
 				return usageErrorf("unknown --format %q: allowed values are table, json", format)
 			}
-			if done, err := a.forward(cmd); done || err != nil {
-				return err
-			}
-			store, closeStore, err := a.openStore(cmd.Context(), true)
-			if err != nil {
-				return err
+			store, closeStore, err := a.storeOrForward(cmd, true)
+			if store == nil {
+				return err // forwarded to the daemon, or the file did not open
 			}
 			defer closeStore()
 			tools, err := store.Tools(cmd.Context(), server)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/server"
 )
 
@@ -30,6 +31,17 @@ func (a *app) forward(cmd *cobra.Command) (done bool, err error) {
 	}
 	a.forwardedCode = &code
 	return true, nil
+}
+
+// storeOrForward runs the command in the daemon when one answers at
+// http.listen for this database (store is then nil: the command is done),
+// and otherwise opens the file. A nil store with a nil error means
+// forwarded.
+func (a *app) storeOrForward(cmd *cobra.Command, readOnly bool) (store *analytics.Store, closeStore func(), err error) {
+	if done, err := a.forward(cmd); done || err != nil {
+		return nil, nil, err
+	}
+	return a.openStore(cmd.Context(), readOnly)
 }
 
 // forwardArgs is the command line as the daemon must see it: file paths made

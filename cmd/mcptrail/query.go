@@ -56,12 +56,9 @@ func newQueryCmd(a *app) *cobra.Command {
 			default:
 				return usageErrorf("give a query NAME (see mcptrail queries) or --sql \"SELECT ...\"")
 			}
-			if done, err := a.forward(cmd); done || err != nil {
-				return err
-			}
-			store, closeStore, err := a.openStore(cmd.Context(), true)
-			if err != nil {
-				return err
+			store, closeStore, err := a.storeOrForward(cmd, true)
+			if store == nil {
+				return err // forwarded to the daemon, or the file did not open
 			}
 			defer closeStore()
 			w := render.New(f, a.stdout)

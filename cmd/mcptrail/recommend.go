@@ -48,12 +48,9 @@ evidence and confidence; the proposed policy is replayed over the same window.`,
 					return usageErrorf("--fail-on: %v", err)
 				}
 			}
-			if done, err := a.forward(cmd); done || err != nil {
-				return err
-			}
-			store, closeStore, err := a.openStore(cmd.Context(), false)
-			if err != nil {
-				return err
+			store, closeStore, err := a.storeOrForward(cmd, false)
+			if store == nil {
+				return err // forwarded to the daemon, or the file did not open
 			}
 			defer closeStore()
 			opts, err := a.recommendInputs(cmd.Context(), store, server, grant, catalogFile, policyFile)

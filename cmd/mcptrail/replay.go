@@ -49,12 +49,9 @@ agents it would have affected, per tool, and the first affected calls.`,
 			if err != nil {
 				return err
 			}
-			if done, err := a.forward(cmd); done || err != nil {
-				return err
-			}
-			store, closeStore, err := a.openStore(cmd.Context(), true)
-			if err != nil {
-				return err
+			store, closeStore, err := a.storeOrForward(cmd, true)
+			if store == nil {
+				return err // forwarded to the daemon, or the file did not open
 			}
 			defer closeStore()
 			from := a.now.Add(-window)

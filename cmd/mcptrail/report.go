@@ -56,12 +56,9 @@ mcptrail serve.`,
 				}
 				window = d
 			}
-			if done, err := a.forward(cmd); done || err != nil {
-				return err
-			}
-			store, closeStore, err := a.openStore(cmd.Context(), false)
-			if err != nil {
-				return err
+			store, closeStore, err := a.storeOrForward(cmd, false)
+			if store == nil {
+				return err // forwarded to the daemon, or the file did not open
 			}
 			defer closeStore()
 			return a.runReport(cmd.Context(), store, server, window, formats, out)

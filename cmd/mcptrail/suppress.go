@@ -45,12 +45,9 @@ recommendations and reports.`,
 			if by == "" {
 				by = os.Getenv("USER")
 			}
-			if done, err := a.forward(cmd); done || err != nil {
-				return err
-			}
-			store, closeStore, err := a.openStore(cmd.Context(), false)
-			if err != nil {
-				return err
+			store, closeStore, err := a.storeOrForward(cmd, false)
+			if store == nil {
+				return err // forwarded to the daemon, or the file did not open
 			}
 			defer closeStore()
 			action, err := store.Suppress(cmd.Context(), analytics.Suppression{FindingID: args[0], Reason: reason, Owner: by, Until: end, CreatedAt: a.now})
@@ -102,12 +99,9 @@ func newUnsuppressCmd(a *app) *cobra.Command {
 			if by == "" {
 				by = os.Getenv("USER")
 			}
-			if done, err := a.forward(cmd); done || err != nil {
-				return err
-			}
-			store, closeStore, err := a.openStore(cmd.Context(), false)
-			if err != nil {
-				return err
+			store, closeStore, err := a.storeOrForward(cmd, false)
+			if store == nil {
+				return err // forwarded to the daemon, or the file did not open
 			}
 			defer closeStore()
 			if err := store.Unsuppress(cmd.Context(), args[0], by, a.now); err != nil {
@@ -135,12 +129,9 @@ func newSuppressionsCmd(a *app) *cobra.Command {
 			if err != nil || f == render.CSV {
 				return usageErrorf("unknown --format %q: allowed values are table, json", format)
 			}
-			if done, err := a.forward(cmd); done || err != nil {
-				return err
-			}
-			store, closeStore, err := a.openStore(cmd.Context(), true)
-			if err != nil {
-				return err
+			store, closeStore, err := a.storeOrForward(cmd, true)
+			if store == nil {
+				return err // forwarded to the daemon, or the file did not open
 			}
 			defer closeStore()
 			sups, err := store.Suppressions(cmd.Context())
