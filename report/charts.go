@@ -140,17 +140,10 @@ func volumeChart(r *Report) (*Chart, error) {
 		names = append(names, strings.ReplaceAll(d, "_", " "))
 		colors = append(colors, decisionColors[d])
 	}
-	opt := charts.NewBarChartOptionWithData(values)
-	opt.Theme = theme(colors...)
-	opt.StackSeries = charts.Ptr(true)
-	opt.Padding = charts.NewBox(10, 10, 20, 10)
-	opt.CategoryAxis.Labels = labels
-	opt.CategoryAxis.LabelFontStyle = fontSize(9.5)
+	opt := stackedBars(values, labels, names, colors, "calls")
 	if len(labels) > 12 {
 		opt.CategoryAxis.LabelCount = 12
 	}
-	opt.ValueAxis = []charts.ValueAxisOption{valueAxis("calls")}
-	opt.Legend = charts.LegendOption{SeriesNames: names, Offset: charts.OffsetRight, FontStyle: fontSize(10)}
 	opt.BarSize = 0.6
 	svg, err := render(chartWidth, 340, func(p *charts.Painter) error { return p.BarChart(opt) })
 	if err != nil {
@@ -158,6 +151,21 @@ func volumeChart(r *Report) (*Chart, error) {
 	}
 	return &Chart{File: "calls-over-time.svg", Title: "Calls over time by decision",
 		Alt: fmt.Sprintf("Stacked bars of %s calls per %s (UTC) by the gateway's decision", num(r.Totals.Calls), r.Volume.Bucket), SVG: svg}, nil
+}
+
+// stackedBars is the stacked bar chart both histograms start from: one
+// series per name in its colour, labelled categories, the legend on the
+// right, a value axis in unit.
+func stackedBars(values [][]float64, labels, names []string, colors []charts.Color, unit string) charts.BarChartOption {
+	opt := charts.NewBarChartOptionWithData(values)
+	opt.Theme = theme(colors...)
+	opt.StackSeries = charts.Ptr(true)
+	opt.Padding = charts.NewBox(10, 10, 20, 10)
+	opt.CategoryAxis.Labels = labels
+	opt.CategoryAxis.LabelFontStyle = fontSize(9.5)
+	opt.ValueAxis = []charts.ValueAxisOption{valueAxis(unit)}
+	opt.Legend = charts.LegendOption{SeriesNames: names, Offset: charts.OffsetRight, FontStyle: fontSize(10)}
+	return opt
 }
 
 func topToolsChart(r *Report) (*Chart, error) {
@@ -332,16 +340,9 @@ func pollsChart(pl PollingLoop) (*Chart, error) {
 			colors = append(colors, colorOver)
 		}
 	}
-	opt := charts.NewBarChartOptionWithData(values)
-	opt.Theme = theme(colors...)
-	opt.StackSeries = charts.Ptr(true)
-	opt.Padding = charts.NewBox(10, 10, 20, 10)
-	opt.CategoryAxis.Labels = labels
-	opt.CategoryAxis.LabelFontStyle = fontSize(9.5)
+	opt := stackedBars(values, labels, names, colors, "loops")
 	opt.CategoryAxis.Title = "polls per loop"
 	opt.CategoryAxis.TitleFontStyle = fontSize(10)
-	opt.ValueAxis = []charts.ValueAxisOption{valueAxis("loops")}
-	opt.Legend = charts.LegendOption{SeriesNames: names, Offset: charts.OffsetRight, FontStyle: fontSize(10)}
 	// Label the bars too small to read (the formatter sees the series'
 	// index and the value, not the bar's).
 	for i := range opt.SeriesList {
