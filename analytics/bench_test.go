@@ -14,7 +14,7 @@ import (
 // BenchmarkAppend measures the store's batch append (Appender into the
 // staging table, de-duplicating insert, commit) in events per second.
 func BenchmarkAppend(b *testing.B) {
-	for _, size := range []int{5000, 32768, 131072} {
+	for _, size := range []int{5000, 32768, 122880} {
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
 			s, err := Open(context.Background(), filepath.Join(b.TempDir(), "b.duckdb"), Options{})
 			if err != nil {

@@ -11,11 +11,14 @@ import (
 )
 
 // FileBatchLines is how many lines a file source hands to the decoder and the
-// Sink at once. A transaction that appends at least one DuckDB row group
-// (122,880 rows) writes it straight to the database file instead of the
-// write-ahead log: measured here, batches of 131,072 append twice as fast as
-// batches of 32,768.
-const FileBatchLines = 131072
+// Sink at once: one DuckDB row group (122,880 rows). A transaction that
+// appends whole row groups writes them straight to the database file instead
+// of the write-ahead log (measured here: batches of 131,072 append twice as
+// fast as batches of 32,768), and a batch of exactly one row group leaves no
+// remainder behind: 131,072-line batches left a small row group each, which
+// checkpoints merged and rewrote (1M lines: 8.4 s and 1.3 GB RSS, against
+// 7.1 s and 1.0 GB).
+const FileBatchLines = 122880
 
 // Progress is told how many input bytes have been consumed.
 type Progress interface {

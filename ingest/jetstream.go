@@ -493,10 +493,17 @@ func (p *pipeline) fill(ctx context.Context, fetches <-chan fetchResult) error {
 				return nil
 			}
 		case fr := <-fetches:
-			if len(fr.msgs) > 0 {
-				if err := p.add(ctx, fr); err != nil {
+			// A fetch that would overfill the batch is split: a batch of
+			// exactly BatchSize events is whole row groups, which DuckDB
+			// writes once, while a remainder left behind each batch became
+			// a small row group that the next checkpoint had to merge and
+			// rewrite (measured: 2.8 s at 1M rows instead of 0.3 s).
+			for msgs := fr.msgs; len(msgs) > 0; {
+				n := min(len(msgs), p.src.BatchSize-p.filled())
+				if err := p.add(ctx, fetchResult{msgs: msgs[:n], took: fr.took}); err != nil {
 					return err
 				}
+				msgs, fr.took = msgs[n:], 0
 				if p.filled() >= p.src.BatchSize && !p.flush(ctx) {
 					return nil
 				}
@@ -564,7 +571,7 @@ func (p *pipeline) add(ctx context.Context, fr fetchResult) error {
 		if len(fb.in) == p.src.FetchSize {
 			// A full first fetch means a backlog: the batch will fill, so
 			// size it once instead of growing it fetch by fetch.
-			capacity = p.src.BatchSize + p.src.FetchSize
+			capacity = p.src.BatchSize
 		}
 		f = &filling{deadline: time.Now().Add(p.src.MaxWait), staged: newStaging(p.src.Sink, capacity)}
 		p.filling = f

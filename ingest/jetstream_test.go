@@ -379,6 +379,30 @@ func TestJetStreamPipelineExactlyOnce(t *testing.T) {
 	assert.LessOrEqual(t, slices.Max(sizes), 64)
 }
 
+// A backlog is stored in batches of exactly BatchSize messages, even when
+// the fetch size does not divide it: fetches are split at the batch's end,
+// so that each batch is whole DuckDB row groups.
+func TestJetStreamBatchesAreCutAtBatchSize(t *testing.T) {
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Hour)
+	jsPublish(t, js, 0, 1000)
+	sink := &memSink{}
+	var mu sync.Mutex
+	var sizes []int
+	runSource(t, &JetStreamSource{Consumer: c, JS: js, Sink: sink, BatchSize: 50, FetchSize: 16, MaxWait: 5 * time.Second,
+		OnBatch: func(r BatchReport) { mu.Lock(); sizes = append(sizes, r.Messages); mu.Unlock() }})
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 1000 }, 20*time.Second, 20*time.Millisecond)
+	waitDrained(t, c)
+	sink.mu.Lock()
+	for i, e := range sink.events {
+		require.Equal(t, fmt.Sprintf("e%06d", i), e.ID)
+	}
+	sink.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, slices.Repeat([]int{50}, 20), sizes)
+}
+
 // firstFailSink refuses every batch that holds the event first.
 type firstFailSink struct {
 	memSink
