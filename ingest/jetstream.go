@@ -508,6 +508,17 @@ func (p *pipeline) fill(ctx context.Context, fetches <-chan fetchResult) error {
 					return nil
 				}
 			}
+			if f := p.filling; f != nil && len(fr.msgs) > 0 {
+				// A short fetch after a full one with nothing left pending:
+				// a backlog has just been drained, and no more is coming
+				// for now. Waiting out the flush interval would only delay
+				// its last events.
+				full := len(fr.msgs) == p.src.FetchSize
+				drained := !full && f.lastFull && p.pending == 0
+				if f.lastFull = full; drained && !p.flush(ctx) {
+					return nil
+				}
+			}
 			if fr.err != nil {
 				return fr.err
 			}
@@ -527,6 +538,9 @@ type pipeline struct {
 	// cp is the highest stream sequence handed to the Sink (or stored
 	// before this run): messages at or below it are redeliveries.
 	cp uint64
+	// pending is what the stream held for the consumer beyond the last
+	// message added (its NumPending).
+	pending uint64
 	// added counts the fetches taken in, so that Run can tell a failure
 	// after a working run from repeated failures.
 	added int
@@ -542,6 +556,7 @@ type storing struct {
 // filling is a batch being assembled from successive fetches.
 type filling struct {
 	deadline time.Time // flush_interval after its first message
+	lastFull bool      // the last fetch added was a full FetchSize: a backlog
 	msgs     int
 	acks     []jetstream.Msg // what ack needs: every message with AckEach, else the last one
 	last     jetstream.Msg
@@ -611,6 +626,7 @@ func (p *pipeline) add(ctx context.Context, fr fetchResult) error {
 	f.rep.Decode += time.Since(t0)
 	f.msgs += len(in)
 	p.added++
+	p.pending = fb.pending
 	// Keep only what acknowledging needs: the raw payloads are decoded.
 	if p.src.AckEach {
 		f.acks = append(f.acks, fb.msgs...)
@@ -740,10 +756,11 @@ func (e *gapError) Error() string {
 
 // fetched is one fetch with its parsed metadata.
 type fetched struct {
-	msgs   []jetstream.Msg
-	in     []Message
-	maxSeq uint64
-	last   jetstream.Msg // the message with maxSeq
+	msgs    []jetstream.Msg
+	in      []Message
+	maxSeq  uint64
+	last    jetstream.Msg // the message with maxSeq
+	pending uint64        // the last message's NumPending
 }
 
 // prepare parses the fetch's metadata and checks that its deliveries follow
@@ -762,6 +779,7 @@ func (s *JetStreamSource) prepare(msgs []jetstream.Msg) (fetched, error) {
 		}
 		s.nextDelivery = md.Sequence.Consumer + 1
 		b.in[i] = Message{Data: m.Data(), Source: m.Subject(), Seq: md.Sequence.Stream}
+		b.pending = md.NumPending
 		if md.Sequence.Stream >= b.maxSeq {
 			b.maxSeq, b.last = md.Sequence.Stream, m
 		}

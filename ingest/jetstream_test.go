@@ -403,6 +403,33 @@ func TestJetStreamBatchesAreCutAtBatchSize(t *testing.T) {
 	assert.Equal(t, slices.Repeat([]int{50}, 20), sizes)
 }
 
+// The end of a backlog is stored as soon as it is drained, not a flush
+// interval later; a trickle of events still waits for the interval.
+func TestJetStreamFlushesWhenABacklogIsDrained(t *testing.T) {
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Hour)
+	jsPublish(t, js, 0, 200) // 12 full fetches of 16, then 8
+	sink := &memSink{}
+	start := time.Now()
+	stored := make(chan time.Duration, 10)
+	runSource(t, &JetStreamSource{Consumer: c, JS: js, Sink: sink, BatchSize: 1000, FetchSize: 16, MaxWait: 5 * time.Second,
+		OnBatch: func(r BatchReport) { stored <- time.Since(start) }})
+	select {
+	case took := <-stored:
+		assert.Less(t, took, 4*time.Second)
+	case <-time.After(4 * time.Second):
+		t.Fatal("the drained backlog waited for the flush interval")
+	}
+	n, _ := sink.count()
+	require.Equal(t, 200, n)
+
+	jsPublish(t, js, 200, 205)
+	time.Sleep(time.Second)
+	n, _ = sink.count()
+	assert.Equal(t, 200, n, "a trickle is stored at the flush interval, not fetch by fetch")
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 205 }, 10*time.Second, 20*time.Millisecond)
+}
+
 // firstFailSink refuses every batch that holds the event first.
 type firstFailSink struct {
 	memSink
