@@ -6,6 +6,7 @@ require (
 	github.com/apache/arrow-go/v18 v18.5.1
 	github.com/aymanbagabas/go-udiff v0.4.1
 	github.com/duckdb/duckdb-go/v2 v2.10506.0
+	github.com/dustin/go-humanize v1.0.1
 	github.com/evanphx/json-patch/v5 v5.9.11
 	github.com/go-analyze/charts v0.6.4
 	github.com/mattn/go-isatty v0.0.24
@@ -35,7 +36,6 @@ require (
 	github.com/duckdb/duckdb-go-bindings/lib/linux-amd64 v0.10506.0 // indirect
 	github.com/duckdb/duckdb-go-bindings/lib/linux-arm64 v0.10506.0 // indirect
 	github.com/duckdb/duckdb-go-bindings/lib/windows-amd64 v0.10506.0 // indirect
-	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/fatih/color v1.18.0 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/go-analyze/bulk v0.1.6 // indirect

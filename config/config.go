@@ -7,6 +7,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/spf13/viper"
 
 	"github.com/mcptrail/mcptrail/internal/duration"
@@ -45,6 +47,7 @@ var Defaults = map[string]any{
 	"nats.tls.cert":               "",
 	"nats.tls.key":                "",
 	"nats.stream_max_age":         "7d",
+	"nats.stream_max_bytes":       0,
 	"ingest.batch_size":           122880,
 	"ingest.fetch_size":           4096,
 	"ingest.flush_interval":       "2s",
@@ -103,6 +106,9 @@ type NATS struct {
 	TLSCert      string
 	TLSKey       string
 	StreamMaxAge time.Duration
+	// StreamMaxBytes bounds the stream's size (oldest events go first); 0
+	// means no limit.
+	StreamMaxBytes int64
 }
 
 // Ingest is ingest.*.
@@ -212,7 +218,7 @@ func Load(v *viper.Viper) (*Config, error) {
 		Queue: p.str("nats.queue", nil), Creds: p.str("nats.creds", nil), NKey: p.str("nats.nkey", nil),
 		Token: p.str("nats.token", nil), User: p.str("nats.user", nil), Password: p.str("nats.password", nil),
 		TLSCA: p.str("nats.tls.ca", nil), TLSCert: p.str("nats.tls.cert", nil), TLSKey: p.str("nats.tls.key", nil),
-		StreamMaxAge: p.duration("nats.stream_max_age"),
+		StreamMaxAge: p.duration("nats.stream_max_age"), StreamMaxBytes: p.size("nats.stream_max_bytes"),
 	}
 	c.Ingest = Ingest{
 		BatchSize: p.integer("ingest.batch_size", 1, 1_000_000), FetchSize: p.integer("ingest.fetch_size", 1, 100_000),
@@ -398,6 +404,17 @@ func (p *parser) duration(key string) time.Duration {
 		p.fail(key, val, "must be a positive duration such as 90s, 15m, 12h, 7d or 2w")
 	}
 	return d
+}
+
+// size reads a byte size such as 10GB, 512MiB or 1073741824; 0 is allowed.
+func (p *parser) size(key string) int64 {
+	val := p.v.Get(key)
+	n, err := humanize.ParseBytes(strings.TrimSpace(fmt.Sprint(val)))
+	if err != nil || n > math.MaxInt64 {
+		p.fail(key, val, "must be a size such as 10GB, 512MiB or a number of bytes, or 0 for no limit")
+		return 0
+	}
+	return int64(n)
 }
 
 // list reads a string list; from the environment it is comma-separated.

@@ -74,6 +74,17 @@ func TestDefaultsLoad(t *testing.T) {
 	assert.Equal(t, 14*24*time.Hour, c.Recommend.Grace)
 	assert.Equal(t, 1.5, c.Recommend.Headroom)
 	assert.Empty(t, c.NATS.Servers)
+	assert.Zero(t, c.NATS.StreamMaxBytes, "no size limit")
+}
+
+func TestStreamMaxBytes(t *testing.T) {
+	for in, want := range map[string]int64{"20GB": 20e9, "512MiB": 512 << 20, "1073741824": 1 << 30, "0": 0} {
+		v := New()
+		v.Set("nats.stream_max_bytes", in)
+		c, err := Load(v)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, c.NATS.StreamMaxBytes, in)
+	}
 }
 
 func TestPrecedence(t *testing.T) {
@@ -121,6 +132,7 @@ func TestBadValues(t *testing.T) {
 		{"recommend.headroom", "0.5", "must be a number from 1"},
 		{"recommend.window", "-3d", "positive duration"},
 		{"storage.path", "", "must not be empty"},
+		{"nats.stream_max_bytes", "big", "must be a size such as 10GB"},
 	} {
 		t.Run(tc.key+"="+tc.val, func(t *testing.T) {
 			v := New()

@@ -73,7 +73,7 @@ func (a *app) serverOptions() server.Options {
 		Servers: c.NATS.Servers, Queue: c.NATS.Queue, Creds: c.NATS.Creds, NKey: c.NATS.NKey, Token: c.NATS.Token,
 		User: c.NATS.User, Password: c.NATS.Password,
 		TLS:          server.TLS{CA: c.NATS.TLSCA, Cert: c.NATS.TLSCert, Key: c.NATS.TLSKey},
-		StreamMaxAge: c.NATS.StreamMaxAge, BatchSize: c.Ingest.BatchSize, FetchSize: c.Ingest.FetchSize, FlushInterval: c.Ingest.FlushInterval,
+		StreamMaxAge: c.NATS.StreamMaxAge, StreamMaxBytes: c.NATS.StreamMaxBytes, BatchSize: c.Ingest.BatchSize, FetchSize: c.Ingest.FetchSize, FlushInterval: c.Ingest.FlushInterval,
 		Decode:     audit.Options{MaxEventBytes: c.Ingest.MaxEventBytes, StoreArgs: c.Ingest.StoreArgs},
 		HTTPListen: c.HTTP.Listen, HTTPToken: c.HTTP.Token,
 	}
