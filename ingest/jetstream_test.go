@@ -300,27 +300,13 @@ type droppingConsumer struct {
 	dropped atomic.Bool
 }
 
-func (c *droppingConsumer) Messages(opts ...jetstream.PullMessagesOpt) (jetstream.MessagesContext, error) {
-	it, err := c.Consumer.Messages(opts...)
-	return &droppingIter{MessagesContext: it, c: c}, err
-}
-
-type droppingIter struct {
-	jetstream.MessagesContext
-	c *droppingConsumer
-}
-
-func (it *droppingIter) Next(opts ...jetstream.NextOpt) (jetstream.Msg, error) {
-	for {
-		m, err := it.MessagesContext.Next(opts...)
-		if err != nil {
-			return m, err
+func (c *droppingConsumer) Consume(handler jetstream.MessageHandler, opts ...jetstream.PullConsumeOpt) (jetstream.ConsumeContext, error) {
+	return c.Consumer.Consume(func(m jetstream.Msg) {
+		if md, err := m.Metadata(); err == nil && md.Sequence.Stream == c.seq && c.dropped.CompareAndSwap(false, true) {
+			return
 		}
-		if md, err := m.Metadata(); err == nil && md.Sequence.Stream == it.c.seq && it.c.dropped.CompareAndSwap(false, true) {
-			continue
-		}
-		return m, nil
-	}
+		handler(m)
+	}, opts...)
 }
 
 // A delivery that never reaches the source must not be acknowledged by a
@@ -428,6 +414,39 @@ func TestJetStreamFlushesWhenABacklogIsDrained(t *testing.T) {
 	n, _ = sink.count()
 	assert.Equal(t, 200, n, "a trickle is stored at the flush interval, not fetch by fetch")
 	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 205 }, 10*time.Second, 20*time.Millisecond)
+}
+
+// An operator deletes the durable consumer while the source runs: the
+// source notices, recreates it, and the new consumer's redeliveries of what
+// is already stored are skipped by the checkpoint.
+func TestJetStreamRecreatesADeletedConsumer(t *testing.T) {
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Hour)
+	spec := ConsumerSpec{Stream: "MCP_AUDIT", Durable: "mcptrail", BatchSize: 50, AckWait: time.Hour}
+	jsPublish(t, js, 0, 100)
+	sink := &memSink{}
+	var mu sync.Mutex
+	var stages []string
+	runSource(t, &JetStreamSource{Consumer: c, JS: js, Sink: sink, BatchSize: 50, MaxWait: 100 * time.Millisecond,
+		OnError:  func(stage string, err error) { mu.Lock(); stages = append(stages, stage+": "+err.Error()); mu.Unlock() },
+		Recreate: func(ctx context.Context) (jetstream.Consumer, error) { return EnsureConsumer(ctx, js, spec) }})
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 100 }, 10*time.Second, 20*time.Millisecond)
+
+	require.NoError(t, js.DeleteConsumer(context.Background(), "MCP_AUDIT", "mcptrail"))
+	jsPublish(t, js, 100, 200)
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n >= 200 }, 20*time.Second, 20*time.Millisecond)
+	c2, err := js.Consumer(context.Background(), "MCP_AUDIT", "mcptrail")
+	require.NoError(t, err)
+	waitDrained(t, c2)
+	sink.mu.Lock()
+	for i, e := range sink.events {
+		require.Equal(t, fmt.Sprintf("e%06d", i), e.ID)
+	}
+	assert.Len(t, sink.events, 200)
+	sink.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	assert.NotEmpty(t, stages, "the lost consumer was reported")
 }
 
 // firstFailSink refuses every batch that holds the event first.

@@ -228,21 +228,21 @@ func discard(store, listen string, n, fetch int, ackEach bool) error {
 		return err
 	}
 	slog.Debug("draining", "consumer", name)
-	// The daemon's pattern: continuous pulls of up to two fetches ahead,
-	// one AckAll per fetch-sized chunk (or an ack per message).
-	it, err := c.Messages(jetstream.PullMaxMessages(2 * fetch))
-	if err != nil {
-		return err
-	}
-	defer it.Stop()
+	// The daemon's pattern: a Consume handler with up to two fetches pulled
+	// ahead, one AckAll per fetch-sized chunk (or an ack per message).
 	start := time.Now()
-	for got := 0; got < n; {
-		m, err := it.Next()
-		if err != nil {
-			return fmt.Errorf("after %d of %d messages: %w", got, n, err)
+	var got int
+	done := make(chan error, 1)
+	finish := func(err error) {
+		select {
+		case done <- err:
+		default:
 		}
+	}
+	cc, err := c.Consume(func(m jetstream.Msg) {
 		if _, err := m.Metadata(); err != nil { // the daemon parses it too
-			return err
+			finish(err)
+			return
 		}
 		got++
 		switch {
@@ -250,9 +250,23 @@ func discard(store, listen string, n, fetch int, ackEach bool) error {
 			_ = m.Ack()
 		case got%fetch == 0 || got == n:
 			if err := m.DoubleAck(ctx); err != nil {
-				return err
+				finish(err)
+				return
 			}
 		}
+		if got == n {
+			finish(nil)
+		}
+	}, jetstream.PullMaxMessages(2*fetch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		finish(fmt.Errorf("draining %d messages: %w", n, err))
+	}))
+	if err != nil {
+		return err
+	}
+	err = <-done
+	cc.Stop()
+	if err != nil {
+		return err
 	}
 	if ackEach {
 		_ = nc.Flush()

@@ -1,0 +1,128 @@
+package ingest
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// fetchLinger is how long a fetch that has its first message waits for
+// more before it is handed on short of FetchSize.
+const fetchLinger = 50 * time.Millisecond
+
+// gatherer turns the messages a Consume handler receives one by one into
+// fetches of up to size messages, in delivery order, for one goroutine to
+// take with next. The handler blocks while two fetches wait untaken, so the
+// client stops pulling until decoding catches up.
+type gatherer struct {
+	size int
+
+	mu     sync.Mutex
+	room   *sync.Cond // signalled when next takes messages or on close
+	msgs   []jetstream.Msg
+	first  time.Time // when msgs[0] arrived
+	err    error
+	closed bool
+	wake   chan struct{} // a first message, a full fetch or an error
+}
+
+func newGatherer(size int) *gatherer {
+	g := &gatherer{size: size, msgs: make([]jetstream.Msg, 0, 2*size), wake: make(chan struct{}, 1)}
+	g.room = sync.NewCond(&g.mu)
+	return g
+}
+
+// add is the Consume handler: it is called for one message at a time.
+func (g *gatherer) add(m jetstream.Msg) {
+	g.mu.Lock()
+	for len(g.msgs) >= 2*g.size && !g.closed {
+		g.room.Wait()
+	}
+	if g.closed {
+		// Unprocessed, hence unacknowledged: redelivered after the rewind
+		// or a restart.
+		g.mu.Unlock()
+		return
+	}
+	g.msgs = append(g.msgs, m)
+	n := len(g.msgs)
+	if n == 1 {
+		g.first = time.Now()
+	}
+	g.mu.Unlock()
+	if n == 1 || n == g.size {
+		g.signal()
+	}
+}
+
+// fail records the first error the consumer reports; next delivers it after
+// the messages that arrived before it.
+func (g *gatherer) fail(err error) {
+	g.mu.Lock()
+	if g.err == nil {
+		g.err = err
+	}
+	g.mu.Unlock()
+	g.signal()
+}
+
+func (g *gatherer) signal() {
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close releases a blocked handler and makes it drop what it receives.
+func (g *gatherer) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.room.Broadcast()
+	g.mu.Unlock()
+}
+
+// next waits for a full fetch, for fetchLinger after the first message of a
+// short one, or for an error. ok is false when ctx ended first.
+func (g *gatherer) next(ctx context.Context) (fr fetchResult, ok bool) {
+	linger := time.NewTimer(time.Hour)
+	defer linger.Stop()
+	for {
+		g.mu.Lock()
+		n := len(g.msgs)
+		switch {
+		case n >= g.size || g.err != nil || (n > 0 && time.Since(g.first) >= fetchLinger):
+			fr = g.take(min(n, g.size))
+			if n <= g.size {
+				fr.err, g.err = g.err, nil
+			}
+			g.mu.Unlock()
+			return fr, true
+		case n > 0:
+			linger.Reset(fetchLinger - time.Since(g.first))
+		}
+		g.mu.Unlock()
+		select {
+		case <-g.wake:
+		case <-linger.C:
+		case <-ctx.Done():
+			return fetchResult{}, false
+		}
+	}
+}
+
+// take removes the first n messages; g.mu is held.
+func (g *gatherer) take(n int) fetchResult {
+	fr := fetchResult{took: time.Since(g.first)}
+	if n > 0 {
+		fr.msgs = make([]jetstream.Msg, n)
+		copy(fr.msgs, g.msgs)
+		rest := copy(g.msgs, g.msgs[n:])
+		clear(g.msgs[rest:])
+		g.msgs = g.msgs[:rest]
+		g.first = time.Now() // the rest waits at most another linger
+		g.room.Broadcast()
+	}
+	return fr
+}

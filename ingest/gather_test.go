@@ -1,0 +1,94 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// numbered stands in for a delivered message; the gatherer never calls it.
+type numbered struct {
+	jetstream.Msg
+	n int
+}
+
+func numbers(fr fetchResult) []int {
+	out := make([]int, len(fr.msgs))
+	for i, m := range fr.msgs {
+		out[i] = m.(numbered).n
+	}
+	return out
+}
+
+func TestGathererHandsOnFullFetchesThenLingers(t *testing.T) {
+	g := newGatherer(4)
+	for i := range 8 { // as many as may wait
+		g.add(numbered{n: i})
+	}
+	ctx := context.Background()
+	for _, want := range [][]int{{0, 1, 2, 3}, {4, 5, 6, 7}} {
+		fr, ok := g.next(ctx)
+		require.True(t, ok)
+		assert.Equal(t, want, numbers(fr))
+	}
+	t0 := time.Now()
+	g.add(numbered{n: 8})
+	g.add(numbered{n: 9})
+	fr, ok := g.next(ctx)
+	require.True(t, ok)
+	assert.Equal(t, []int{8, 9}, numbers(fr), "a short fetch after the linger")
+	assert.GreaterOrEqual(t, time.Since(t0), fetchLinger/2)
+}
+
+func TestGathererDeliversAnErrorAfterTheMessagesBeforeIt(t *testing.T) {
+	g := newGatherer(4)
+	for i := range 6 {
+		g.add(numbered{n: i})
+	}
+	lost := errors.New("consumer deleted")
+	g.fail(lost)
+	ctx := context.Background()
+	fr, ok := g.next(ctx)
+	require.True(t, ok)
+	assert.Equal(t, []int{0, 1, 2, 3}, numbers(fr))
+	assert.NoError(t, fr.err)
+	fr, ok = g.next(ctx)
+	require.True(t, ok)
+	assert.Equal(t, []int{4, 5}, numbers(fr))
+	assert.ErrorIs(t, fr.err, lost)
+}
+
+// The handler blocks while two fetches wait, and close releases it.
+func TestGathererBlocksTheHandlerUntilTaken(t *testing.T) {
+	g := newGatherer(2)
+	for i := range 4 {
+		g.add(numbered{n: i})
+	}
+	added := make(chan struct{})
+	go func() { g.add(numbered{n: 4}); close(added) }()
+	select {
+	case <-added:
+		t.Fatal("the handler did not wait for room")
+	case <-time.After(50 * time.Millisecond):
+	}
+	fr, ok := g.next(context.Background())
+	require.True(t, ok)
+	assert.Equal(t, []int{0, 1}, numbers(fr))
+	<-added
+
+	g.add(numbered{n: 5}) // 2, 3, 4, 5: full
+	released := make(chan struct{})
+	go func() { g.add(numbered{n: 6}); close(released) }()
+	g.close()
+	<-released
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	fr, ok = g.next(ctx)
+	require.True(t, ok, "what arrived before close is still handed on")
+	assert.Equal(t, []int{2, 3}, numbers(fr))
+}
