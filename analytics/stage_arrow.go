@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -49,48 +50,108 @@ var stagingSchema = arrow.NewSchema([]arrow.Field{
 
 var viewSeq atomic.Int64
 
+// Positions of the columns in stagingSchema that are not plain strings.
+const (
+	colID, colTS, colErrorCode, colLatency, colArgKeys, colAttrs = 0, 1, 14, 15, 17, 20
+	numCols                                                      = 21
+)
+
 // dataHint is, per column of stagingSchema, the value bytes per row (x16)
 // of the last batch registered: a new batch reserves its string buffers
-// once, instead of doubling them as it fills (that growth, copying each
-// buffer again, was a third of staging's time).
-var dataHint [21]atomic.Int64
+// once, instead of growing them as it fills.
+var dataHint [numCols]atomic.Int64
 
 // columns builds a batch as Arrow columns, handed to DuckDB as a view: the
 // columns are built in Go memory and crossed into DuckDB once, instead of
 // one cgo call per value as with the Appender. Strings are copied into the
 // columns' buffers, which hold no pointers for the garbage collector.
+// The columns are plain slices rather than arrow-go builders, whose
+// per-value capacity checks and generic offset encoding made staging
+// twice as slow.
 type columns struct {
-	b   *array.RecordBuilder
-	ids *array.StringBuilder
-	rec arrow.RecordBatch // built at the first register, kept for retries
+	n         int
+	strs      [numCols]strColumn // the string columns (others stay empty)
+	ts        []int64            // microseconds
+	errorCode nullVals[int64]
+	latency   nullVals[float64]
+	argKeys   listColumn
+	attrs     *array.MapBuilder // rare: arrow-go's builder
+	rec       arrow.RecordBatch // built at the first register, kept for retries
+}
+
+func isString(col int) bool {
+	switch col {
+	case colTS, colErrorCode, colLatency, colArgKeys, colAttrs:
+		return false
+	}
+	return true
 }
 
 func newColumns(capacity int) *columns {
-	b := array.NewRecordBuilder(memory.DefaultAllocator, stagingSchema)
-	b.Reserve(capacity)
-	for i, f := range b.Fields() {
-		if sb, ok := f.(*array.StringBuilder); ok && capacity > 0 {
-			// An eighth more than last time, for batches a little wordier.
-			sb.ReserveData(int(dataHint[i].Load() * int64(capacity) / 16 * 9 / 8))
+	c := &columns{
+		ts:        make([]int64, 0, capacity),
+		errorCode: newNullVals[int64](capacity),
+		latency:   newNullVals[float64](capacity),
+		argKeys:   newListColumn(capacity, reserve(colArgKeys, capacity)),
+		attrs:     array.NewBuilder(memory.DefaultAllocator, stagingSchema.Field(colAttrs).Type).(*array.MapBuilder),
+	}
+	for i := range c.strs {
+		if isString(i) {
+			c.strs[i] = newStrColumn(capacity, reserve(i, capacity))
 		}
 	}
-	return &columns{b: b, ids: b.Field(0).(*array.StringBuilder)}
+	c.attrs.Reserve(capacity)
+	return c
+}
+
+// reserve is the string bytes to reserve for a column of capacity rows: an
+// eighth more than the last batch needed, for batches a little wordier.
+func reserve(col, capacity int) int {
+	return int(dataHint[col].Load() * int64(capacity) / 16 * 9 / 8)
 }
 
 // id is the id of the i-th event added (before register).
-func (c *columns) id(i int) string { return c.ids.Value(i) }
+func (c *columns) id(i int) string { return c.strs[colID].value(i) }
+
+// record assembles the columns into one Arrow record.
+func (c *columns) record() arrow.RecordBatch {
+	if rows := int64(c.n); rows > 0 {
+		for i := range c.strs {
+			if isString(i) {
+				dataHint[i].Store(int64(len(c.strs[i].data)) * 16 / rows)
+			}
+		}
+		dataHint[colArgKeys].Store(int64(len(c.argKeys.values.data)) * 16 / rows)
+	}
+	arrs := make([]arrow.Array, numCols)
+	for i := range arrs {
+		f := stagingSchema.Field(i)
+		switch i {
+		case colTS:
+			arrs[i] = fixedArray(f.Type, c.n, nil, arrow.Int64Traits.CastToBytes(c.ts))
+		case colErrorCode:
+			arrs[i] = fixedArray(f.Type, c.n, &c.errorCode.valid, arrow.Int64Traits.CastToBytes(c.errorCode.values))
+		case colLatency:
+			arrs[i] = fixedArray(f.Type, c.n, &c.latency.valid, arrow.Float64Traits.CastToBytes(c.latency.values))
+		case colArgKeys:
+			arrs[i] = c.argKeys.array(f.Type, c.n)
+		case colAttrs:
+			arrs[i] = c.attrs.NewArray()
+		default:
+			arrs[i] = c.strs[i].array(c.n)
+		}
+	}
+	rec := array.NewRecordBatch(stagingSchema, arrs, int64(c.n))
+	for _, a := range arrs {
+		a.Release()
+	}
+	return rec
+}
 
 // register makes the batch visible to SQL on conn as a view; release drops it.
 func (c *columns) register(ctx context.Context, conn *sql.Conn) (string, func(), error) {
 	if c.rec == nil {
-		if rows := int64(c.ids.Len()); rows > 0 {
-			for i, f := range c.b.Fields() {
-				if sb, ok := f.(*array.StringBuilder); ok {
-					dataHint[i].Store(int64(sb.DataLen()) * 16 / rows)
-				}
-			}
-		}
-		c.rec = c.b.NewRecordBatch()
+		c.rec = c.record()
 	}
 	reader, err := array.NewRecordReader(stagingSchema, []arrow.RecordBatch{c.rec})
 	if err != nil {
@@ -122,77 +183,51 @@ func (c *columns) release() {
 		c.rec.Release()
 		c.rec = nil
 	}
-	c.b.Release()
+	c.attrs.Release()
+	*c = columns{}
 }
 
 // add appends one event as a row.
 func (c *columns) add(e *audit.Event) {
-	b := c.b
-	str := func(i int) *array.StringBuilder { return b.Field(i).(*array.StringBuilder) }
-	opt := func(sb *array.StringBuilder, v string) {
-		if v == "" {
-			sb.AppendNull()
-		} else {
-			sb.Append(v)
-		}
-	}
 	method := e.Method
 	if method == "" {
 		method = audit.DefaultMethod
 	}
-	str(0).Append(e.ID)
-	b.Field(1).(*array.TimestampBuilder).Append(arrow.Timestamp(e.TS.UnixMicro()))
-	str(2).Append(e.Server)
-	opt(str(3), e.Tool)
-	str(4).Append(method)
-	str(5).Append(string(e.Decision))
-	opt(str(6), e.Status)
-	opt(str(7), e.Gateway)
-	opt(str(8), e.Grant)
-	opt(str(9), e.Agent)
-	opt(str(10), e.Session)
-	opt(str(11), e.RequestID)
-	opt(str(12), e.Rule)
-	opt(str(13), e.Reason)
-	code := b.Field(14).(*array.Int64Builder)
-	if e.ErrorCode != nil {
-		code.Append(*e.ErrorCode)
-	} else {
-		code.AppendNull()
-	}
-	lat := b.Field(15).(*array.Float64Builder)
-	if e.LatencyMS != nil {
-		lat.Append(*e.LatencyMS)
-	} else {
-		lat.AppendNull()
-	}
-	opt(str(16), e.ArgsHash)
-	keys := b.Field(17).(*array.ListBuilder)
-	if len(e.ArgKeys) > 0 {
-		keys.Append(true)
-		kv := keys.ValueBuilder().(*array.StringBuilder)
-		for _, k := range e.ArgKeys {
-			kv.Append(k)
-		}
-	} else {
-		keys.AppendNull()
-	}
-	opt(str(18), string(e.Args))
-	opt(str(19), e.PolicyVersion)
-	attrs := b.Field(20).(*array.MapBuilder)
+	s := &c.strs
+	s[colID].add(e.ID)
+	c.ts = append(c.ts, e.TS.UnixMicro())
+	s[2].add(e.Server)
+	s[3].addOpt(e.Tool)
+	s[4].add(method)
+	s[5].add(string(e.Decision))
+	s[6].addOpt(e.Status)
+	s[7].addOpt(e.Gateway)
+	s[8].addOpt(e.Grant)
+	s[9].addOpt(e.Agent)
+	s[10].addOpt(e.Session)
+	s[11].addOpt(e.RequestID)
+	s[12].addOpt(e.Rule)
+	s[13].addOpt(e.Reason)
+	c.errorCode.add(e.ErrorCode)
+	c.latency.add(e.LatencyMS)
+	s[16].addOpt(e.ArgsHash)
+	c.argKeys.add(e.ArgKeys)
+	s[18].addOpt(unsafe.String(unsafe.SliceData(e.Args), len(e.Args)))
+	s[19].addOpt(e.PolicyVersion)
 	if len(e.Attrs) > 0 {
-		attrs.Append(true)
+		c.attrs.Append(true)
 		ks := make([]string, 0, len(e.Attrs))
 		for k := range e.Attrs {
 			ks = append(ks, k)
 		}
 		sort.Strings(ks)
-		ak, av := attrs.KeyBuilder().(*array.StringBuilder), attrs.ItemBuilder().(*array.StringBuilder)
+		ak, av := c.attrs.KeyBuilder().(*array.StringBuilder), c.attrs.ItemBuilder().(*array.StringBuilder)
 		for _, k := range ks {
 			ak.Append(k)
 			av.Append(e.Attrs[k])
 		}
 	} else {
-		attrs.AppendNull()
+		c.attrs.AppendNull()
 	}
+	c.n++
 }

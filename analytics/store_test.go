@@ -2,8 +2,10 @@ package analytics
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,6 +131,79 @@ func TestAppendStoresEveryField(t *testing.T) {
 	assert.Equal(t, int64(-32602), got.code)
 	assert.Equal(t, 7.25, got.lat)
 	assert.Equal(t, 1, count(t, s, `SELECT count(*) FROM calls WHERE ingested_at IS NOT NULL`))
+}
+
+// Rows whose optional fields are set or missing in every combination come
+// back as they went in, with NULL for what is missing (null bitmaps span
+// several bytes, lists and maps their own offsets).
+func TestAppendMixedNullsRoundTrip(t *testing.T) {
+	s := openTemp(t)
+	base := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+	var evs []audit.Event
+	for i := range 37 {
+		e := audit.Event{ID: fmt.Sprintf("m%02d", i), TS: base.Add(time.Duration(i) * time.Second), Server: "pve", Decision: audit.Allowed}
+		if i%2 == 0 {
+			e.Tool = fmt.Sprintf("tool_%d", i)
+		}
+		if i%3 == 0 {
+			code := int64(-i)
+			e.ErrorCode = &code
+		}
+		if i%5 != 0 {
+			lat := float64(i) / 4
+			e.LatencyMS = &lat
+		}
+		if i%4 == 1 {
+			e.ArgKeys = []string{"node", fmt.Sprintf("k%d", i)}
+			e.Args = fmt.Appendf(nil, `{"node":"pve%d"}`, i)
+		}
+		if i%7 == 3 {
+			e.Attrs = map[string]string{"z": "last", "a": fmt.Sprint(i)}
+		}
+		evs = append(evs, e)
+	}
+	_, err := s.Append(context.Background(), ingest.Batch{Events: evs})
+	require.NoError(t, err)
+
+	rows, err := s.DB().Query(`SELECT id, ts, tool, error_code, latency_ms, arg_keys::VARCHAR, args::VARCHAR,
+		cardinality(attrs) || ':' || attrs['a'] || ',' || attrs['z'] FROM calls ORDER BY id`)
+	require.NoError(t, err)
+	defer rows.Close()
+	i := 0
+	for ; rows.Next(); i++ {
+		var id string
+		var ts time.Time
+		var tool, keys, args, attrs sql.NullString
+		var code sql.NullInt64
+		var lat sql.NullFloat64
+		require.NoError(t, rows.Scan(&id, &ts, &tool, &code, &lat, &keys, &args, &attrs))
+		e := evs[i]
+		assert.Equal(t, e.ID, id)
+		assert.True(t, e.TS.Equal(ts), id)
+		assert.Equal(t, e.Tool != "", tool.Valid, id)
+		assert.Equal(t, e.Tool, tool.String, id)
+		assert.Equal(t, e.ErrorCode != nil, code.Valid, id)
+		if e.ErrorCode != nil {
+			assert.Equal(t, *e.ErrorCode, code.Int64, id)
+		}
+		assert.Equal(t, e.LatencyMS != nil, lat.Valid, id)
+		if e.LatencyMS != nil {
+			assert.Equal(t, *e.LatencyMS, lat.Float64, id)
+		}
+		assert.Equal(t, len(e.ArgKeys) > 0, keys.Valid, id)
+		if len(e.ArgKeys) > 0 {
+			assert.Equal(t, "["+strings.Join(e.ArgKeys, ", ")+"]", keys.String, id)
+			assert.JSONEq(t, string(e.Args), args.String, id)
+		} else {
+			assert.False(t, args.Valid, id)
+		}
+		assert.Equal(t, len(e.Attrs) > 0, attrs.Valid, id)
+		if len(e.Attrs) > 0 {
+			assert.Equal(t, fmt.Sprintf("2:%s,last", e.Attrs["a"]), attrs.String, id)
+		}
+	}
+	require.NoError(t, rows.Err())
+	assert.Equal(t, len(evs), i)
 }
 
 func TestAppendDeadLettersAndCheckpoint(t *testing.T) {
