@@ -325,6 +325,28 @@ func TestBoostLendsAllThreadsWhileHeld(t *testing.T) {
 
 	plain := openTemp(t)
 	before := count(t, plain, `SELECT current_setting('threads')`)
+	plainMemory := memoryLimit(t, plain)
 	plain.Boost(ctx)()
 	assert.Equal(t, before, count(t, plain, `SELECT current_setting('threads')`), "no IngestThreads: untouched")
+	assert.Equal(t, plainMemory, memoryLimit(t, plain), "no IngestMemoryLimit: untouched")
+}
+
+// Appends run under IngestMemoryLimit; a Boost lifts it to MemoryLimit.
+func TestBoostLiftsTheIngestMemoryLimit(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "t.duckdb"), Options{MemoryLimit: "256MB", IngestMemoryLimit: "160MB"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	assert.Equal(t, "152.5 MiB", memoryLimit(t, s))
+	done := s.Boost(ctx)
+	assert.Equal(t, "244.1 MiB", memoryLimit(t, s))
+	done()
+	assert.Equal(t, "152.5 MiB", memoryLimit(t, s))
+}
+
+func memoryLimit(t *testing.T, s *Store) string {
+	t.Helper()
+	var v string
+	require.NoError(t, s.DB().QueryRow(`SELECT current_setting('memory_limit')`).Scan(&v))
+	return v
 }

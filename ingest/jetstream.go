@@ -329,8 +329,9 @@ func (s *JetStreamSource) defaults() {
 // next messages while the last ones are decoded and staged, and one batch
 // fills while the previous one is committed. Memory is bounded by two
 // staged batches (Arrow columns, about 30 MB each for 122,880 events) and
-// three fetches (one decoding, two requested ahead); a full batch waits until the previous one is stored and
-// acknowledged, so commits and acknowledgements stay in stream order.
+// five fetches (one decoding, two waiting in the gatherer, two requested
+// ahead by the client); a full batch waits until the previous one is stored
+// and acknowledged, so commits and acknowledgements stay in stream order.
 func (s *JetStreamSource) Run(ctx context.Context) error {
 	s.defaults()
 	cp, err := s.Sink.Checkpoint(ctx, s.CheckpointKey)
