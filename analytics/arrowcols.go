@@ -51,15 +51,13 @@ func newStrColumn(capacity, dataBytes int) strColumn {
 	return strColumn{offsets: offsets, data: make([]byte, 0, dataBytes), valid: newBitmap(capacity)}
 }
 
-func (c *strColumn) add(s string) {
-	c.valid.add(true)
-	c.data = append(c.data, s...)
-	c.offsets = append(c.offsets, int32(len(c.data)))
-}
+func (c *strColumn) add(s string) { c.put(s, true) }
 
 // addOpt adds s, or a null for "": SQL users test optional fields with IS NULL.
-func (c *strColumn) addOpt(s string) {
-	c.valid.add(s != "")
+func (c *strColumn) addOpt(s string) { c.put(s, s != "") }
+
+func (c *strColumn) put(s string, valid bool) {
+	c.valid.add(valid)
 	c.data = append(c.data, s...)
 	c.offsets = append(c.offsets, int32(len(c.data)))
 }

@@ -50,7 +50,8 @@ var stagingSchema = arrow.NewSchema([]arrow.Field{
 
 var viewSeq atomic.Int64
 
-// Positions of the columns in stagingSchema that are not plain strings.
+// Positions in stagingSchema of the id and of the columns that are not
+// plain strings.
 const (
 	colID, colTS, colErrorCode, colLatency, colArgKeys, colAttrs = 0, 1, 14, 15, 17, 20
 	numCols                                                      = 21
@@ -79,13 +80,7 @@ type columns struct {
 	rec       arrow.RecordBatch // built at the first register, kept for retries
 }
 
-func isString(col int) bool {
-	switch col {
-	case colTS, colErrorCode, colLatency, colArgKeys, colAttrs:
-		return false
-	}
-	return true
-}
+func isString(col int) bool { return stagingSchema.Field(col).Type.ID() == arrow.STRING }
 
 func newColumns(capacity int) *columns {
 	c := &columns{

@@ -72,8 +72,8 @@ type Store struct {
 	boosts        int
 	queryThreads  int
 	ingestThreads int
-	// memory limits for queries (Boost) and appends; ingestMemory "" when
-	// appends use the query limit too.
+	// memory limits for queries (Boost) and appends; both "" when appends
+	// run under the query limit too (no IngestMemoryLimit).
 	queryMemory, ingestMemory string
 }
 
@@ -115,9 +115,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if limit == "" {
 		limit = DefaultMemoryLimit
 	}
-	s := &Store{path: path, readOnly: opts.ReadOnly, db: db, ingestThreads: opts.IngestThreads,
-		queryMemory: limit, ingestMemory: opts.IngestMemoryLimit}
-	if s.ingestMemory != "" {
+	s := &Store{path: path, readOnly: opts.ReadOnly, db: db, ingestThreads: opts.IngestThreads}
+	if opts.IngestMemoryLimit != "" {
+		s.queryMemory, s.ingestMemory = limit, opts.IngestMemoryLimit
 		limit = s.ingestMemory
 	}
 	settings := []string{memoryLimitSQL(limit)}
@@ -168,8 +168,9 @@ func firstLine(s string) string {
 	return s
 }
 
-// openWriter reserves the connection that appends: each batch stages its
-// rows on it (see stage), so batches never share staging state.
+// openWriter reserves the connection that appends: each batch registers its
+// staged rows on it (see columns.register), so batches never share staging
+// state.
 func (s *Store) openWriter(ctx context.Context) error {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
@@ -190,7 +191,7 @@ func (s *Store) Boost(ctx context.Context) (done func()) {
 	s.boostMu.Lock()
 	defer s.boostMu.Unlock()
 	if s.boosts++; s.boosts == 1 {
-		if err := s.setLimits(ctx, s.queryThreads, s.boostMemory()); err != nil {
+		if err := s.setLimits(ctx, s.queryThreads, s.queryMemory); err != nil {
 			s.boosts--
 			return func() {} // the query just runs with fewer resources
 		}
@@ -202,14 +203,6 @@ func (s *Store) Boost(ctx context.Context) (done func()) {
 			_ = s.setLimits(context.WithoutCancel(ctx), s.ingestThreads, s.ingestMemory)
 		}
 	})
-}
-
-// boostMemory is the memory limit to lift appends' limit to, if they have one.
-func (s *Store) boostMemory() string {
-	if s.ingestMemory == "" {
-		return ""
-	}
-	return s.queryMemory
 }
 
 // setLimits sets DuckDB's threads (when > 0) and memory limit (when not "").

@@ -201,8 +201,11 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSp
 		AckWait:       ackWait,
 		MaxDeliver:    -1, // never give up on a message: dropping one would lose an event
 		// The default (1000) would cap every fetch at 1000 messages; the
-		// source holds up to two batches unacknowledged, plus the client's
-		// two fetches in advance and one in hand.
+		// source holds up to two batches unacknowledged (one being stored,
+		// one filling) and fetches in flight (up to five, see
+		// JetStreamSource.Run). With three fetches of headroom the filling
+		// batch completes while the previous one is stored; the rest waits
+		// for that batch's ack.
 		MaxAckPending: max(2*batch+3*fetch, 20000),
 	}
 	switch len(spec.FilterSubjects) {
