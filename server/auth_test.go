@@ -174,15 +174,22 @@ func writePEM(t *testing.T, dir, name, kind string, der []byte) string {
 // newNKeyUser writes a user NKey seed file and returns it with the public key.
 func newNKeyUser(t *testing.T, dir string) (seedFile, pub string) {
 	t.Helper()
-	kp, err := nkeys.CreateUser()
-	require.NoError(t, err)
+	kp, pub := newKey(t, nkeys.CreateUser)
 	seed, err := kp.Seed()
-	require.NoError(t, err)
-	pub, err = kp.PublicKey()
 	require.NoError(t, err)
 	seedFile = filepath.Join(dir, "user.nk")
 	require.NoError(t, os.WriteFile(seedFile, seed, 0o600))
 	return seedFile, pub
+}
+
+// newKey makes an NKey pair of one kind and returns it with its public key.
+func newKey(t *testing.T, create func() (nkeys.KeyPair, error)) (nkeys.KeyPair, string) {
+	t.Helper()
+	kp, err := create()
+	require.NoError(t, err)
+	pub, err := kp.PublicKey()
+	require.NoError(t, err)
+	return kp, pub
 }
 
 // operatorAccount is decentralised (JWT) auth: an operator, an account with
@@ -196,10 +203,7 @@ type operatorAccount struct {
 
 func newOperatorAccount(t *testing.T, dir string) operatorAccount {
 	t.Helper()
-	okp, err := nkeys.CreateOperator()
-	require.NoError(t, err)
-	opub, err := okp.PublicKey()
-	require.NoError(t, err)
+	okp, opub := newKey(t, nkeys.CreateOperator)
 	oc := jwt.NewOperatorClaims(opub)
 	oc.Name = "test-operator"
 	ojwt, err := oc.Encode(okp)
@@ -209,27 +213,22 @@ func newOperatorAccount(t *testing.T, dir string) operatorAccount {
 
 	accounts := map[string]string{}
 	account := func(name string, jetStream bool) (nkeys.KeyPair, string) {
-		kp, err := nkeys.CreateAccount()
-		require.NoError(t, err)
-		pub, err := kp.PublicKey()
-		require.NoError(t, err)
+		kp, pub := newKey(t, nkeys.CreateAccount)
 		ac := jwt.NewAccountClaims(pub)
 		ac.Name = name
 		if jetStream {
 			ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
 		}
-		accounts[pub], err = ac.Encode(okp)
+		claims, err := ac.Encode(okp)
 		require.NoError(t, err)
+		accounts[pub] = claims
 		return kp, pub
 	}
 	// JetStream in operator mode needs a system account.
 	_, system := account("SYS", false)
 	akp, _ := account("audit", true)
 
-	ukp, err := nkeys.CreateUser()
-	require.NoError(t, err)
-	upub, err := ukp.PublicKey()
-	require.NoError(t, err)
+	ukp, upub := newKey(t, nkeys.CreateUser)
 	uc := jwt.NewUserClaims(upub)
 	uc.Name = "mcptrail"
 	ujwt, err := uc.Encode(akp)
