@@ -1,0 +1,323 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+)
+
+// Backend runs requests against the daemon's open database. cmd/mcptrail
+// provides it, with the same code the CLI runs on the file.
+type Backend interface {
+	// Database is the absolute path of the database the daemon holds.
+	Database() string
+	// Run executes one request, writing what the CLI would print to
+	// out.Stdout and out.Stderr and any output folder into out.Dir, and
+	// returns the CLI's exit code.
+	Run(ctx context.Context, req Request, out Output) int
+}
+
+// Output is where a request's results go.
+type Output struct {
+	Stdout, Stderr io.Writer
+	// Dir is a folder the daemon made for this request alone, holding the
+	// request's uploads; empty when the request writes no folder. What the
+	// command writes there goes back to the client as files.
+	Dir string
+	// Truncate marks a query answer cut at query.max_rows or max_bytes.
+	Truncate func()
+}
+
+// Options configure the handler.
+type Options struct {
+	Backend Backend
+	// Ready reports whether ingestion runs, for the status endpoint.
+	Ready func() bool
+	// Token is required as "Authorization: Bearer <token>" on every
+	// endpoint but Hello. It must not be empty.
+	Token string
+	// Listen is http.listen: requests must name it (or a loopback alias
+	// of its port, or one of AllowedHosts) as their Host, and a browser's
+	// Origin must match the same.
+	Listen       string
+	AllowedHosts []string
+	Log          *slog.Logger
+	// Concurrency bounds the requests that run at once (default 2); health
+	// and metrics never wait for them.
+	Concurrency int
+	// MaxBody bounds a request body (default 32 MiB: catalogs, policies and
+	// previous reports travel inside).
+	MaxBody int64
+}
+
+// DefaultMaxBody is the default request body limit.
+const DefaultMaxBody = 32 << 20
+
+// IdentHeader marks every answer of an mcptrail daemon.
+const IdentHeader = "X-Mcptrail"
+
+type handler struct {
+	o     Options
+	hosts map[string]bool
+	slots chan struct{}
+	mux   *http.ServeMux
+}
+
+// NewHandler serves the API under /api/v1/.
+func NewHandler(o Options) (http.Handler, error) {
+	if o.Token == "" {
+		return nil, errors.New("api: no token: the API is never open without one")
+	}
+	if o.Backend == nil {
+		return nil, errors.New("api: no backend")
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 2
+	}
+	if o.MaxBody <= 0 {
+		o.MaxBody = DefaultMaxBody
+	}
+	hosts, err := allowedHosts(o.Listen, o.AllowedHosts)
+	if err != nil {
+		return nil, err
+	}
+	h := &handler{o: o, hosts: hosts, slots: make(chan struct{}, o.Concurrency), mux: http.NewServeMux()}
+	h.mux.HandleFunc("GET "+PathHello, h.hello)
+	h.mux.Handle("GET "+PathStatus, h.auth(http.HandlerFunc(h.status)))
+	for _, p := range []string{PathQuery, PathQueries, PathRecommend, PathReplay, PathReport, PathCatalogImp,
+		PathCatalogList, PathSuppress, PathUnsuppress, PathSuppressions, PathPolicies} {
+		h.mux.Handle("POST "+p, h.auth(http.HandlerFunc(h.run)))
+	}
+	return h, nil
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set(IdentHeader, "1")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if !h.hosts[strings.ToLower(r.Host)] {
+		writeError(w, http.StatusForbidden, fmt.Sprintf("Host %q is not this daemon's address: add it to http.allowed_hosts if it is a name of this host", r.Host))
+		return
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && !h.originAllowed(origin) {
+		writeError(w, http.StatusForbidden, fmt.Sprintf("Origin %q may not call the API: cross-site requests are refused", origin))
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// allowedHosts are the Host values a request may carry: the listen address,
+// its loopback aliases when the daemon listens on loopback or on every
+// interface, and http.allowed_hosts (a name without a port takes the listen
+// port).
+func allowedHosts(listen string, extra []string) (map[string]bool, error) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, fmt.Errorf("http.listen %q: want host:port: %w", listen, err)
+	}
+	out := map[string]bool{strings.ToLower(net.JoinHostPort(host, port)): true}
+	ip := net.ParseIP(host)
+	if host == "" || host == "localhost" || (ip != nil && (ip.IsLoopback() || ip.IsUnspecified())) {
+		for _, h := range []string{"localhost", "127.0.0.1", "::1"} {
+			out[net.JoinHostPort(h, port)] = true
+		}
+	}
+	for _, e := range extra {
+		e = strings.ToLower(strings.TrimSpace(e))
+		if e == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(e); err == nil {
+			out[e] = true
+			continue
+		}
+		if strings.ContainsAny(e, "/ @") {
+			return nil, fmt.Errorf("http.allowed_hosts: %q is not a host name or host:port", e)
+		}
+		out[net.JoinHostPort(strings.Trim(e, "[]"), port)] = true
+	}
+	return out, nil
+}
+
+func (h *handler) originAllowed(origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return false
+	}
+	host := strings.ToLower(u.Host)
+	if _, _, err := net.SplitHostPort(host); err != nil {
+		return false // a default port is never the daemon's
+	}
+	return h.hosts[host]
+}
+
+// auth requires the bearer token, compared in constant time.
+func (h *handler) auth(next http.Handler) http.Handler {
+	want := []byte("Bearer " + h.o.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="mcptrail"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized: send the daemon's token (http.token, or the file http.token_file) as \"Authorization: Bearer <token>\"")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (h *handler) hello(w http.ResponseWriter, r *http.Request) {
+	challenge, err := hex.DecodeString(r.URL.Query().Get("challenge"))
+	if err != nil || len(challenge) < 16 || len(challenge) > 64 {
+		writeError(w, http.StatusBadRequest, "want ?challenge= with 16 to 64 random bytes in hex")
+		return
+	}
+	writeJSON(w, http.StatusOK, Hello{Service: "mcptrail", API: "v1", Proof: Proof(h.o.Token, challenge)})
+}
+
+func (h *handler) status(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, Status{Database: h.o.Backend.Database(), Ready: h.o.Ready != nil && h.o.Ready()})
+}
+
+func (h *handler) run(w http.ResponseWriter, r *http.Request) {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, "send the request as Content-Type: application/json")
+		return
+	}
+	req := newRequest(r.URL.Path)
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, h.o.MaxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(req); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", h.o.MaxBody))
+			return
+		}
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("bad request body for %s: %v (see docs/API.md)", r.URL.Path, err))
+		return
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "bad request body: one JSON object only")
+		return
+	}
+	if db := req.CommonFields().Database; db != "" && filepath.Clean(db) != h.o.Backend.Database() {
+		writeError(w, http.StatusConflict, "this daemon holds another database")
+		return
+	}
+	for _, f := range req.uploads() {
+		if !filepath.IsLocal(f.Name) {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("upload %q: want a relative path inside the output folder", f.Name))
+			return
+		}
+	}
+	select {
+	case h.slots <- struct{}{}:
+		defer func() { <-h.slots }()
+	case <-r.Context().Done():
+		return
+	}
+	fw := newFrameWriter(w)
+	code := h.execute(r.Context(), req, fw)
+	fw.exit(code)
+}
+
+// execute runs the request with its output folder, recovering from panics:
+// a failing command answers exit 1 and never takes the daemon down.
+func (h *handler) execute(ctx context.Context, req Request, fw *frameWriter) (code int) {
+	out := Output{Stdout: fw.stream(false), Stderr: fw.stream(true), Truncate: fw.truncated}
+	defer func() {
+		if p := recover(); p != nil {
+			h.o.Log.Error("api request panicked", "path", req.Path(), "panic", p, "stack", string(debug.Stack()))
+			fmt.Fprintf(out.Stderr, "mcptrail: internal error in the daemon: %v\n", p)
+			code = 1
+		}
+	}()
+	if req.wantsOut() {
+		dir, err := os.MkdirTemp("", "mcptrail-api-")
+		if err != nil {
+			fmt.Fprintf(out.Stderr, "mcptrail: the daemon cannot make a working folder: %v\n", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		seeded, err := seed(dir, req.uploads())
+		if err != nil {
+			fmt.Fprintf(out.Stderr, "mcptrail: %v\n", err)
+			return 1
+		}
+		out.Dir = dir
+		defer func() {
+			if err := sendFolder(dir, seeded, fw); err != nil {
+				fmt.Fprintf(out.Stderr, "mcptrail: %v\n", err)
+				code = max(code, 1)
+			}
+		}()
+	}
+	return h.o.Backend.Run(ctx, req, out)
+}
+
+// seed writes the uploads into the request's folder and remembers them, so
+// that only what the command wrote goes back.
+func seed(dir string, files []File) (map[string][]byte, error) {
+	seeded := map[string][]byte{}
+	for _, f := range files {
+		p := filepath.Join(dir, f.Name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return nil, fmt.Errorf("upload %s: %w", f.Name, err)
+		}
+		if err := os.WriteFile(p, f.Content, 0o600); err != nil {
+			return nil, fmt.Errorf("upload %s: %w", f.Name, err)
+		}
+		seeded[filepath.ToSlash(f.Name)] = f.Content
+	}
+	return seeded, nil
+}
+
+// sendFolder sends every regular file the command wrote, in lexical order.
+func sendFolder(dir string, seeded map[string][]byte, fw *frameWriter) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return fmt.Errorf("read back %s: %w", rel, err)
+		}
+		if old, ok := seeded[rel]; ok && bytes.Equal(old, data) {
+			return nil
+		}
+		fw.file(File{Name: rel, Content: data})
+		return nil
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, Error{Error: msg})
+}

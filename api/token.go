@@ -1,0 +1,100 @@
+package api
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// TokenFileName is the default http.token_file, beside the database.
+const TokenFileName = "mcptrail.token"
+
+// DefaultTokenFile is where the token lives when http.token_file is not set.
+func DefaultTokenFile(databasePath string) string {
+	return filepath.Join(filepath.Dir(databasePath), TokenFileName)
+}
+
+// minTokenLen keeps a configured token from being guessable by brute force.
+const minTokenLen = 16
+
+// CheckToken refuses a configured token too short to be a secret.
+func CheckToken(token string) error {
+	if token != "" && len(token) < minTokenLen {
+		return fmt.Errorf("http.token has %d characters: use at least %d random ones (or leave it empty: serve then generates one into http.token_file)", len(token), minTokenLen)
+	}
+	return nil
+}
+
+// ReadToken reads the token from a file written by LoadOrCreateToken.
+func ReadToken(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	token := strings.TrimSpace(string(data))
+	if token == "" {
+		return "", fmt.Errorf("http.token_file %s is empty", path)
+	}
+	return token, nil
+}
+
+// LoadOrCreateToken returns the token in path, generating it at first start:
+// 32 random bytes in hex, in a file only its owner can read (0600). A file
+// that others may read is refused rather than used.
+func LoadOrCreateToken(path string) (token string, created bool, err error) {
+	if st, err := os.Stat(path); err == nil {
+		if st.Mode().Perm()&0o077 != 0 {
+			return "", false, fmt.Errorf("http.token_file %s has mode %v: others can read the daemon's token; chmod 600 it (or remove it to have a new one generated)", path, st.Mode().Perm())
+		}
+		token, err := ReadToken(path)
+		if err != nil {
+			return "", false, fmt.Errorf("http.token_file: %w", err)
+		}
+		return token, false, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", false, fmt.Errorf("http.token_file %s: %w", path, err)
+	}
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", false, fmt.Errorf("generate the API token: %w", err)
+	}
+	token = hex.EncodeToString(raw[:])
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", false, fmt.Errorf("http.token_file %s: %w", path, err)
+	}
+	if _, err := f.WriteString(token + "\n"); err != nil {
+		f.Close()
+		return "", false, fmt.Errorf("http.token_file %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return "", false, fmt.Errorf("http.token_file %s: %w", path, err)
+	}
+	return token, true, nil
+}
+
+// proofLabel separates the proof's HMAC from any other use of the token.
+const proofLabel = "mcptrail api v1 proof\x00"
+
+// Proof is what a daemon holding token answers to a client's challenge: an
+// HMAC-SHA256 of the challenge keyed with the token. A process squatting on
+// http.listen cannot compute it, so the CLI never sends it the token.
+func Proof(token string, challenge []byte) string {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte(proofLabel))
+	m.Write(challenge)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// checkProof compares in constant time.
+func checkProof(token string, challenge []byte, proof string) bool {
+	want := Proof(token, challenge)
+	return hmac.Equal([]byte(want), []byte(proof))
+}
