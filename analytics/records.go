@@ -173,18 +173,45 @@ FROM policies WHERE server = ? AND "grant" = ? ORDER BY imported_at, rowid`, ser
 	if err != nil {
 		return nil, fmt.Errorf("read policies of %s: %w", server, err)
 	}
+	out, err := scanPolicies(rows)
+	if err != nil {
+		return nil, fmt.Errorf("read policies of %s: %w", server, err)
+	}
+	return out, nil
+}
+
+// scanPolicies reads rows of (server, grant, source, imported_at, document).
+func scanPolicies(rows *sql.Rows) ([]PolicyRecord, error) {
 	defer rows.Close()
 	var out []PolicyRecord
 	for rows.Next() {
 		var r PolicyRecord
 		var doc string
 		if err := rows.Scan(&r.Server, &r.Grant, &r.Source, &r.ImportedAt, &doc); err != nil {
-			return nil, fmt.Errorf("read policies of %s: %w", server, err)
+			return nil, err
 		}
 		r.Document = []byte(doc)
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// CurrentPolicies returns the newest policy recorded for each server and
+// grant (of one server when server is not empty), by server and grant.
+func (s *Store) CurrentPolicies(ctx context.Context, server string) ([]PolicyRecord, error) {
+	rows, err := s.db.QueryContext(ctx, `
+SELECT server, "grant", coalesce(source, ''), imported_at, document::VARCHAR
+FROM policies WHERE ? = '' OR server = ?
+QUALIFY row_number() OVER (PARTITION BY server, "grant" ORDER BY imported_at DESC, rowid DESC) = 1
+ORDER BY server, "grant"`, server, server)
+	if err != nil {
+		return nil, fmt.Errorf("read current policies: %w", err)
+	}
+	out, err := scanPolicies(rows)
+	if err != nil {
+		return nil, fmt.Errorf("read current policies: %w", err)
+	}
+	return out, nil
 }
 
 // Suppression is an accepted or dismissed finding, until it expires.

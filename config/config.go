@@ -55,6 +55,13 @@ var Defaults = map[string]any{
 	"ingest.store_args":           false,
 	"http.listen":                 "127.0.0.1:8474",
 	"http.token":                  "",
+	"http.token_file":             "",
+	"http.allowed_hosts":          []string{},
+	"http.tls.cert":               "",
+	"http.tls.key":                "",
+	"query.timeout":               "30s",
+	"query.max_rows":              100000,
+	"query.max_bytes":             "64MiB",
 	"recommend.window":            "30d",
 	"recommend.min_days":          7,
 	"recommend.min_sessions":      20,
@@ -77,6 +84,7 @@ type Config struct {
 	NATS      NATS
 	Ingest    Ingest
 	HTTP      HTTP
+	Query     Query
 	Recommend Recommend
 	Reports   []map[string]any // validated by the report package
 	// File is the config file that was read, or "" when none.
@@ -122,8 +130,19 @@ type Ingest struct {
 
 // HTTP is http.*.
 type HTTP struct {
-	Listen string
-	Token  string
+	Listen       string
+	Token        string
+	TokenFile    string // empty: mcptrail.token beside the database
+	AllowedHosts []string
+	TLSCert      string
+	TLSKey       string
+}
+
+// Query is query.*: bounds on user SQL.
+type Query struct {
+	Timeout  time.Duration // every query, on the file and in the daemon
+	MaxRows  int           // rows the daemon sends for one query
+	MaxBytes int64         // bytes of values the daemon sends for one query
 }
 
 // Recommend is recommend.*.
@@ -225,7 +244,17 @@ func Load(v *viper.Viper) (*Config, error) {
 		FlushInterval: p.duration("ingest.flush_interval"),
 		MaxEventBytes: p.integer("ingest.max_event_bytes", 1024, 64<<20), StoreArgs: p.boolean("ingest.store_args"),
 	}
-	c.HTTP = HTTP{Listen: p.str("http.listen", hostPort), Token: p.str("http.token", nil)}
+	c.HTTP = HTTP{Listen: p.str("http.listen", hostPort), Token: p.str("http.token", apiToken),
+		TokenFile: p.str("http.token_file", nil), AllowedHosts: p.list("http.allowed_hosts"),
+		TLSCert: p.str("http.tls.cert", nil), TLSKey: p.str("http.tls.key", nil)}
+	if (c.HTTP.TLSCert == "") != (c.HTTP.TLSKey == "") {
+		p.fail("http.tls.key", c.HTTP.TLSKey, "http.tls.cert and http.tls.key go together (PEM files of the API's certificate and key)")
+	}
+	c.Query = Query{Timeout: p.duration("query.timeout"), MaxRows: p.integer("query.max_rows", 1, 1<<30),
+		MaxBytes: p.size("query.max_bytes")}
+	if c.Query.MaxBytes <= 0 {
+		p.fail("query.max_bytes", v.Get("query.max_bytes"), "a positive size such as 64MiB")
+	}
 	c.Recommend = Recommend{
 		Window: p.duration("recommend.window"), MinDays: p.integer("recommend.min_days", 0, 3650),
 		MinSessions: p.integer("recommend.min_sessions", 0, 1<<30), Headroom: p.float("recommend.headroom", 1, 100),
@@ -261,8 +290,16 @@ type parser struct {
 }
 
 func (p *parser) fail(key string, val any, allowed string) {
+	if secretKey(key) {
+		val = "(hidden)" // errors never quote a credential
+	}
 	p.errs = append(p.errs, fmt.Sprintf("config: %s = %q: %s (set it in config.yaml, %s or a flag)",
 		key, fmt.Sprint(val), allowed, EnvName(key)))
+}
+
+// secretKey reports whether a key holds a credential.
+func secretKey(key string) bool {
+	return strings.HasSuffix(key, ".token") || strings.HasSuffix(key, ".password")
 }
 
 // EnvName is the environment variable that sets key.
@@ -275,6 +312,14 @@ type check func(string) string
 func nonEmpty(s string) string {
 	if strings.TrimSpace(s) == "" {
 		return "must not be empty"
+	}
+	return ""
+}
+
+// apiToken refuses a token short enough to guess.
+func apiToken(s string) string {
+	if s != "" && len(s) < 16 {
+		return "use at least 16 random characters, or leave it empty for serve to generate one into http.token_file"
 	}
 	return ""
 }

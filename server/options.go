@@ -2,23 +2,23 @@
 // embedded NATS server with JetStream or connects to an existing one, creates
 // the MCP_AUDIT stream and the durable consumer, runs the ingest loop into the
 // DuckDB store with exactly-once storage, and serves the HTTP API (health,
-// readiness, Prometheus metrics, and in-process execution of CLI commands
-// against the open store). It also holds the two clients of that daemon:
-// Forward (the CLI sending a command to a running daemon) and Publish (the
-// simulator publishing like a gateway).
+// readiness, Prometheus metrics, and the typed API of package api, which
+// runs the CLI's commands against the open store). It also holds the two clients of that daemon:
+// Publish (the simulator publishing like a gateway). The API's requests and
+// the CLI's client are package api.
 package server
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/ingest"
 )
@@ -34,11 +34,6 @@ const (
 	DefaultBatchSize      = ingest.DefaultBatchSize
 	DefaultFlushInterval  = ingest.DefaultMaxWait
 )
-
-// Runner runs one CLI command in-process (args without the program name, as
-// typed after `mcptrail`) against the daemon's open store, writing what the
-// command would print, and returns its exit code. cmd/mcptrail provides it.
-type Runner func(ctx context.Context, args []string, stdout, stderr io.Writer) int
 
 // TLS names PEM files for a TLS connection to NATS.
 type TLS struct {
@@ -74,10 +69,15 @@ type Options struct {
 	FlushInterval time.Duration // ingest.flush_interval
 	Decode        audit.Options // ingest.max_event_bytes, ingest.store_args (Format auto)
 
-	HTTPListen string // http.listen
-	HTTPToken  string // http.token: bearer token required by /metrics and /api when set
+	HTTPListen       string   // http.listen
+	HTTPToken        string   // the API's bearer token (http.token or the generated http.token_file)
+	HTTPAllowedHosts []string // http.allowed_hosts
+	HTTPTLSCert      string   // http.tls.cert: serve HTTPS with this certificate ...
+	HTTPTLSKey       string   // http.tls.key: ... and key
 
-	Runner Runner // executes POST /api/v1/run; nil answers 501
+	// Backend runs the typed API's requests (api); nil serves no API. It
+	// needs HTTPToken.
+	Backend api.Backend
 
 	// Collectors are registered on /metrics beside the daemon's own (e.g.
 	// the scheduled reports' runs).
@@ -86,6 +86,10 @@ type Options struct {
 	// connection, and runs until the daemon stops (e.g. the report
 	// schedules); Run waits for it to return before closing NATS.
 	Background func(ctx context.Context, nc *nats.Conn)
+
+	// HTTPReadTimeout replaces the HTTP read timeout (a minute) when set.
+	// Not a config key: tests shorten it.
+	HTTPReadTimeout time.Duration
 
 	// AckEach acknowledges every message instead of one AckAll per batch
 	// (slower; kept for measurements). Not a config key.
@@ -165,6 +169,12 @@ func (o Options) validate() error {
 	}
 	if (o.TLS.Cert == "") != (o.TLS.Key == "") {
 		return &ConfigError{"nats.tls.key", o.TLS.Key, "nats.tls.cert and nats.tls.key go together"}
+	}
+	if o.Backend != nil && o.HTTPToken == "" {
+		return &ConfigError{"http.token", "", "the API is never served without a token: set http.token or let serve generate http.token_file"}
+	}
+	if (o.HTTPTLSCert == "") != (o.HTTPTLSKey == "") {
+		return &ConfigError{"http.tls.key", o.HTTPTLSKey, "http.tls.cert and http.tls.key go together"}
 	}
 	if o.Queue != "" && o.JetStream {
 		return &ConfigError{"nats.queue", o.Queue, "queue groups apply to core mode only (nats.jetstream: false); JetStream shares work through the durable consumer"}

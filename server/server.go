@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/ingest"
 )
 
@@ -52,7 +54,15 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 			return fmt.Errorf("serve: register metrics: %w", err)
 		}
 	}
-	a := &api{token: opts.HTTPToken, runner: opts.Runner, log: log.With("component", "http"), m: m}
+	a := &httpAPI{log: log.With("component", "http"), m: m}
+	if opts.Backend != nil {
+		h, err := api.NewHandler(api.Options{Backend: opts.Backend, Ready: a.isReady, Token: opts.HTTPToken,
+			Listen: opts.HTTPListen, AllowedHosts: opts.HTTPAllowedHosts, Log: log.With("component", "api")})
+		if err != nil {
+			return &ConfigError{"http.listen", opts.HTTPListen, err.Error()}
+		}
+		a.commands = h
+	}
 
 	// 1. HTTP.
 	ln, err := net.Listen("tcp", opts.HTTPListen)
@@ -62,10 +72,30 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 		}
 		return fmt.Errorf("http.listen %s: %w", opts.HTTPListen, err)
 	}
-	hs := &http.Server{Handler: a.handler(), ReadHeaderTimeout: 10 * time.Second}
+	rt := readTimeout
+	if opts.HTTPReadTimeout > 0 {
+		rt = opts.HTTPReadTimeout
+	}
+	hs := &http.Server{Handler: a.handler(), ReadHeaderTimeout: min(readHeaderTimeout, rt), ReadTimeout: rt,
+		IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes,
+		ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelDebug)}
+	if opts.HTTPTLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(opts.HTTPTLSCert, opts.HTTPTLSKey)
+		if err != nil {
+			_ = ln.Close()
+			return &ConfigError{"http.tls.cert", opts.HTTPTLSCert, fmt.Sprintf("a PEM certificate with its key in http.tls.key: %v", err)}
+		}
+		hs.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if opts.HTTPTLSCert != "" {
+			err = hs.ServeTLS(ln, "", "")
+		} else {
+			err = hs.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server stopped", "err", err)
 		}
 	})
@@ -77,7 +107,11 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 		}
 		wg.Wait()
 	}()
-	log.Info("http api listening", "listen", ln.Addr().String(), "token", opts.HTTPToken != "")
+	log.Info("http api listening", "listen", ln.Addr().String(), "api", opts.Backend != nil, "tls", opts.HTTPTLSCert != "")
+	if !isLoopback(opts.HTTPListen) && opts.HTTPTLSCert == "" {
+		log.Warn("http.listen is reachable from other hosts without TLS: the API token and every answer cross the network in clear; "+
+			"set http.tls.cert and http.tls.key, or listen on 127.0.0.1", "listen", opts.HTTPListen)
+	}
 
 	// 2. NATS.
 	hooks := connHooks{

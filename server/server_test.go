@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/ingest"
 )
@@ -395,47 +396,96 @@ func TestServeCoreModeQueueGroup(t *testing.T) {
 	assert.Positive(t, queryInt(t, stores[1], `SELECT count(*) FROM calls`))
 }
 
-func TestServeHTTPTokenAndForward(t *testing.T) {
+// echoBackend answers every request with its type and the database it
+// holds; a query request with SQL "panic" panics.
+type echoBackend struct{ db string }
+
+func (b echoBackend) Database() string { return b.db }
+
+func (b echoBackend) Run(_ context.Context, req api.Request, out api.Output) int {
+	if q, ok := req.(*api.QueryRequest); ok && q.SQL == "panic" {
+		panic("boom")
+	}
+	fmt.Fprintf(out.Stdout, "ran %T\n", req)
+	fmt.Fprintln(out.Stderr, "a warning")
+	return 3
+}
+
+func TestServeTypedAPI(t *testing.T) {
 	store := openStore(t)
 	opts := testOptions(t)
-	opts.HTTPToken = "s3cret"
-	opts.Runner = func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-		fmt.Fprintf(stdout, "ran %s\n", strings.Join(args, " "))
-		fmt.Fprintln(stderr, "a warning")
-		return 3
-	}
+	opts.HTTPToken = "0123456789abcdef-token"
+	opts.Backend = echoBackend{db: "/data/mcptrail.duckdb"}
+	opts.HTTPReadTimeout = 300 * time.Millisecond
 	d := start(t, store, opts)
 
-	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 401} {
+	// Health, readiness and metrics are open; the API is not.
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 200, api.PathStatus: 401} {
 		code, _ := d.get(t, path, "")
 		assert.Equal(t, want, code, path)
 	}
-	code, _ := d.get(t, "/metrics", "wrong")
-	assert.Equal(t, http.StatusUnauthorized, code)
-	code, _ = d.get(t, "/metrics", "s3cret")
+	code, body := d.get(t, api.PathStatus, opts.HTTPToken)
 	assert.Equal(t, http.StatusOK, code)
-
-	resp, err := http.Post("http://"+opts.HTTPListen+RunPath, "application/json", strings.NewReader(`{"args":["query","x"]}`))
+	assert.JSONEq(t, `{"database":"/data/mcptrail.duckdb","ready":true}`, body)
+	// The command line passthrough is gone.
+	resp, err := http.Post("http://"+opts.HTTPListen+"/api/v1/run", "application/json", strings.NewReader(`{"args":["demo"]}`))
 	require.NoError(t, err)
 	resp.Body.Close()
-	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
 
+	c := &api.Client{Listen: opts.HTTPListen, Token: opts.HTTPToken}
 	var out, errOut bytes.Buffer
-	_, reached, err := Forward(context.Background(), opts.HTTPListen, "wrong", []string{"query", "x"}, &out, &errOut)
-	assert.True(t, reached)
-	assert.ErrorIs(t, err, errUnauthorized)
-
-	exit, reached, err := Forward(context.Background(), opts.HTTPListen, "s3cret", []string{"query", "calls_by_tool", "--format", "csv"}, &out, &errOut)
+	exit, reached, _, err := c.Do(context.Background(), &api.QueryRequest{Name: "x"}, api.Sink{Stdout: &out, Stderr: &errOut})
 	require.NoError(t, err)
 	assert.True(t, reached)
 	assert.Equal(t, 3, exit)
-	assert.Equal(t, "ran query calls_by_tool --format csv\n", out.String())
+	assert.Equal(t, "ran *api.QueryRequest\n", out.String())
 	assert.Equal(t, "a warning\n", errOut.String())
 
-	// Nothing listening: not reached, no error, so the CLI opens the file.
-	_, reached, err = Forward(context.Background(), freeAddr(t), "", []string{"query", "x"}, &out, &errOut)
-	assert.NoError(t, err)
-	assert.False(t, reached)
+	// A command that panics answers exit 1; the daemon keeps ingesting and answering.
+	out.Reset()
+	errOut.Reset()
+	exit, _, _, err = c.Do(context.Background(), &api.QueryRequest{SQL: "panic"}, api.Sink{Stdout: &out, Stderr: &errOut})
+	require.NoError(t, err)
+	assert.Equal(t, 1, exit)
+	assert.Contains(t, errOut.String(), "internal error in the daemon: boom")
+	code, _ = d.get(t, "/readyz", "")
+	assert.Equal(t, http.StatusOK, code)
+
+	// A client that sends its body slowly is cut off at the read timeout.
+	conn, err := net.Dial("tcp", opts.HTTPListen)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n{",
+		api.PathQueries, opts.HTTPListen, opts.HTTPToken)
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(5*time.Second)))
+	start := time.Now()
+	_, err = io.ReadAll(conn)
+	assert.NoError(t, err, "the server closes the connection")
+	assert.Less(t, time.Since(start), 4*time.Second)
+}
+
+func TestServeRefusesAnAPIWithoutToken(t *testing.T) {
+	opts := testOptions(t)
+	opts.Backend = echoBackend{}
+	err := Run(context.Background(), openStore(t), opts, testLogger(t), nil)
+	var ce *ConfigError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "http.token", ce.Key)
+}
+
+func TestServeWarnsOfAnAPIOpenToTheNetwork(t *testing.T) {
+	opts := testOptions(t)
+	_, port, _ := net.SplitHostPort(opts.HTTPListen)
+	opts.HTTPListen = "0.0.0.0:" + port
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, openStore(t), opts, log, cancel) }()
+	require.NoError(t, <-done)
+	assert.Contains(t, logs.String(), "http.listen is reachable from other hosts without TLS")
 }
 
 func TestServePortInUseNamesTheSetting(t *testing.T) {
@@ -510,7 +560,7 @@ func TestServeShardFiltersByServer(t *testing.T) {
 }
 
 func TestReadyzBeforeStart(t *testing.T) {
-	a := &api{m: newMetrics(func() float64 { return 0 }), log: slog.New(slog.DiscardHandler)}
+	a := &httpAPI{m: newMetrics(func() float64 { return 0 }), log: slog.New(slog.DiscardHandler)}
 	srv := a.handler()
 	rec := httptest.NewRecorder()
 	srv.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
@@ -523,19 +573,6 @@ func TestReadyzBeforeStart(t *testing.T) {
 	rec = httptest.NewRecorder()
 	srv.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
-}
-
-func TestBaseURL(t *testing.T) {
-	for in, want := range map[string]string{
-		"127.0.0.1:8474": "http://127.0.0.1:8474",
-		"0.0.0.0:8474":   "http://127.0.0.1:8474",
-		":8474":          "http://127.0.0.1:8474",
-		"[::]:8474":      "http://[::1]:8474",
-		"[::1]:8474":     "http://[::1]:8474",
-		"localhost:9":    "http://localhost:9",
-	} {
-		assert.Equal(t, want, baseURL(in), in)
-	}
 }
 
 // SIGTERM during start-up is a clean stop, not a failure.

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/render"
 )
 
@@ -36,29 +39,18 @@ so that tools added later get the recommend.grace period before being hidden.`,
 		Example: `  mcptrail catalog import proxmox-mcp.tools.json --server proxmox-mcp`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store, closeStore, err := a.storeOrForward(cmd, false)
-			if store == nil {
-				return err // forwarded to the daemon, or the file did not open
-			}
-			defer closeStore()
-			name, n, added, err := a.importCatalog(cmd.Context(), store, args[0], server)
+			doc, err := readInput("catalog", args[0])
 			if err != nil {
 				return err
 			}
-			tools, err := store.Tools(cmd.Context(), name)
+			settings, err := a.settings()
 			if err != nil {
 				return err
 			}
-			byCat := map[string]int{}
-			for _, t := range tools {
-				byCat[t.Category]++
-			}
-			var parts []string
-			for _, c := range []string{"read", "write", "destructive", "exec", "admin"} {
-				parts = append(parts, fmt.Sprintf("%s %d", c, byCat[c]))
-			}
-			fmt.Fprintf(a.stdout, "imported %d tools for %s (%d new): %s\n", n, name, added, strings.Join(parts, ", "))
-			return nil
+			req := &api.CatalogImportRequest{Server: server, Catalog: *doc, Overrides: settings.Overrides}
+			return a.dispatch(cmd.Context(), req, false, func(ctx context.Context, store *analytics.Store) error {
+				return a.runCatalogImport(ctx, store, req)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&server, "server", "", "server name (default: the file's \"server\" field)")
@@ -72,48 +64,86 @@ func newCatalogListCmd(a *app) *cobra.Command {
 		Short: "List a server's imported tools with their risk category",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if server == "" {
-				return usageErrorf("--server is required")
-			}
-			if format != "table" && format != "json" {
-				return usageErrorf("unknown --format %q: allowed values are table, json", format)
-			}
-			store, closeStore, err := a.storeOrForward(cmd, true)
-			if store == nil {
-				return err // forwarded to the daemon, or the file did not open
-			}
-			defer closeStore()
-			tools, err := store.Tools(cmd.Context(), server)
-			if err != nil {
+			req := &api.CatalogListRequest{Server: server, Format: format}
+			if err := checkCatalogList(req); err != nil {
 				return err
 			}
-			if len(tools) == 0 {
-				return fmt.Errorf("no catalog imported for server %q: run mcptrail catalog import FILE --server %s", server, server)
-			}
-			if format == "json" {
-				type row struct {
-					Tool     string `json:"tool"`
-					Category string `json:"category"`
-					Severity string `json:"severity"`
-					Source   string `json:"source"`
-				}
-				rows := make([]row, len(tools))
-				for i, t := range tools {
-					rows[i] = row{t.Tool, t.Category, t.Severity, t.RiskSource}
-				}
-				enc := json.NewEncoder(a.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rows)
-			}
-			w := render.New(render.Table, a.stdout)
-			_ = w.Header([]string{"tool", "category", "severity", "source", "why"})
-			for _, t := range tools {
-				_ = w.Row([]any{t.Tool, t.Category, t.Severity, t.RiskSource, t.Why})
-			}
-			return w.Close()
+			return a.dispatch(cmd.Context(), req, true, func(ctx context.Context, store *analytics.Store) error {
+				return a.runCatalogList(ctx, store, req)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&server, "server", "", "server name (required)")
 	cmd.Flags().StringVar(&format, "format", "table", "output: table or json")
 	return cmd
+}
+
+// runCatalogImport imports, classifies and records a tools/list document.
+func (a *app) runCatalogImport(ctx context.Context, store *analytics.Store, req *api.CatalogImportRequest) error {
+	if req.Overrides != nil {
+		a.overridesDoc = req.Overrides
+	}
+	name, n, added, err := a.importCatalogData(ctx, store, req.Catalog.Content, req.Catalog.Name, req.Server)
+	if err != nil {
+		return err
+	}
+	tools, err := store.Tools(ctx, name)
+	if err != nil {
+		return err
+	}
+	byCat := map[string]int{}
+	for _, t := range tools {
+		byCat[t.Category]++
+	}
+	var parts []string
+	for _, c := range []string{"read", "write", "destructive", "exec", "admin"} {
+		parts = append(parts, fmt.Sprintf("%s %d", c, byCat[c]))
+	}
+	fmt.Fprintf(a.stdout, "imported %d tools for %s (%d new): %s\n", n, name, added, strings.Join(parts, ", "))
+	return nil
+}
+
+func checkCatalogList(req *api.CatalogListRequest) error {
+	if req.Server == "" {
+		return usageErrorf("--server is required")
+	}
+	if req.Format != "" && req.Format != "table" && req.Format != "json" {
+		return usageErrorf("unknown --format %q: allowed values are table, json", req.Format)
+	}
+	return nil
+}
+
+// runCatalogList prints a server's imported tools with their risk.
+func (a *app) runCatalogList(ctx context.Context, store *analytics.Store, req *api.CatalogListRequest) error {
+	if err := checkCatalogList(req); err != nil {
+		return err
+	}
+	tools, err := store.Tools(ctx, req.Server)
+	if err != nil {
+		return err
+	}
+	if len(tools) == 0 {
+		return fmt.Errorf("no catalog imported for server %q: run mcptrail catalog import FILE --server %s", req.Server, req.Server)
+	}
+	if req.Format == "json" {
+		type row struct {
+			Tool     string `json:"tool"`
+			Category string `json:"category"`
+			Severity string `json:"severity"`
+			Source   string `json:"source"`
+		}
+		rows := make([]row, len(tools))
+		for i, t := range tools {
+			rows[i] = row{t.Tool, t.Category, t.Severity, t.RiskSource}
+		}
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	w := render.New(render.Table, a.stdout)
+	_ = w.Header([]string{"tool", "category", "severity", "source", "why"})
+	for _, t := range tools {
+		_ = w.Row([]any{t.Tool, t.Category, t.Severity, t.RiskSource, t.Why})
+	}
+	return w.Close()
 }

@@ -142,7 +142,7 @@ func (a *app) runDemo(ctx context.Context, dir string, days int) error {
 	}
 	step("imported the Proxmox MCP catalog", "tools", tools)
 
-	inputs, err := a.recommendInputs(ctx, store, catalog.ProxmoxServer, "", "", "")
+	inputs, err := a.recommendInputs(ctx, store, catalog.ProxmoxServer, "", nil, nil)
 	if err != nil {
 		_ = stop()
 		return err

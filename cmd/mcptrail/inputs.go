@@ -8,35 +8,31 @@ import (
 	"time"
 
 	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/catalog"
 	"github.com/mcptrail/mcptrail/policy"
 	"github.com/mcptrail/mcptrail/recommend"
 )
 
-// overrides loads recommend.overrides, when set.
+// overrides loads recommend.overrides, when set: the client's file as it
+// sent it, or the file named in the configuration.
 func (a *app) overrides() (catalog.Overrides, error) {
-	path := a.cfg.Recommend.Overrides
-	if path == "" {
+	doc := a.overridesDoc
+	if doc == nil && a.cfg.Recommend.Overrides != "" {
+		data, err := os.ReadFile(a.cfg.Recommend.Overrides)
+		if err != nil {
+			return nil, fmt.Errorf("recommend.overrides: %w", err)
+		}
+		doc = &api.File{Name: a.cfg.Recommend.Overrides, Content: data}
+	}
+	if doc == nil {
 		return nil, nil
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("recommend.overrides: %w", err)
-	}
-	o, err := catalog.LoadOverrides(data, path)
+	o, err := catalog.LoadOverrides(doc.Content, doc.Name)
 	if err != nil {
 		return nil, fmt.Errorf("recommend.overrides: %w", err)
 	}
 	return o, nil
-}
-
-// importCatalog parses, classifies and records a tools/list file.
-func (a *app) importCatalog(ctx context.Context, store *analytics.Store, file, server string) (string, int, int, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return "", 0, 0, fmt.Errorf("read catalog: %w", err)
-	}
-	return a.importCatalogData(ctx, store, data, file, server)
 }
 
 // importCatalogData imports a tools/list document named file.
@@ -76,19 +72,15 @@ func (a *app) importCatalogData(ctx context.Context, store *analytics.Store, dat
 // recommendInputs gathers the catalog, current policy and suppressions for a
 // server, importing --catalog and --policy files first so that later runs
 // know when each tool appeared.
-func (a *app) recommendInputs(ctx context.Context, store *analytics.Store, server, grant, catalogFile, policyFile string) (recommend.Options, error) {
+func (a *app) recommendInputs(ctx context.Context, store *analytics.Store, server, grant string, catalogFile, policyFile *api.File) (recommend.Options, error) {
 	opts := recommend.Options{Server: server, Grant: grant, Now: a.now}
-	if catalogFile != "" {
-		if _, _, _, err := a.importCatalog(ctx, store, catalogFile, server); err != nil {
+	if catalogFile != nil {
+		if _, _, _, err := a.importCatalogData(ctx, store, catalogFile.Content, catalogFile.Name, server); err != nil {
 			return opts, err
 		}
 	}
-	if policyFile != "" {
-		data, err := os.ReadFile(policyFile)
-		if err != nil {
-			return opts, fmt.Errorf("read policy: %w", err)
-		}
-		p, err := policy.Parse(data, policyFile)
+	if policyFile != nil {
+		p, err := policy.Parse(policyFile.Content, policyFile.Name)
 		if err != nil {
 			return opts, err
 		}
@@ -96,7 +88,7 @@ func (a *app) recommendInputs(ctx context.Context, store *analytics.Store, serve
 		if err != nil {
 			return opts, err
 		}
-		if _, err := store.ImportPolicy(ctx, analytics.PolicyRecord{Server: server, Grant: grant, Source: policyFile, ImportedAt: a.now, Document: doc}); err != nil {
+		if _, err := store.ImportPolicy(ctx, analytics.PolicyRecord{Server: server, Grant: grant, Source: policyFile.Name, ImportedAt: a.now, Document: doc}); err != nil {
 			return opts, err
 		}
 	}

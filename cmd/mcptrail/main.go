@@ -38,7 +38,6 @@ const (
 	exitFailure = 1
 	exitUsage   = 2
 	exitFailOn  = 3
-	exitNotMine = 125 // daemon API only: the request names another database
 )
 
 // exitError carries an exit code through cobra.
@@ -72,6 +71,11 @@ func (a *app) execute(ctx context.Context, args []string) int {
 	if a.forwardedCode != nil {
 		return *a.forwardedCode
 	}
+	return a.finish(err)
+}
+
+// finish prints a command's error as the CLI does and returns its exit code.
+func (a *app) finish(err error) int {
 	if err == nil {
 		return exitOK
 	}

@@ -63,15 +63,7 @@ func TestGolden(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			tmp := t.TempDir()
-			expand := strings.NewReplacer("$DB", filepath.Join(tmp, "mcptrail.duckdb"), "$SAMPLES", samples, "$TMP", tmp).Replace
-			env := []string{"MCPTRAIL_NOW=2026-11-30T00:00:00Z", "MCPTRAIL_HTTP_LISTEN=127.0.0.1:1"}
-			for _, kv := range readLines(t, filepath.Join(dir, "env")) {
-				env = append(env, expand(kv))
-			}
-			for _, line := range readLines(t, filepath.Join(dir, "setup")) {
-				out, code, errOut := runCLI(t, tmp, env, strings.Fields(expand(line)))
-				require.Zero(t, code, "setup %q failed: %s%s", line, out, errOut)
-			}
+			expand, env := setUpCase(t, dir, tmp, samples)
 			var args []string
 			for _, a := range readLines(t, argsFile) {
 				args = append(args, expand(a))
@@ -99,6 +91,22 @@ func TestGolden(t *testing.T) {
 			assert.Equal(t, string(want), stdout)
 		})
 	}
+}
+
+// setUpCase runs a golden case's setup lines in tmp and returns how its
+// arguments expand and the environment of its commands.
+func setUpCase(t *testing.T, dir, tmp, samples string) (expand func(string) string, env []string) {
+	t.Helper()
+	expand = strings.NewReplacer("$DB", filepath.Join(tmp, "mcptrail.duckdb"), "$SAMPLES", samples, "$TMP", tmp).Replace
+	env = []string{"MCPTRAIL_NOW=2026-11-30T00:00:00Z", "MCPTRAIL_HTTP_LISTEN=127.0.0.1:1"}
+	for _, kv := range readLines(t, filepath.Join(dir, "env")) {
+		env = append(env, expand(kv))
+	}
+	for _, line := range readLines(t, filepath.Join(dir, "setup")) {
+		out, code, errOut := runCLI(t, tmp, env, strings.Fields(expand(line)))
+		require.Zero(t, code, "setup %q failed: %s%s", line, out, errOut)
+	}
+	return expand, env
 }
 
 func runCLI(t *testing.T, dir string, env, args []string) (string, int, string) {

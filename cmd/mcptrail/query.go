@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/queries"
 	"github.com/mcptrail/mcptrail/render"
 )
@@ -25,12 +27,10 @@ func newQueryCmd(a *app) *cobra.Command {
   mcptrail query --sql "SELECT tool, count(*) FROM calls GROUP BY ALL ORDER BY 2 DESC" --format csv`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, err := render.ParseFormat(format)
-			if err != nil {
+			if _, err := render.ParseFormat(format); err != nil {
 				return usageErrorf("%v", err)
 			}
-			var text string
-			var bound []any
+			req := &api.QueryRequest{SQL: sqlText, Format: format}
 			switch {
 			case sqlText != "" && len(args) > 0:
 				return usageErrorf("give a query NAME or --sql, not both")
@@ -38,52 +38,96 @@ func newQueryCmd(a *app) *cobra.Command {
 				if len(params) > 0 {
 					return usageErrorf("--param binds the parameters of named queries; write values into --sql yourself")
 				}
-				text = sqlText
 			case len(args) == 1:
-				q, err := queries.Get(args[0])
-				if err != nil {
+				req.Name = args[0]
+				if _, err := queries.Get(req.Name); err != nil {
 					return usageErrorf("%v", err)
 				}
 				values, err := parseParams(params)
 				if err != nil {
 					return err
 				}
-				bound, err = q.Bind(values, a.now)
-				if err != nil {
-					return usageErrorf("%v", err)
-				}
-				text = q.SQL
+				req.Params = values
 			default:
 				return usageErrorf("give a query NAME (see mcptrail queries) or --sql \"SELECT ...\"")
 			}
-			store, closeStore, err := a.storeOrForward(cmd, true)
-			if store == nil {
-				return err // forwarded to the daemon, or the file did not open
-			}
-			defer closeStore()
-			w := render.New(f, a.stdout)
-			err = store.Query(cmd.Context(), text, bound,
-				func(cols []analytics.Column) error {
-					names := make([]string, len(cols))
-					for i, c := range cols {
-						names[i] = c.Name
-					}
-					return w.Header(names)
-				},
-				w.Row)
-			if err != nil {
-				if errors.Is(err, analytics.ErrNotReadOnly) {
-					return err
-				}
-				return fmt.Errorf("query failed: %w", err)
-			}
-			return w.Close()
+			return a.dispatch(cmd.Context(), req, true, func(ctx context.Context, store *analytics.Store) error {
+				return a.runQuery(ctx, store, req)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&sqlText, "sql", "", "ad-hoc read-only SQL (one SELECT statement)")
 	cmd.Flags().StringArrayVar(&params, "param", nil, "parameter of a named query, as key=value (repeatable)")
 	cmd.Flags().StringVar(&format, "format", "table", "output format: table, csv or json")
 	return cmd
+}
+
+// runQuery runs a named query or read-only SQL and prints its rows. In the
+// daemon the answer stops at query.max_rows rows or query.max_bytes of values,
+// with a note; every query stops at query.timeout.
+func (a *app) runQuery(ctx context.Context, store *analytics.Store, req *api.QueryRequest) error {
+	f, err := render.ParseFormat(req.Format)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	text, bound := req.SQL, []any(nil)
+	switch {
+	case req.SQL != "" && req.Name != "":
+		return usageErrorf("give a query NAME or --sql, not both")
+	case req.SQL != "":
+		if len(req.Params) > 0 {
+			return usageErrorf("--param binds the parameters of named queries; write values into --sql yourself")
+		}
+	case req.Name != "":
+		q, err := queries.Get(req.Name)
+		if err != nil {
+			return usageErrorf("%v", err)
+		}
+		if bound, err = q.Bind(req.Params, a.now); err != nil {
+			return usageErrorf("%v", err)
+		}
+		text = q.SQL
+	default:
+		return usageErrorf("give a query NAME (see mcptrail queries) or --sql \"SELECT ...\"")
+	}
+	w := render.New(f, a.stdout)
+	limit := a.answerLimit()
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.Query.Timeout)
+	defer cancel()
+	err = store.Query(ctx, text, bound,
+		func(cols []analytics.Column) error {
+			names := make([]string, len(cols))
+			for i, c := range cols {
+				names[i] = c.Name
+			}
+			return w.Header(names)
+		},
+		func(row []any) error {
+			if err := limit.take(row); err != nil {
+				return err
+			}
+			return w.Row(row)
+		})
+	var cut *truncatedError
+	switch {
+	case errors.As(err, &cut):
+	case errors.Is(err, analytics.ErrNotReadOnly):
+		return err
+	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("query stopped after %s (query.timeout): narrow it, or raise query.timeout", a.cfg.Query.Timeout)
+	case err != nil:
+		return fmt.Errorf("query failed: %w", err)
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	if cut != nil {
+		fmt.Fprintf(a.stderr, "mcptrail: answer truncated: %s; add a LIMIT or narrow the query, or run it on the database file with the daemon stopped\n", cut)
+		if a.truncate != nil {
+			a.truncate()
+		}
+	}
+	return nil
 }
 
 func parseParams(kvs []string) (map[string]string, error) {
@@ -105,34 +149,40 @@ func newQueriesCmd(a *app) *cobra.Command {
 		Short: "List the named queries with their parameters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, err := render.ParseFormat(format)
-			if err != nil {
-				return usageErrorf("%v", err)
-			}
-			all, err := queries.All()
-			if err != nil {
-				return err
-			}
-			w := render.New(f, a.stdout)
-			if err := w.Header([]string{"name", "description", "parameters"}); err != nil {
-				return err
-			}
-			for _, q := range all {
-				ps := make([]string, len(q.Params))
-				for i, p := range q.Params {
-					def := p.Default
-					if def == "" {
-						def = `""`
-					}
-					ps[i] = fmt.Sprintf("%s=%s", p.Name, def)
-				}
-				if err := w.Row([]any{q.Name, q.Description, strings.Join(ps, " ")}); err != nil {
-					return err
-				}
-			}
-			return w.Close()
+			// The list is built in: no database, no daemon.
+			return a.runQueries(&api.QueriesRequest{Format: format})
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "table", "output format: table, csv or json")
 	return cmd
+}
+
+// runQueries lists the named queries with their parameters.
+func (a *app) runQueries(req *api.QueriesRequest) error {
+	f, err := render.ParseFormat(req.Format)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	all, err := queries.All()
+	if err != nil {
+		return err
+	}
+	w := render.New(f, a.stdout)
+	if err := w.Header([]string{"name", "description", "parameters"}); err != nil {
+		return err
+	}
+	for _, q := range all {
+		ps := make([]string, len(q.Params))
+		for i, p := range q.Params {
+			def := p.Default
+			if def == "" {
+				def = `""`
+			}
+			ps[i] = fmt.Sprintf("%s=%s", p.Name, def)
+		}
+		if err := w.Row([]any{q.Name, q.Description, strings.Join(ps, " ")}); err != nil {
+			return err
+		}
+	}
+	return w.Close()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -8,8 +9,9 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/catalog"
-	"github.com/mcptrail/mcptrail/internal/duration"
 	"github.com/mcptrail/mcptrail/recommend"
 )
 
@@ -27,63 +29,39 @@ evidence and confidence; the proposed policy is replayed over the same window.`,
   mcptrail recommend --server proxmox-mcp --out pr/ --fail-on high`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, err := recommend.ParseFormat(format)
-			if err != nil {
+			if _, err := recommend.ParseFormat(format); err != nil {
 				return usageErrorf("%v", err)
 			}
 			if server == "" {
 				return usageErrorf("--server is required: the MCP server to analyse (e.g. proxmox-mcp)")
 			}
-			params := a.recommendParams()
-			if since != "" {
-				d, err := duration.Parse(since)
-				if err != nil || d <= 0 {
-					return usageErrorf("--since %q: want a positive duration such as 30d, 2w or 72h", since)
-				}
-				params.Window = d
+			if _, err := parseSince(since, 0, "30d, 2w or 72h"); err != nil {
+				return err
 			}
-			var threshold catalog.Severity
 			if failOn != "" {
-				if threshold, err = catalog.ParseSeverity(failOn); err != nil {
+				if _, err := catalog.ParseSeverity(failOn); err != nil {
 					return usageErrorf("--fail-on: %v", err)
 				}
 			}
-			store, closeStore, err := a.storeOrForward(cmd, false)
-			if store == nil {
-				return err // forwarded to the daemon, or the file did not open
-			}
-			defer closeStore()
-			opts, err := a.recommendInputs(cmd.Context(), store, server, grant, catalogFile, policyFile)
-			if err != nil {
-				return err
-			}
-			opts.Params = params
-			opts.Log = a.log
-			report, err := recommend.Recommend(cmd.Context(), store.DB(), opts)
-			if err != nil {
-				if errors.Is(err, recommend.ErrNoCalls) {
+			req := &api.RecommendRequest{Server: server, Grant: grant, Since: since, Format: format, Out: out,
+				FailOn: failOn, Color: a.colorOut()}
+			var err error
+			if catalogFile != "" {
+				if req.Catalog, err = readInput("catalog", catalogFile); err != nil {
 					return err
 				}
-				return fmt.Errorf("recommend: %w", err)
 			}
-			if a.nowIsFixed() {
-				report.GeneratedAt = a.now
-			}
-			if out != "" {
-				if err := recommend.WriteFolder(out, report); err != nil {
+			if policyFile != "" {
+				if req.Policy, err = readInput("policy", policyFile); err != nil {
 					return err
 				}
-				a.log.Info("wrote the PR folder", "dir", out)
 			}
-			if err := recommend.Write(a.stdout, report, f, a.colorOut()); err != nil {
+			if req.Settings, err = a.settings(); err != nil {
 				return err
 			}
-			if threshold != "" {
-				if n := reached(report, threshold); n > 0 {
-					return &exitError{code: exitFailOn, err: fmt.Errorf("%d finding(s) at or above %s (--fail-on)", n, threshold)}
-				}
-			}
-			return nil
+			return a.dispatch(cmd.Context(), req, false, func(ctx context.Context, store *analytics.Store) error {
+				return a.runRecommend(ctx, store, req)
+			})
 		},
 	}
 	fl := cmd.Flags()
@@ -96,6 +74,59 @@ evidence and confidence; the proposed policy is replayed over the same window.`,
 	fl.StringVar(&out, "out", "", "also write the PR folder (policy.json, policy.diff, PR.md, recommendations.json) here")
 	fl.StringVar(&failOn, "fail-on", "", "exit 3 when a finding reaches this severity: info, low, medium, high, critical")
 	return cmd
+}
+
+// runRecommend proposes the policy, writes the PR folder when asked and
+// prints the chosen format.
+func (a *app) runRecommend(ctx context.Context, store *analytics.Store, req *api.RecommendRequest) error {
+	f, err := recommend.ParseFormat(req.Format)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	if req.Server == "" {
+		return usageErrorf("--server is required: the MCP server to analyse (e.g. proxmox-mcp)")
+	}
+	params := a.recommendParams()
+	if params.Window, err = parseSince(req.Since, params.Window, "30d, 2w or 72h"); err != nil {
+		return err
+	}
+	var threshold catalog.Severity
+	if req.FailOn != "" {
+		if threshold, err = catalog.ParseSeverity(req.FailOn); err != nil {
+			return usageErrorf("--fail-on: %v", err)
+		}
+	}
+	opts, err := a.recommendInputs(ctx, store, req.Server, req.Grant, req.Catalog, req.Policy)
+	if err != nil {
+		return err
+	}
+	opts.Params = params
+	opts.Log = a.log
+	report, err := recommend.Recommend(ctx, store.DB(), opts)
+	if err != nil {
+		if errors.Is(err, recommend.ErrNoCalls) {
+			return err
+		}
+		return fmt.Errorf("recommend: %w", err)
+	}
+	if a.nowIsFixed() {
+		report.GeneratedAt = a.now
+	}
+	if req.Out != "" {
+		if err := recommend.WriteFolder(a.outPath(req.Out), report); err != nil {
+			return err
+		}
+		a.log.Info("wrote the PR folder", "dir", req.Out)
+	}
+	if err := recommend.Write(a.stdout, report, f, req.Color); err != nil {
+		return err
+	}
+	if threshold != "" {
+		if n := reached(report, threshold); n > 0 {
+			return &exitError{code: exitFailOn, err: fmt.Errorf("%d finding(s) at or above %s (--fail-on)", n, threshold)}
+		}
+	}
+	return nil
 }
 
 func (a *app) recommendParams() recommend.Params {

@@ -1,16 +1,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/mcptrail/mcptrail/internal/duration"
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/policy"
 	"github.com/mcptrail/mcptrail/recommend"
 	"github.com/mcptrail/mcptrail/render"
@@ -33,50 +34,23 @@ agents it would have affected, per tool, and the first affected calls.`,
 			if format != "text" && format != "json" {
 				return usageErrorf("unknown --format %q: allowed values are text, json", format)
 			}
-			window := a.cfg.Recommend.Window
-			if since != "" {
-				d, err := duration.Parse(since)
-				if err != nil || d <= 0 {
-					return usageErrorf("--since %q: want a positive duration such as 30d, 2w or 72h", since)
-				}
-				window = d
+			if _, err := parseSince(since, 0, "30d, 2w or 72h"); err != nil {
+				return err
 			}
-			data, err := os.ReadFile(policyFile)
-			if err != nil {
-				return fmt.Errorf("read policy: %w", err)
-			}
-			p, err := policy.Parse(data, policyFile)
+			doc, err := readInput("policy", policyFile)
 			if err != nil {
 				return err
 			}
-			store, closeStore, err := a.storeOrForward(cmd, true)
-			if store == nil {
-				return err // forwarded to the daemon, or the file did not open
-			}
-			defer closeStore()
-			from := a.now.Add(-window)
-			r, err := recommend.Run(cmd.Context(), store.DB(), recommend.ReplayOptions{Server: server, Grant: grant, From: from, To: a.now, Policy: p})
-			if err != nil {
+			if _, err := policy.Parse(doc.Content, doc.Name); err != nil {
 				return err
 			}
-			if r.Calls == 0 {
-				return fmt.Errorf("no calls for server %q between %s and %s: check the name or widen --since",
-					server, from.Format(time.RFC3339), a.now.Format(time.RFC3339))
+			req := &api.ReplayRequest{Server: server, Grant: grant, Since: since, Policy: *doc, Format: format}
+			if req.Settings, err = a.settings(); err != nil {
+				return err
 			}
-			if format == "json" {
-				out := struct {
-					Server string            `json:"server"`
-					Grant  string            `json:"grant"`
-					Policy string            `json:"policy"`
-					From   time.Time         `json:"from"`
-					To     time.Time         `json:"to"`
-					Replay *recommend.Replay `json:"replay"`
-				}{server, grant, policyFile, from, a.now, r}
-				enc := json.NewEncoder(a.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(out)
-			}
-			return writeReplayText(a, server, grant, policyFile, from, r)
+			return a.dispatch(cmd.Context(), req, true, func(ctx context.Context, store *analytics.Store) error {
+				return a.runReplay(ctx, store, req)
+			})
 		},
 	}
 	fl := cmd.Flags()
@@ -86,6 +60,49 @@ agents it would have affected, per tool, and the first affected calls.`,
 	fl.StringVar(&since, "since", "", "window of history (default recommend.window, 30d)")
 	fl.StringVar(&format, "format", "text", "output: text or json")
 	return cmd
+}
+
+// runReplay replays the request's policy over the window and prints the
+// outcome.
+func (a *app) runReplay(ctx context.Context, store *analytics.Store, req *api.ReplayRequest) error {
+	if req.Server == "" {
+		return usageErrorf("--server and --policy are required")
+	}
+	if req.Format != "" && req.Format != "text" && req.Format != "json" {
+		return usageErrorf("unknown --format %q: allowed values are text, json", req.Format)
+	}
+	window, err := parseSince(req.Since, a.cfg.Recommend.Window, "30d, 2w or 72h")
+	if err != nil {
+		return err
+	}
+	p, err := policy.Parse(req.Policy.Content, req.Policy.Name)
+	if err != nil {
+		return err
+	}
+	server, grant, policyFile := req.Server, req.Grant, req.Policy.Name
+	from := a.now.Add(-window)
+	r, err := recommend.Run(ctx, store.DB(), recommend.ReplayOptions{Server: server, Grant: grant, From: from, To: a.now, Policy: p})
+	if err != nil {
+		return err
+	}
+	if r.Calls == 0 {
+		return fmt.Errorf("no calls for server %q between %s and %s: check the name or widen --since",
+			server, from.Format(time.RFC3339), a.now.Format(time.RFC3339))
+	}
+	if req.Format == "json" {
+		out := struct {
+			Server string            `json:"server"`
+			Grant  string            `json:"grant"`
+			Policy string            `json:"policy"`
+			From   time.Time         `json:"from"`
+			To     time.Time         `json:"to"`
+			Replay *recommend.Replay `json:"replay"`
+		}{server, grant, policyFile, from, a.now, r}
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	return writeReplayText(a, server, grant, policyFile, from, r)
 }
 
 func writeReplayText(a *app, server, grant, policyFile string, from time.Time, r *recommend.Replay) error {

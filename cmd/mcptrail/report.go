@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcptrail/mcptrail/analytics"
-	"github.com/mcptrail/mcptrail/internal/duration"
+	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/recommend"
 	"github.com/mcptrail/mcptrail/report"
 )
@@ -36,32 +36,25 @@ mcptrail serve.`,
   mcptrail report --since 30d --format html > report.html`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			formats, err := report.ParseFormats(format)
-			if err != nil {
-				return usageErrorf("--format: %v", err)
+			if _, err := reportFormats(format, out); err != nil {
+				return err
 			}
-			if out == "" {
-				switch {
-				case format == "":
-					formats = []string{"markdown"}
-				case len(formats) > 1:
-					return usageErrorf("--format %s: several formats need --out DIR to write them; without --out one format is printed", format)
+			if _, err := parseSince(since, 0, "7d, 2w or 72h"); err != nil {
+				return err
+			}
+			req := &api.ReportRequest{Server: server, Since: since, Format: format, Out: out}
+			var err error
+			if out != "" {
+				if req.Previous, err = previousReports(out, a.now, report.Stamp, report.IsStamp); err != nil {
+					return err
 				}
 			}
-			window := report.DefaultWindow
-			if since != "" {
-				d, err := duration.Parse(since)
-				if err != nil || d <= 0 {
-					return usageErrorf("--since %q: want a positive duration such as 7d, 2w or 72h", since)
-				}
-				window = d
+			if req.Settings, err = a.settings(); err != nil {
+				return err
 			}
-			store, closeStore, err := a.storeOrForward(cmd, false)
-			if store == nil {
-				return err // forwarded to the daemon, or the file did not open
-			}
-			defer closeStore()
-			return a.runReport(cmd.Context(), store, server, window, formats, out)
+			return a.dispatch(cmd.Context(), req, false, func(ctx context.Context, store *analytics.Store) error {
+				return a.runReportRequest(ctx, store, req)
+			})
 		},
 	}
 	fl := cmd.Flags()
@@ -70,6 +63,36 @@ mcptrail serve.`,
 	fl.StringVar(&format, "format", "", "markdown, json, html, or several comma-separated with --out (default markdown; all three with --out)")
 	fl.StringVar(&out, "out", "", "write the reports under this folder (DIR/<server>/<window end>/) instead of printing one")
 	return cmd
+}
+
+// reportFormats reads --format: one format without --out, any with it.
+func reportFormats(format, out string) ([]string, error) {
+	formats, err := report.ParseFormats(format)
+	if err != nil {
+		return nil, usageErrorf("--format: %v", err)
+	}
+	if out == "" {
+		switch {
+		case format == "":
+			formats = []string{"markdown"}
+		case len(formats) > 1:
+			return nil, usageErrorf("--format %s: several formats need --out DIR to write them; without --out one format is printed", format)
+		}
+	}
+	return formats, nil
+}
+
+// runReportRequest checks a report request and runs it.
+func (a *app) runReportRequest(ctx context.Context, store *analytics.Store, req *api.ReportRequest) error {
+	formats, err := reportFormats(req.Format, req.Out)
+	if err != nil {
+		return err
+	}
+	window, err := parseSince(req.Since, report.DefaultWindow, "7d, 2w or 72h")
+	if err != nil {
+		return err
+	}
+	return a.runReport(ctx, store, req.Server, window, formats, req.Out)
 }
 
 // runReport builds the reports and writes or prints them.
@@ -94,7 +117,7 @@ func (a *app) runReport(ctx context.Context, store *analytics.Store, server stri
 	}
 	var reports []*report.Report
 	for _, srv := range servers {
-		ropts, err := a.recommendInputs(ctx, store, srv, "", "", "")
+		ropts, err := a.recommendInputs(ctx, store, srv, "", nil, nil)
 		if err != nil {
 			return err
 		}
@@ -102,10 +125,11 @@ func (a *app) runReport(ctx context.Context, store *analytics.Store, server stri
 		ropts.Log = a.log
 		opts := report.Options{Server: srv, Window: window, Now: a.now, GeneratedAt: generated, Recommend: ropts, Log: a.log}
 		if out != "" {
-			res, err := report.Run(ctx, store, report.RunOptions{Options: opts, OutDir: out, Formats: formats})
+			res, err := report.Run(ctx, store, report.RunOptions{Options: opts, OutDir: a.outPath(out), Formats: formats})
 			if err != nil {
 				return reportError(err)
 			}
+			res.Dir = a.outLabel(out, res.Dir)
 			printWritten(a, res)
 			continue
 		}

@@ -54,7 +54,7 @@ func (a *app) reportInputs(store *analytics.Store) func(ctx context.Context, ser
 	return func(ctx context.Context, server string, now time.Time) (recommend.Options, error) {
 		at := *a
 		at.now = now
-		opts, err := at.recommendInputs(ctx, store, server, "", "", "")
+		opts, err := at.recommendInputs(ctx, store, server, "", nil, nil)
 		opts.Params = a.recommendParams()
 		return opts, err
 	}

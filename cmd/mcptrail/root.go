@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/config"
 )
 
@@ -28,14 +29,21 @@ type app struct {
 	configFile string
 	nowFlag    string
 
-	v   *viper.Viper
-	cfg *config.Config
-	now time.Time
-	log *slog.Logger
+	v        *viper.Viper
+	cfg      *config.Config
+	now      time.Time
+	nowFixed bool // --now or MCPTRAIL_NOW (or the request's now in the daemon)
+	log      *slog.Logger
 
 	// store is the daemon's open database when the command runs inside the
 	// daemon's API; commands then use it instead of opening the file.
 	store *analytics.Store
+	// Inside the daemon: the folder the API made for this request's output
+	// (sent back to the client as files), the mark for a truncated answer,
+	// and the client's recommend.overrides file.
+	outDir       string
+	truncate     func()
+	overridesDoc *api.File
 
 	forwardedCode *int   // set when a daemon ran the command for us
 	cmdUsage      string // command path, for usage hints
@@ -75,6 +83,7 @@ answers SQL over the whole call history, and recommends each server's policy.jso
 		newSuppressCmd(a),
 		newUnsuppressCmd(a),
 		newSuppressionsCmd(a),
+		newPoliciesCmd(a),
 		newServeCmd(a),
 		newDemoCmd(a),
 	)
@@ -144,11 +153,12 @@ func (a *app) parseNow() (time.Time, error) {
 	if err != nil {
 		return time.Time{}, usageErrorf("%s %q is not an RFC 3339 time (e.g. 2026-11-29T12:00:00Z)", src, s)
 	}
+	a.nowFixed = true
 	return t.UTC(), nil
 }
 
 // nowIsFixed reports whether --now or MCPTRAIL_NOW set the time.
-func (a *app) nowIsFixed() bool { return a.nowFlag != "" || os.Getenv("MCPTRAIL_NOW") != "" }
+func (a *app) nowIsFixed() bool { return a.nowFixed }
 
 func isConfigError(err error) bool {
 	var ce *config.Error

@@ -1,15 +1,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/server"
 )
@@ -22,9 +20,11 @@ func newServeCmd(a *app) *cobra.Command {
 (nats.embedded.listen, nats.embedded.store_dir), creates the stream MCP_AUDIT on
 mcp.audit.> and the durable consumer, and stores every event exactly once in the
 database; with nats.url it connects to an existing NATS instead. The HTTP API on
-http.listen serves /healthz, /readyz, /metrics and runs query, recommend,
-replay, catalog, suppress and report for the CLI while the daemon holds the
-database, and the schedules of the reports: section run, one at a time.
+http.listen serves /healthz, /readyz, /metrics and the typed API (docs/API.md),
+through which query, recommend, replay, report, catalog, suppress and policies
+work while the daemon holds the database; the API needs the token of
+http.token or http.token_file (generated at first start). The schedules of the
+reports: section run one at a time.
 SIGINT or SIGTERM stops it gracefully.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -48,9 +48,10 @@ SIGINT or SIGTERM stops it gracefully.`,
 				}
 			}()
 			opts := a.serverOptions()
-			opts.Runner = func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-				return runInDaemon(ctx, store, args, stdout, stderr)
+			if opts.HTTPToken, err = a.daemonToken(); err != nil {
+				return err
 			}
+			opts.Backend = newDaemonBackend(a, store)
 			a.scheduleReports(store, schedules, &opts)
 			a.log.Info("database open", "path", a.dbPath())
 			err = server.Run(cmd.Context(), store, opts, a.log, func() { a.log.Info("ready") })
@@ -75,58 +76,25 @@ func (a *app) serverOptions() server.Options {
 		TLS:          server.TLS{CA: c.NATS.TLSCA, Cert: c.NATS.TLSCert, Key: c.NATS.TLSKey},
 		StreamMaxAge: c.NATS.StreamMaxAge, StreamMaxBytes: c.NATS.StreamMaxBytes, BatchSize: c.Ingest.BatchSize, FetchSize: c.Ingest.FetchSize, FlushInterval: c.Ingest.FlushInterval,
 		Decode:     audit.Options{MaxEventBytes: c.Ingest.MaxEventBytes, StoreArgs: c.Ingest.StoreArgs},
-		HTTPListen: c.HTTP.Listen, HTTPToken: c.HTTP.Token,
+		HTTPListen: c.HTTP.Listen, HTTPAllowedHosts: c.HTTP.AllowedHosts, HTTPTLSCert: c.HTTP.TLSCert, HTTPTLSKey: c.HTTP.TLSKey,
 	}
 }
 
-// daemonCommands may run inside the daemon; anything else is refused there.
-var daemonCommands = map[string]bool{
-	"query": true, "queries": true, "recommend": true, "replay": true, "catalog": true,
-	"suppress": true, "unsuppress": true, "suppressions": true, "report": true,
-}
-
-// runInDaemon runs a forwarded command line against the daemon's store. A
-// request that names another database file gets exitNotMine, so that the CLI
-// opens that file itself.
-func runInDaemon(ctx context.Context, store *analytics.Store, args []string, stdout, stderr io.Writer) int {
-	if db := lastFlagValue(args, "--db"); db != "" {
-		mine, _ := filepath.Abs(store.Path())
-		if theirs, _ := filepath.Abs(db); theirs != mine {
-			return exitNotMine
-		}
+// daemonToken is the API's token: http.token, or the one in
+// http.token_file, generated there at first start.
+func (a *app) daemonToken() (string, error) {
+	if a.cfg.HTTP.Token != "" {
+		return a.cfg.HTTP.Token, nil
 	}
-	if name := commandName(args); !daemonCommands[name] {
-		fmt.Fprintf(stderr, "mcptrail: the daemon does not run %q\n", name)
-		return exitUsage
+	path := a.tokenFile()
+	token, created, err := api.LoadOrCreateToken(path)
+	if err != nil {
+		return "", err
 	}
-	defer store.Boost(ctx)()
-	a := &app{stdout: stdout, stderr: stderr, stdin: nil, store: store}
-	return a.execute(ctx, args)
-}
-
-// commandName is the first argument that is not a flag or a flag's value.
-func commandName(args []string) string {
-	for i := 0; i < len(args); i++ {
-		arg := args[i]
-		switch {
-		case arg == "--db" || arg == "--config" || arg == "--now":
-			i++
-		case len(arg) > 0 && arg[0] == '-':
-		default:
-			return arg
-		}
+	if created {
+		a.log.Info("generated the API token; the CLI reads it from there", "http.token_file", path)
+	} else {
+		a.log.Info("API token", "http.token_file", path)
 	}
-	return ""
-}
-
-func lastFlagValue(args []string, flag string) string {
-	v := ""
-	for i, arg := range args {
-		if arg == flag && i+1 < len(args) {
-			v = args[i+1]
-		} else if len(arg) > len(flag)+1 && arg[:len(flag)+1] == flag+"=" {
-			v = arg[len(flag)+1:]
-		}
-	}
-	return v
+	return token, nil
 }

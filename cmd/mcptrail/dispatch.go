@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/api"
+	"github.com/mcptrail/mcptrail/internal/duration"
+)
+
+// dispatch runs a request in the daemon that answers at http.listen and
+// holds this database, printing its answer (byte-identical to running here),
+// and otherwise opens the file and runs it here. Inside the daemon it runs
+// on the daemon's store. Only typed requests cross: input files travel as
+// content and output folders come back as files written here.
+func (a *app) dispatch(ctx context.Context, req api.Request, readOnly bool, run func(context.Context, *analytics.Store) error) error {
+	if a.store != nil {
+		return run(ctx, a.store)
+	}
+	common := req.CommonFields()
+	common.Database = a.dbPath()
+	if a.nowFixed {
+		now := a.now
+		common.Now = &now
+	}
+	client, err := a.apiClient()
+	if err != nil {
+		return err
+	}
+	sink := api.Sink{Stdout: a.stdout, Stderr: a.stderr, File: a.outWriter(req)}
+	code, reached, _, err := client.Do(ctx, req, sink)
+	if err != nil {
+		return fmt.Errorf("mcptrail serve at %s (http.listen): %w", a.cfg.HTTP.Listen, err)
+	}
+	if reached {
+		a.forwardedCode = &code
+		return nil
+	}
+	store, closeStore, err := a.openStore(ctx, readOnly)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	return run(ctx, store)
+}
+
+// apiClient is the client of the daemon at http.listen, with the token from
+// http.token or http.token_file.
+func (a *app) apiClient() (*api.Client, error) {
+	c := &api.Client{Listen: a.cfg.HTTP.Listen, Token: a.cfg.HTTP.Token, TokenFile: a.tokenFile(), CertFile: a.cfg.HTTP.TLSCert}
+	if c.Token == "" {
+		// Unreadable or missing: a daemon that answers is then refused with
+		// a message naming the file.
+		c.Token, _ = api.ReadToken(c.TokenFile)
+	}
+	return c, nil
+}
+
+// tokenFile is http.token_file, by default beside the database.
+func (a *app) tokenFile() string {
+	if a.cfg.HTTP.TokenFile != "" {
+		return a.cfg.HTTP.TokenFile
+	}
+	return api.DefaultTokenFile(a.dbPath())
+}
+
+// outWriter writes the files of an output folder the daemon sends back, for
+// the requests that have one. A report folder is replaced whole, as the
+// report command does on the file.
+func (a *app) outWriter(req api.Request) func(api.File) error {
+	var out string
+	var replace bool
+	switch r := req.(type) {
+	case *api.RecommendRequest:
+		out = r.Out
+	case *api.ReportRequest:
+		out, replace = r.Out, true
+	}
+	if out == "" {
+		return nil
+	}
+	cleared := map[string]bool{}
+	return func(f api.File) error {
+		if !filepath.IsLocal(f.Name) {
+			return fmt.Errorf("the daemon sent a file outside the output folder: %q", f.Name)
+		}
+		rel := filepath.FromSlash(f.Name)
+		if parts := strings.SplitN(f.Name, "/", 3); replace && len(parts) == 3 {
+			folder := filepath.Join(out, parts[0], parts[1])
+			if !cleared[folder] {
+				if err := os.RemoveAll(folder); err != nil {
+					return fmt.Errorf("replace %s: %w", folder, err)
+				}
+				cleared[folder] = true
+			}
+		}
+		p := filepath.Join(out, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+		tmp := p + ".partial"
+		if err := os.WriteFile(tmp, f.Content, 0o644); err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+		return os.Rename(tmp, p)
+	}
+}
+
+// outPath is where a command writes its output folder: the folder the
+// daemon made for the request, or the user's --out on the file.
+func (a *app) outPath(out string) string {
+	if a.outDir != "" {
+		return a.outDir
+	}
+	return out
+}
+
+// outLabel names a path inside outPath as the user knows it.
+func (a *app) outLabel(out, p string) string {
+	if a.outDir == "" {
+		return p
+	}
+	rel, err := filepath.Rel(a.outDir, p)
+	if err != nil {
+		return p
+	}
+	return filepath.Join(out, rel)
+}
+
+// readInput reads a file named on the command line, for a request.
+func readInput(what, path string) (*api.File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", what, err)
+	}
+	return &api.File{Name: path, Content: data}, nil
+}
+
+// previousReports are the report.json files of the newest report of each
+// server folder under out that is older than the window's end: what a new
+// report is compared with.
+func previousReports(out string, now time.Time, stampOf func(time.Time) string, isStamp func(string) bool) ([]api.File, error) {
+	servers, err := os.ReadDir(out)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--out %s: %w", out, err)
+	}
+	stamp := stampOf(now)
+	var files []api.File
+	for _, s := range servers {
+		if !s.IsDir() {
+			continue
+		}
+		folders, err := os.ReadDir(filepath.Join(out, s.Name()))
+		if err != nil {
+			continue
+		}
+		for i := len(folders) - 1; i >= 0; i-- {
+			name := folders[i].Name()
+			if !folders[i].IsDir() || !isStamp(name) || name >= stamp {
+				continue
+			}
+			rel := filepath.Join(s.Name(), name, "report.json")
+			data, err := os.ReadFile(filepath.Join(out, rel))
+			if err != nil {
+				continue
+			}
+			files = append(files, api.File{Name: filepath.ToSlash(rel), Content: data})
+			break
+		}
+	}
+	return files, nil
+}
+
+// settings are this CLI's recommend.* settings, sent along so that the
+// daemon answers as the file would.
+func (a *app) settings() (*api.Settings, error) {
+	r := a.cfg.Recommend
+	s := &api.Settings{
+		Window: api.Duration(r.Window), MinDays: r.MinDays, MinSessions: r.MinSessions, Headroom: r.Headroom,
+		MinLimit: r.MinLimit, RareMaxCalls: r.RareMaxCalls, RareMaxDays: r.RareMaxDays, PollMinCalls: r.PollMinCalls,
+		PollMaxInterval: api.Duration(r.PollMaxInterval), PollMaxCV: r.PollMaxCV, RunawayFactor: r.RunawayFactor,
+		Grace: api.Duration(r.Grace),
+	}
+	if r.Overrides != "" && a.store == nil {
+		f, err := readInput("recommend.overrides", r.Overrides)
+		if err != nil {
+			return nil, err
+		}
+		s.Overrides = f
+	}
+	return s, nil
+}
+
+// applySettings takes a request's settings into the configuration.
+func (a *app) applySettings(s *api.Settings) {
+	if s == nil {
+		return
+	}
+	r := &a.cfg.Recommend
+	r.Window, r.MinDays, r.MinSessions, r.Headroom = time.Duration(s.Window), s.MinDays, s.MinSessions, s.Headroom
+	r.MinLimit, r.RareMaxCalls, r.RareMaxDays, r.PollMinCalls = s.MinLimit, s.RareMaxCalls, s.RareMaxDays, s.PollMinCalls
+	r.PollMaxInterval, r.PollMaxCV, r.RunawayFactor, r.Grace = time.Duration(s.PollMaxInterval), s.PollMaxCV, s.RunawayFactor, time.Duration(s.Grace)
+	a.overridesDoc = s.Overrides
+	if s.Overrides == nil {
+		r.Overrides = ""
+	}
+}
+
+// parseSince reads a --since value; empty gives def.
+func parseSince(since string, def time.Duration, example string) (time.Duration, error) {
+	if since == "" {
+		return def, nil
+	}
+	d, err := duration.Parse(since)
+	if err != nil || d <= 0 {
+		return 0, usageErrorf("--since %q: want a positive duration such as %s", since, example)
+	}
+	return d, nil
+}
+
+// daemonHoldsDB reports whether a daemon answering at http.listen holds the
+// database this command would open.
+func (a *app) daemonHoldsDB(ctx context.Context) bool {
+	c, err := a.apiClient()
+	if err != nil {
+		return false
+	}
+	st, reached, err := c.Status(ctx)
+	return err == nil && reached && st.Database == a.dbPath()
+}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/api"
+)
+
+// ingestedDB makes a database of n simulated calls in a folder of its own.
+func ingestedDB(t *testing.T, n int) (tmp, db string, env []string) {
+	t.Helper()
+	tmp = t.TempDir()
+	db = filepath.Join(tmp, "mcptrail.duckdb")
+	env = []string{"MCPTRAIL_NOW=2026-11-30T00:00:00Z", "MCPTRAIL_HTTP_LISTEN=127.0.0.1:1"}
+	for _, args := range [][]string{
+		{"simulate", "--seed", "1", "--count", fmt.Sprint(n), "--out", filepath.Join(tmp, "e.jsonl")},
+		{"ingest", filepath.Join(tmp, "e.jsonl"), "--db", db},
+	} {
+		out, code, errOut := runCLI(t, tmp, env, args)
+		require.Zero(t, code, "%v: %s%s", args, out, errOut)
+	}
+	return tmp, db, env
+}
+
+func apiPost(t *testing.T, addr, path, token, contentType, body string, header map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+path, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", contentType)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// The requests that once ran `demo` (deleting the database), `ingest` of a
+// host file and `simulate --out` inside the daemon, and a cross-site POST,
+// change nothing now.
+func TestDaemonRunsNoCommandLine(t *testing.T) {
+	tmp, db, env := ingestedDB(t, 3000)
+	addr := startDaemon(t, tmp, db)
+	tokenFile := filepath.Join(tmp, api.TokenFileName)
+	st, err := os.Stat(tokenFile)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm(), "the generated token file")
+	token, err := api.ReadToken(tokenFile)
+	require.NoError(t, err)
+
+	for _, body := range []string{
+		`{"args":["--dir","query","demo","--dir","` + tmp + `","--days","1"]}`,
+		`{"args":["--server","query","ingest","/etc/passwd"]}`,
+		`{"args":["simulate","--count","1","--out","` + filepath.Join(tmp, "planted") + `"]}`,
+	} {
+		code, _ := apiPost(t, addr, "/api/v1/run", token, "application/json", body, nil)
+		assert.Equal(t, http.StatusNotFound, code, body)
+	}
+	// Typed fields cannot become commands or flags.
+	code, body := apiPost(t, addr, api.PathQuery, token, "application/json", `{"name":"--dir","format":"csv"}`, nil)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `"exit":2`)
+	code, _ = apiPost(t, addr, api.PathQuery, token, "application/json", `{"args":["demo"]}`, nil)
+	assert.Equal(t, http.StatusBadRequest, code)
+	// A page in a browser: a simple POST, a foreign origin, a rebound host name.
+	suppress := `{"finding_id":"unused_tool:proxmox-mcp:*:create_vm","reason":"x","until":"2027-01-01","by":"mallory"}`
+	code, _ = apiPost(t, addr, api.PathSuppress, token, "text/plain", suppress, nil)
+	assert.Equal(t, http.StatusUnsupportedMediaType, code)
+	code, _ = apiPost(t, addr, api.PathSuppress, token, "application/json", suppress, map[string]string{"Origin": "https://evil.example"})
+	assert.Equal(t, http.StatusForbidden, code)
+	code, _ = apiPost(t, addr, api.PathSuppress, "", "application/json", suppress, nil)
+	assert.Equal(t, http.StatusUnauthorized, code)
+
+	env = append(env, "MCPTRAIL_HTTP_LISTEN="+addr)
+	out, code, errOut := runCLI(t, tmp, env, []string{"suppressions", "--format", "json", "--db", db})
+	require.Zero(t, code, errOut)
+	assert.Equal(t, "[]\n", out, "no suppression was made")
+	out, code, errOut = runCLI(t, tmp, env, []string{"query", "--sql", "SELECT count(*) AS n FROM calls", "--format", "csv", "--db", db})
+	require.Zero(t, code, errOut)
+	assert.Equal(t, "n\n3000\n", out, "every call is still there")
+	_, err = os.Stat(filepath.Join(tmp, "planted"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// A process that took http.listen and answers like the daemon gets no token.
+func TestCLIGivesNoTokenToASquatter(t *testing.T) {
+	tmp, db, env := ingestedDB(t, 100)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var sawToken atomic.Bool
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			sawToken.Store(true)
+		}
+		w.Header().Set(api.IdentHeader, "1")
+		fmt.Fprint(w, `{"service":"mcptrail","api":"v1","proof":"00"}`)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	env = append(env, "MCPTRAIL_HTTP_LISTEN="+ln.Addr().String(), "MCPTRAIL_HTTP_TOKEN=the-real-token-0123456789")
+	_, code, errOut := runCLI(t, tmp, env, []string{"query", "--sql", "SELECT 1", "--db", db})
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "did not prove that it holds this CLI's token")
+	assert.False(t, sawToken.Load())
+}
+
+// Through the daemon a huge result stops at query.max_rows with a note, and
+// a long query stops at query.timeout.
+func TestDaemonBoundsQueries(t *testing.T) {
+	tmp, db, env := ingestedDB(t, 100)
+	addr := startDaemon(t, tmp, db, "MCPTRAIL_QUERY_TIMEOUT=2s", "MCPTRAIL_QUERY_MAX_ROWS=1000")
+	env = append(env, "MCPTRAIL_HTTP_LISTEN="+addr)
+	out, code, errOut := runCLI(t, tmp, env, []string{"query", "--sql", "SELECT range AS i FROM range(20000000)", "--format", "csv", "--db", db})
+	require.Zero(t, code, errOut)
+	assert.Equal(t, 1001, strings.Count(out, "\n"), "the header and max_rows rows")
+	assert.Contains(t, errOut, "answer truncated: the daemon sends at most 1000 rows (query.max_rows)")
+
+	_, code, errOut = runCLI(t, tmp, env, []string{"query", "--sql", "SELECT count(*) FROM range(3000000000) a, range(100) b", "--db", db})
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "query stopped after 2s (query.timeout)")
+	// The daemon still answers.
+	out, code, errOut = runCLI(t, tmp, env, []string{"query", "--sql", "SELECT count(*) AS n FROM calls", "--format", "csv", "--db", db})
+	require.Zero(t, code, errOut)
+	assert.Equal(t, "n\n100\n", out)
+}
