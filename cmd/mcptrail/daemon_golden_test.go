@@ -87,6 +87,13 @@ func TestGoldenThroughDaemon(t *testing.T) {
 // its http.listen.
 func startDaemon(t *testing.T, tmp, db string, env ...string) string {
 	t.Helper()
+	return startServe(t, tmp, db, env, func(addr string) bool { return httpStatus(addr, "/readyz") == http.StatusOK })
+}
+
+// startServe runs `mcptrail serve` with env added until the test ends, waits
+// until ready says so, and returns its http.listen.
+func startServe(t *testing.T, tmp, db string, env []string, ready func(addr string) bool) string {
+	t.Helper()
 	httpAddr := freeTCPAddr(t)
 	logs, err := os.Create(filepath.Join(t.TempDir(), "serve.log"))
 	require.NoError(t, err)
@@ -107,8 +114,7 @@ func startDaemon(t *testing.T, tmp, db string, env ...string) string {
 			t.Logf("serve log:\n%s", b)
 		}
 	})
-	require.Eventually(t, func() bool { return httpStatus(httpAddr, "/readyz") == http.StatusOK },
-		30*time.Second, 20*time.Millisecond, "serve did not become ready")
+	require.Eventually(t, func() bool { return ready(httpAddr) }, 30*time.Second, 20*time.Millisecond, "serve did not become ready")
 	return httpAddr
 }
 

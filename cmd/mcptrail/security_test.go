@@ -1,8 +1,16 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -10,6 +18,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -138,4 +147,58 @@ func TestDaemonBoundsQueries(t *testing.T) {
 	out, code, errOut = runCLI(t, tmp, env, []string{"query", "--sql", "SELECT count(*) AS n FROM calls", "--format", "csv", "--db", db})
 	require.Zero(t, code, errOut)
 	assert.Equal(t, "n\n100\n", out)
+}
+
+// With http.tls.cert and key the API speaks HTTPS, and the CLI, given the
+// same settings, trusts that certificate.
+func TestDaemonOverTLS(t *testing.T) {
+	tmp, db, env := ingestedDB(t, 100)
+	cert, key := selfSigned(t, tmp)
+	tlsEnv := []string{"MCPTRAIL_HTTP_TLS_CERT=" + cert, "MCPTRAIL_HTTP_TLS_KEY=" + key}
+	addr := startDaemonTLS(t, tmp, db, tlsEnv)
+	env = append(append(env, "MCPTRAIL_HTTP_LISTEN="+addr), tlsEnv...)
+	out, code, errOut := runCLI(t, tmp, env, []string{"query", "--sql", "SELECT count(*) AS n FROM calls", "--format", "csv", "--db", db})
+	require.Zero(t, code, errOut)
+	assert.Equal(t, "n\n100\n", out)
+	// Plain HTTP gets nothing from it.
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err == nil {
+		resp.Body.Close()
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	}
+}
+
+// startDaemonTLS is startDaemon for a daemon that answers HTTPS only.
+func startDaemonTLS(t *testing.T, tmp, db string, env []string) string {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // only readiness
+	return startServe(t, tmp, db, env, func(addr string) bool {
+		resp, err := client.Get("https://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "mcptrail test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	kder, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	certFile, keyFile = filepath.Join(dir, "api.crt"), filepath.Join(dir, "api.key")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600))
+	return certFile, keyFile
 }
