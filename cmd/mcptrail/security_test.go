@@ -105,6 +105,11 @@ func TestDaemonRunsNoCommandLine(t *testing.T) {
 	assert.Equal(t, "n\n3000\n", out, "every call is still there")
 	_, err = os.Stat(filepath.Join(tmp, "planted"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
+
+	// ingest asks the daemon (with the token) which database it holds.
+	_, code, errOut = runCLI(t, tmp, env, []string{"ingest", filepath.Join(tmp, "e.jsonl"), "--db", db})
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "mcptrail serve is running and holds "+db)
 }
 
 // A process that took http.listen and answers like the daemon gets no token.
