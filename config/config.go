@@ -55,6 +55,9 @@ var Defaults = map[string]any{
 	"ingest.store_args":           false,
 	"http.listen":                 "127.0.0.1:8474",
 	"http.token":                  "",
+	"query.timeout":               "30s",
+	"query.max_rows":              100000,
+	"query.max_bytes":             "64MiB",
 	"recommend.window":            "30d",
 	"recommend.min_days":          7,
 	"recommend.min_sessions":      20,
@@ -77,6 +80,7 @@ type Config struct {
 	NATS      NATS
 	Ingest    Ingest
 	HTTP      HTTP
+	Query     Query
 	Recommend Recommend
 	Reports   []map[string]any // validated by the report package
 	// File is the config file that was read, or "" when none.
@@ -124,6 +128,13 @@ type Ingest struct {
 type HTTP struct {
 	Listen string
 	Token  string
+}
+
+// Query is query.*: bounds on user SQL.
+type Query struct {
+	Timeout  time.Duration // every query, on the file and in the daemon
+	MaxRows  int           // rows the daemon sends for one query
+	MaxBytes int64         // bytes of values the daemon sends for one query
 }
 
 // Recommend is recommend.*.
@@ -226,6 +237,11 @@ func Load(v *viper.Viper) (*Config, error) {
 		MaxEventBytes: p.integer("ingest.max_event_bytes", 1024, 64<<20), StoreArgs: p.boolean("ingest.store_args"),
 	}
 	c.HTTP = HTTP{Listen: p.str("http.listen", hostPort), Token: p.str("http.token", nil)}
+	c.Query = Query{Timeout: p.duration("query.timeout"), MaxRows: p.integer("query.max_rows", 1, 1<<30),
+		MaxBytes: p.size("query.max_bytes")}
+	if c.Query.MaxBytes <= 0 {
+		p.fail("query.max_bytes", v.Get("query.max_bytes"), "a positive size such as 64MiB")
+	}
 	c.Recommend = Recommend{
 		Window: p.duration("recommend.window"), MinDays: p.integer("recommend.min_days", 0, 3650),
 		MinSessions: p.integer("recommend.min_sessions", 0, 1<<30), Headroom: p.float("recommend.headroom", 1, 100),
