@@ -91,55 +91,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("open database %s: no such file: ingest events first (mcptrail ingest or mcptrail serve)", path)
 		}
 	}
-	dsn := path
-	if opts.ReadOnly {
-		dsn += "?access_mode=read_only"
-	}
-	// Every connection works in UTC: date_trunc and friends on TIMESTAMPTZ follow
-	// the session time zone, and policy windows are calendar-aligned in UTC.
-	// DuckDB would otherwise use up to 80% of the machine's memory; with a
-	// limit, large sorts and aggregates spill to disk instead.
-	connector, err := duckdb.NewConnector(dsn, func(execer driver.ExecerContext) error {
-		_, err := execer.ExecContext(context.Background(), "SET TimeZone = 'UTC'", nil)
-		return err
-	})
+	s, err := openSandboxed(ctx, path, opts)
 	if err != nil {
-		return nil, wrapOpenError(path, err)
+		return nil, err
 	}
-	db := sql.OpenDB(connector)
-	if err := db.PingContext(ctx); err != nil {
-		_ = db.Close()
-		return nil, wrapOpenError(path, err)
-	}
-	limit := opts.MemoryLimit
-	if limit == "" {
-		limit = DefaultMemoryLimit
-	}
-	s := &Store{path: path, readOnly: opts.ReadOnly, db: db, ingestThreads: opts.IngestThreads}
-	if opts.IngestMemoryLimit != "" {
-		s.queryMemory, s.ingestMemory = limit, opts.IngestMemoryLimit
-		limit = s.ingestMemory
-	}
-	settings := []string{memoryLimitSQL(limit)}
-	if opts.ReturnMemory {
-		settings = append(settings, "SET allocator_flush_threshold = '16MB'", "SET allocator_background_threads = true")
-	}
-	for _, q := range settings {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			_ = db.Close()
-			return nil, fmt.Errorf("open database %s: %s: %w", path, q, err)
-		}
-	}
-	if s.ingestThreads > 0 {
-		if err := db.QueryRowContext(ctx, "SELECT current_setting('threads')").Scan(&s.queryThreads); err != nil {
-			_ = db.Close()
-			return nil, fmt.Errorf("open database %s: read threads: %w", path, err)
-		}
-		if err := s.setThreads(ctx, s.ingestThreads); err != nil {
-			_ = db.Close()
-			return nil, err
-		}
-	}
+	db := s.db
 	if !opts.ReadOnly {
 		if err := migrate(ctx, db); err != nil {
 			_ = db.Close()
