@@ -75,6 +75,8 @@ type Store struct {
 	// memory limits for queries (Boost) and appends; both "" when appends
 	// run under the query limit too (no IngestMemoryLimit).
 	queryMemory, ingestMemory string
+
+	releaseFiles func() // see privateFiles
 }
 
 // Open opens (creating if needed) the database at path and migrates its schema.
@@ -91,18 +93,23 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("open database %s: no such file: ingest events first (mcptrail ingest or mcptrail serve)", path)
 		}
 	}
+	release := privateFiles()
 	s, err := openSandboxed(ctx, path, opts)
 	if err != nil {
+		release()
 		return nil, err
 	}
+	s.releaseFiles = release
 	db := s.db
 	if !opts.ReadOnly {
 		if err := migrate(ctx, db); err != nil {
 			_ = db.Close()
+			release()
 			return nil, fmt.Errorf("migrate %s: %w", path, err)
 		}
 		if err := s.openWriter(ctx); err != nil {
 			_ = db.Close()
+			release()
 			return nil, err
 		}
 	}
@@ -209,6 +216,7 @@ func (s *Store) Close() error {
 		errs = append(errs, s.wconn.Close())
 	}
 	errs = append(errs, s.db.Close())
+	s.releaseFiles()
 	return errors.Join(errs...)
 }
 
