@@ -105,7 +105,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		if err := migrate(ctx, db); err != nil {
 			_ = db.Close()
 			release()
-			return nil, fmt.Errorf("migrate %s: %w", path, err)
+			return nil, wrapOpenError(path, fmt.Errorf("migrate: %w", err))
 		}
 		if err := s.openWriter(ctx); err != nil {
 			_ = db.Close()
@@ -116,13 +116,50 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// wrapOpenError tells a file another process holds apart from a file that
+// is not a database or is damaged, by DuckDB's messages: "Could not set lock
+// on file ...: Conflicting lock is held ..." for the first; for the second
+// "... is not a valid DuckDB database file", "Corrupt database file:
+// computed checksum ... in block at location ..." (whose "block" once
+// passed for a lock) and, for a truncated file, "Could not read enough
+// bytes from file".
 func wrapOpenError(path string, err error) error {
 	msg := err.Error()
-	if strings.Contains(msg, "lock") {
+	switch {
+	case strings.Contains(msg, "Could not set lock") || strings.Contains(msg, "Conflicting lock"):
 		return fmt.Errorf("open database %s: %w (%s)", path, ErrLocked, firstLine(msg))
+	case isDamaged(msg):
+		return &NotDatabaseError{Path: path, Reported: firstLine(strings.TrimPrefix(msg, "database/sql/driver: could not connect to database: "))}
 	}
 	return fmt.Errorf("open database %s: %w", path, err)
 }
+
+func isDamaged(msg string) bool {
+	for _, m := range []string{"not a valid DuckDB database", "Corrupt database file", "Could not read enough bytes"} {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrNotDatabase matches (errors.Is) a NotDatabaseError.
+var ErrNotDatabase = errors.New("not a valid mcptrail database")
+
+// NotDatabaseError is an Open of a file that is not a DuckDB database, or
+// one that is truncated or fails its checksums.
+type NotDatabaseError struct {
+	Path     string
+	Reported string // DuckDB's message
+}
+
+func (e *NotDatabaseError) Error() string {
+	return fmt.Sprintf("storage.path %s is %s (DuckDB reported: %s); restore it from a backup or point storage.path elsewhere",
+		e.Path, ErrNotDatabase, e.Reported)
+}
+
+// Is makes errors.Is(err, ErrNotDatabase) hold.
+func (e *NotDatabaseError) Is(target error) bool { return target == ErrNotDatabase }
 
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
