@@ -75,6 +75,8 @@ type Store struct {
 	// memory limits for queries (Boost) and appends; both "" when appends
 	// run under the query limit too (no IngestMemoryLimit).
 	queryMemory, ingestMemory string
+
+	releaseFiles func() // see privateFiles
 }
 
 // Open opens (creating if needed) the database at path and migrates its schema.
@@ -91,75 +93,73 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("open database %s: no such file: ingest events first (mcptrail ingest or mcptrail serve)", path)
 		}
 	}
-	dsn := path
-	if opts.ReadOnly {
-		dsn += "?access_mode=read_only"
-	}
-	// Every connection works in UTC: date_trunc and friends on TIMESTAMPTZ follow
-	// the session time zone, and policy windows are calendar-aligned in UTC.
-	// DuckDB would otherwise use up to 80% of the machine's memory; with a
-	// limit, large sorts and aggregates spill to disk instead.
-	connector, err := duckdb.NewConnector(dsn, func(execer driver.ExecerContext) error {
-		_, err := execer.ExecContext(context.Background(), "SET TimeZone = 'UTC'", nil)
-		return err
-	})
+	release := privateFiles()
+	s, err := openSandboxed(ctx, path, opts)
 	if err != nil {
-		return nil, wrapOpenError(path, err)
+		release()
+		return nil, err
 	}
-	db := sql.OpenDB(connector)
-	if err := db.PingContext(ctx); err != nil {
-		_ = db.Close()
-		return nil, wrapOpenError(path, err)
-	}
-	limit := opts.MemoryLimit
-	if limit == "" {
-		limit = DefaultMemoryLimit
-	}
-	s := &Store{path: path, readOnly: opts.ReadOnly, db: db, ingestThreads: opts.IngestThreads}
-	if opts.IngestMemoryLimit != "" {
-		s.queryMemory, s.ingestMemory = limit, opts.IngestMemoryLimit
-		limit = s.ingestMemory
-	}
-	settings := []string{memoryLimitSQL(limit)}
-	if opts.ReturnMemory {
-		settings = append(settings, "SET allocator_flush_threshold = '16MB'", "SET allocator_background_threads = true")
-	}
-	for _, q := range settings {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			_ = db.Close()
-			return nil, fmt.Errorf("open database %s: %s: %w", path, q, err)
-		}
-	}
-	if s.ingestThreads > 0 {
-		if err := db.QueryRowContext(ctx, "SELECT current_setting('threads')").Scan(&s.queryThreads); err != nil {
-			_ = db.Close()
-			return nil, fmt.Errorf("open database %s: read threads: %w", path, err)
-		}
-		if err := s.setThreads(ctx, s.ingestThreads); err != nil {
-			_ = db.Close()
-			return nil, err
-		}
-	}
+	s.releaseFiles = release
+	db := s.db
 	if !opts.ReadOnly {
 		if err := migrate(ctx, db); err != nil {
 			_ = db.Close()
-			return nil, fmt.Errorf("migrate %s: %w", path, err)
+			release()
+			return nil, wrapOpenError(path, fmt.Errorf("migrate: %w", err))
 		}
 		if err := s.openWriter(ctx); err != nil {
 			_ = db.Close()
+			release()
 			return nil, err
 		}
 	}
 	return s, nil
 }
 
+// wrapOpenError tells a file another process holds apart from a file that
+// is not a database or is damaged, by DuckDB's messages: "Could not set lock
+// on file ...: Conflicting lock is held ..." for the first; for the second
+// "... is not a valid DuckDB database file", "Corrupt database file:
+// computed checksum ... in block at location ..." (whose "block" once
+// passed for a lock) and, for a truncated file, "Could not read enough
+// bytes from file".
 func wrapOpenError(path string, err error) error {
 	msg := err.Error()
-	if strings.Contains(msg, "lock") {
+	switch {
+	case strings.Contains(msg, "Could not set lock") || strings.Contains(msg, "Conflicting lock"):
 		return fmt.Errorf("open database %s: %w (%s)", path, ErrLocked, firstLine(msg))
+	case isDamaged(msg):
+		return &NotDatabaseError{Path: path, Reported: firstLine(strings.TrimPrefix(msg, "database/sql/driver: could not connect to database: "))}
 	}
 	return fmt.Errorf("open database %s: %w", path, err)
 }
+
+func isDamaged(msg string) bool {
+	for _, m := range []string{"not a valid DuckDB database", "Corrupt database file", "Could not read enough bytes"} {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrNotDatabase matches (errors.Is) a NotDatabaseError.
+var ErrNotDatabase = errors.New("not a valid mcptrail database")
+
+// NotDatabaseError is an Open of a file that is not a DuckDB database, or
+// one that is truncated or fails its checksums.
+type NotDatabaseError struct {
+	Path     string
+	Reported string // DuckDB's message
+}
+
+func (e *NotDatabaseError) Error() string {
+	return fmt.Sprintf("storage.path %s is %s (DuckDB reported: %s); restore it from a backup or point storage.path elsewhere",
+		e.Path, ErrNotDatabase, e.Reported)
+}
+
+// Is makes errors.Is(err, ErrNotDatabase) hold.
+func (e *NotDatabaseError) Is(target error) bool { return target == ErrNotDatabase }
 
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
@@ -253,6 +253,7 @@ func (s *Store) Close() error {
 		errs = append(errs, s.wconn.Close())
 	}
 	errs = append(errs, s.db.Close())
+	s.releaseFiles()
 	return errors.Join(errs...)
 }
 

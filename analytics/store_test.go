@@ -1,9 +1,13 @@
 package analytics
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -349,4 +353,82 @@ func memoryLimit(t *testing.T, s *Store) string {
 	var v string
 	require.NoError(t, s.DB().QueryRow(`SELECT current_setting('memory_limit')`).Scan(&v))
 	return v
+}
+
+// A file that is not a database, or a database cut short or damaged, is
+// reported as such, not as locked.
+func TestOpenDamagedFile(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.duckdb")
+	require.NoError(t, os.WriteFile(garbage, []byte(strings.Repeat("not a database\n", 1000)), 0o600))
+
+	good := filepath.Join(dir, "good.duckdb")
+	s, err := Open(ctx, good, Options{})
+	require.NoError(t, err)
+	_, err = s.Append(ctx, ingest.Batch{Events: sampleEvents(100, time.Now())})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	data, err := os.ReadFile(good)
+	require.NoError(t, err)
+	truncated := filepath.Join(dir, "truncated.duckdb") // the headers, then the first kilobyte of its blocks
+	require.NoError(t, os.WriteFile(truncated, data[:12288+1000], 0o600))
+	corrupt := filepath.Join(dir, "corrupt.duckdb")
+	bad := append([]byte(nil), data...)
+	copy(bad[4200:], "XXXXXXXX") // inside the first database header, under its checksum
+	require.NoError(t, os.WriteFile(corrupt, bad, 0o600))
+
+	for path, reported := range map[string]string{
+		garbage:   "not a valid DuckDB database file",
+		truncated: "Could not read enough bytes",
+		corrupt:   "checksum",
+	} {
+		for _, ro := range []bool{false, true} {
+			_, err := Open(ctx, path, Options{ReadOnly: ro})
+			require.Error(t, err, path)
+			assert.ErrorIs(t, err, ErrNotDatabase, path)
+			assert.NotErrorIs(t, err, ErrLocked, path)
+			assert.Contains(t, err.Error(), "storage.path "+path+" is not a valid mcptrail database (DuckDB reported: ")
+			assert.Contains(t, err.Error(), reported)
+			assert.Contains(t, err.Error(), "restore it from a backup or point storage.path elsewhere")
+		}
+	}
+}
+
+// A file another process holds is reported as locked. The other process
+// is this test binary, run again as TestHoldDatabase.
+func TestOpenLockedFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "held.duckdb")
+	s, err := Open(context.Background(), path, Options{})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHoldDatabase$")
+	cmd.Env = append(os.Environ(), "MCPTRAIL_HOLD_DB="+path)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() { _ = stdin.Close(); _ = cmd.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "holding\n", line)
+
+	_, err = Open(context.Background(), path, Options{})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrLocked)
+	assert.NotErrorIs(t, err, ErrNotDatabase)
+}
+
+func TestHoldDatabase(t *testing.T) {
+	path := os.Getenv("MCPTRAIL_HOLD_DB")
+	if path == "" {
+		t.Skip("run by TestOpenLockedFile")
+	}
+	s, err := Open(context.Background(), path, Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	fmt.Println("holding")
+	_, _ = io.Copy(io.Discard, os.Stdin)
 }

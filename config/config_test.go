@@ -75,6 +75,17 @@ func TestDefaultsLoad(t *testing.T) {
 	assert.Equal(t, 1.5, c.Recommend.Headroom)
 	assert.Empty(t, c.NATS.Servers)
 	assert.Zero(t, c.NATS.StreamMaxBytes, "no size limit")
+	assert.Equal(t, Query{Timeout: 30 * time.Second, MaxRows: 100000, MaxBytes: 64 << 20}, c.Query)
+}
+
+func TestQueryLimits(t *testing.T) {
+	v := New()
+	v.Set("query.timeout", "2m")
+	v.Set("query.max_rows", "500")
+	v.Set("query.max_bytes", "1GB")
+	c, err := Load(v)
+	require.NoError(t, err)
+	assert.Equal(t, Query{Timeout: 2 * time.Minute, MaxRows: 500, MaxBytes: 1e9}, c.Query)
 }
 
 func TestStreamMaxBytes(t *testing.T) {
@@ -133,6 +144,10 @@ func TestBadValues(t *testing.T) {
 		{"recommend.window", "-3d", "positive duration"},
 		{"storage.path", "", "must not be empty"},
 		{"nats.stream_max_bytes", "big", "must be a size such as 10GB"},
+		{"query.timeout", "0s", "query.timeout = \"0s\": must be a positive duration"},
+		{"query.max_rows", "0", "query.max_rows = \"0\": must be a whole number from 1 to"},
+		{"query.max_bytes", "0", "query.max_bytes = \"0\": a positive size such as 64MiB"},
+		{"query.max_bytes", "lots", "query.max_bytes = \"lots\": must be a size such as 10GB"},
 	} {
 		t.Run(tc.key+"="+tc.val, func(t *testing.T) {
 			v := New()

@@ -91,10 +91,12 @@ func (a *app) runQuery(ctx context.Context, store *analytics.Store, req *api.Que
 		return usageErrorf("give a query NAME (see mcptrail queries) or --sql \"SELECT ...\"")
 	}
 	w := render.New(f, a.stdout)
-	limit := a.answerLimit()
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.Query.Timeout)
-	defer cancel()
-	err = store.Query(ctx, text, bound,
+	// On the file every row is printed; the daemon's answers are bounded.
+	limits := analytics.QueryLimits{Timeout: a.cfg.Query.Timeout}
+	if a.truncate != nil {
+		limits.MaxRows, limits.MaxBytes = a.cfg.Query.MaxRows, a.cfg.Query.MaxBytes
+	}
+	cut, err := store.QueryLimited(ctx, text, bound, limits,
 		func(cols []analytics.Column) error {
 			names := make([]string, len(cols))
 			for i, c := range cols {
@@ -102,19 +104,10 @@ func (a *app) runQuery(ctx context.Context, store *analytics.Store, req *api.Que
 			}
 			return w.Header(names)
 		},
-		func(row []any) error {
-			if err := limit.take(row); err != nil {
-				return err
-			}
-			return w.Row(row)
-		})
-	var cut *truncatedError
+		w.Row)
 	switch {
-	case errors.As(err, &cut):
-	case errors.Is(err, analytics.ErrNotReadOnly):
+	case errors.Is(err, analytics.ErrNotReadOnly), errors.Is(err, analytics.ErrQueryTimeout):
 		return err
-	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return fmt.Errorf("query stopped after %s (query.timeout): narrow it, or raise query.timeout", a.cfg.Query.Timeout)
 	case err != nil:
 		return fmt.Errorf("query failed: %w", err)
 	}
@@ -122,10 +115,8 @@ func (a *app) runQuery(ctx context.Context, store *analytics.Store, req *api.Que
 		return err
 	}
 	if cut != nil {
-		fmt.Fprintf(a.stderr, "mcptrail: answer truncated: %s; add a LIMIT or narrow the query, or run it on the database file with the daemon stopped\n", cut)
-		if a.truncate != nil {
-			a.truncate()
-		}
+		fmt.Fprintf(a.stderr, "mcptrail: %s; or run it on the database file with the daemon stopped\n", cut.Note())
+		a.truncate()
 	}
 	return nil
 }

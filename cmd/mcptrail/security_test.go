@@ -143,11 +143,11 @@ func TestDaemonBoundsQueries(t *testing.T) {
 	out, code, errOut := runCLI(t, tmp, env, []string{"query", "--sql", "SELECT range AS i FROM range(20000000)", "--format", "csv", "--db", db})
 	require.Zero(t, code, errOut)
 	assert.Equal(t, 1001, strings.Count(out, "\n"), "the header and max_rows rows")
-	assert.Contains(t, errOut, "answer truncated: the daemon sends at most 1000 rows (query.max_rows)")
+	assert.Contains(t, errOut, "result truncated after 1000 rows (query.max_rows)")
 
 	_, code, errOut = runCLI(t, tmp, env, []string{"query", "--sql", "SELECT count(*) FROM range(3000000000) a, range(100) b", "--db", db})
 	assert.Equal(t, 1, code)
-	assert.Contains(t, errOut, "query stopped after 2s (query.timeout)")
+	assert.Contains(t, errOut, "query timed out after 2s (query.timeout)")
 	// The daemon still answers.
 	out, code, errOut = runCLI(t, tmp, env, []string{"query", "--sql", "SELECT count(*) AS n FROM calls", "--format", "csv", "--db", db})
 	require.Zero(t, code, errOut)

@@ -1,0 +1,115 @@
+package analytics
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+
+	duckdb "github.com/duckdb/duckdb-go/v2"
+)
+
+// The sandbox. DuckDB keeps one database instance per file in a process
+// (duckdb-go's instance cache hands a second Open of the same file the same
+// instance), and the settings below are all global to that instance, so
+// user SQL cannot get a sandbox of its own next to the ingest: the whole
+// store runs sandboxed. Nothing the store does needs more: its own file,
+// WAL and spill files stay reachable without external access, Arrow
+// batches are scanned from memory, and every extension it uses (json, icu,
+// parquet, core_functions) is linked in and loaded at start.
+//
+//   - enable_external_access=false: no table function, replacement scan,
+//     COPY, EXPORT, ATTACH or LOAD reads or writes a file or the network;
+//     DuckDB refuses them when it binds, before creating anything.
+//   - autoinstall/autoload_known_extensions=false: a URL or a file name
+//     in a query never downloads or loads an extension.
+//
+// These three are set when the instance is created (the DSN), so they
+// hold from its first statement. Then the store makes its own global
+// settings (time zone, memory, threads) and sets lock_configuration, after
+// which no statement can change a setting, except the two that Boost
+// changes at run time (allowed_configs): memory_limit and threads.
+var sandboxDSN = url.Values{
+	"enable_external_access":       {"false"},
+	"autoinstall_known_extensions": {"false"},
+	"autoload_known_extensions":    {"false"},
+}
+
+// boostSettings are the settings that stay changeable once the
+// configuration is locked: Boost lends and takes back threads and memory.
+const boostSettings = `['memory_limit', 'threads']`
+
+// openSandboxed opens the DuckDB instance of path with the sandbox and the
+// store's settings, and locks the configuration.
+func openSandboxed(ctx context.Context, path string, opts Options) (*Store, error) {
+	params := url.Values{}
+	for k, v := range sandboxDSN {
+		params[k] = v
+	}
+	if opts.ReadOnly {
+		params.Set("access_mode", "read_only")
+	}
+	connector, err := duckdb.NewConnector(path+"?"+params.Encode(), nil)
+	if err != nil {
+		return nil, wrapOpenError(path, err)
+	}
+	db := sql.OpenDB(connector)
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return nil, wrapOpenError(path, err)
+	}
+	fail := func(err error) (*Store, error) {
+		_ = db.Close()
+		return nil, err
+	}
+	limit := opts.MemoryLimit
+	if limit == "" {
+		limit = DefaultMemoryLimit
+	}
+	s := &Store{path: path, readOnly: opts.ReadOnly, db: db, ingestThreads: opts.IngestThreads}
+	if opts.IngestMemoryLimit != "" {
+		s.queryMemory, s.ingestMemory = limit, opts.IngestMemoryLimit
+		limit = s.ingestMemory
+	}
+	var locked bool
+	if err := db.QueryRowContext(ctx, "SELECT current_setting('lock_configuration')").Scan(&locked); err != nil {
+		return fail(fmt.Errorf("open database %s: read lock_configuration: %w", path, err))
+	}
+	// A second store on a file this process already holds shares its
+	// instance, locked by the first: only the changeable settings apply.
+	var settings []string
+	if !locked {
+		// Every connection works in UTC: date_trunc and friends on
+		// TIMESTAMPTZ follow the session time zone, and policy windows are
+		// calendar-aligned in UTC. Set globally, so that connections the
+		// pool opens after the lock inherit it.
+		settings = append(settings, "SET GLOBAL TimeZone = 'UTC'")
+		if opts.ReturnMemory {
+			settings = append(settings, "SET allocator_flush_threshold = '16MB'", "SET allocator_background_threads = true")
+		}
+	}
+	// DuckDB would otherwise use up to 80% of the machine's memory; with a
+	// limit, large sorts and aggregates spill to disk instead.
+	settings = append(settings, memoryLimitSQL(limit))
+	for _, q := range settings {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return fail(fmt.Errorf("open database %s: %s: %w", path, q, err))
+		}
+	}
+	if s.ingestThreads > 0 {
+		if err := db.QueryRowContext(ctx, "SELECT current_setting('threads')").Scan(&s.queryThreads); err != nil {
+			return fail(fmt.Errorf("open database %s: read threads: %w", path, err))
+		}
+		if err := s.setThreads(ctx, s.ingestThreads); err != nil {
+			return fail(err)
+		}
+	}
+	if !locked {
+		for _, q := range []string{"SET allowed_configs = " + boostSettings, "SET lock_configuration = true"} {
+			if _, err := db.ExecContext(ctx, q); err != nil {
+				return fail(fmt.Errorf("open database %s: %s: %w", path, q, err))
+			}
+		}
+	}
+	return s, nil
+}
