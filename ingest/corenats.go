@@ -124,7 +124,7 @@ func (s *CoreSource) Run(ctx context.Context) error {
 		s.Started()
 	}
 
-	dec := &Decoder{Opts: s.Decode, Workers: s.Workers}
+	dec := &Decoder{Opts: s.Decode, Workers: s.Workers, CheckSubject: true}
 	dropped := make([]int, len(subs))
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()

@@ -364,7 +364,7 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 	// modifies them.
 	opts := s.Decode
 	opts.Borrow = true
-	p := &pipeline{src: s, dec: &Decoder{Opts: opts, Workers: s.Workers}, cp: cp}
+	p := &pipeline{src: s, dec: &Decoder{Opts: opts, Workers: s.Workers, CheckSubject: true}, cp: cp}
 	defer p.wait()
 	var bo backoff
 	for ctx.Err() == nil {

@@ -258,6 +258,33 @@ func TestJetStreamDeadLettersAreAcked(t *testing.T) {
 	assert.Equal(t, map[string]uint64{audit.ReasonMalformedJSON: 4, audit.ReasonTooLarge: 5, audit.ReasonMissingTS: 6}, reasons)
 }
 
+// An event is stored only from its own server's subject: one that names
+// another server is dead-lettered as subject_mismatch (a gateway allowed to
+// publish to mcp.audit.a must not write events for b). Server names that are
+// not one subject token travel as SubjectToken writes them.
+func TestJetStreamSubjectMismatchIsDeadLettered(t *testing.T) {
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Minute)
+	ctx := context.Background()
+	for i, m := range [][2]string{
+		{"mcp.audit.pve", "pve"}, {"mcp.audit.other", "pve"}, {"mcp.audit.a_b", "a.b"}, {"mcp.audit.prod.pve", "pve"},
+	} {
+		_, err := js.Publish(ctx, m[0], jsEvent(i, m[1]))
+		require.NoError(t, err)
+	}
+	sink := &memSink{}
+	runSource(t, &JetStreamSource{Consumer: c, Sink: sink, BatchSize: 50, MaxWait: 100 * time.Millisecond})
+	require.Eventually(t, func() bool { e, d := sink.count(); return e+d == 4 }, 10*time.Second, 20*time.Millisecond)
+	waitDrained(t, c)
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	require.Len(t, sink.dead, 1)
+	assert.Equal(t, audit.ReasonSubjectMismatch, sink.dead[0].Reason)
+	assert.Equal(t, "mcp.audit.other", sink.dead[0].Source)
+	assert.Contains(t, sink.dead[0].Detail, `server "pve"`)
+	assert.Len(t, sink.events, 3)
+}
+
 // A stream that was deleted and recreated restarts its sequences below the
 // stored checkpoint; the source must not skip the new messages.
 func TestJetStreamRecreatedStreamIgnoresOldCheckpoint(t *testing.T) {

@@ -191,15 +191,13 @@ func (m *metrics) observe(rep ingest.BatchReport, subjectPrefix string) {
 	}
 }
 
-// serverFromSubject takes the server from mcp.audit.<server>; the payload is
-// authoritative, but a rejected payload has no trustworthy server field.
+// serverFromSubject takes the server from mcp.audit.<server>, the subject's
+// last token (as ingest checks it): a rejected payload has no trustworthy
+// server field.
 func serverFromSubject(subject, prefix string) string {
 	rest, ok := strings.CutPrefix(subject, prefix)
 	if !ok || rest == "" {
 		return ""
 	}
-	if i := strings.IndexByte(rest, '.'); i >= 0 {
-		rest = rest[:i]
-	}
-	return rest
+	return rest[strings.LastIndexByte(rest, '.')+1:]
 }

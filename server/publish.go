@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
 	"github.com/mcptrail/mcptrail/internal/wait"
 )
 
@@ -141,7 +142,7 @@ func Publish(ctx context.Context, opts PublishOptions, next func() (audit.Event,
 		if err != nil {
 			return finish(fmt.Errorf("publish: encode event %q: %w", e.ID, err))
 		}
-		m := &nats.Msg{Subject: prefix + subjectToken(e.Server), Data: data}
+		m := &nats.Msg{Subject: prefix + ingest.SubjectToken(e.Server), Data: data}
 		if e.ID != "" {
 			m.Header = nats.Header{jetstream.MsgIDHeader: []string{e.ID}}
 		}
@@ -197,19 +198,4 @@ func waitComplete(ctx context.Context, js jetstream.JetStream) error {
 	case <-time.After(time.Minute):
 		return fmt.Errorf("publish: %d acknowledgements still outstanding after a minute", js.PublishAsyncPending())
 	}
-}
-
-// subjectToken makes a server name usable as one subject token; the payload
-// keeps the real name, which is what is stored.
-func subjectToken(s string) string {
-	if s == "" {
-		return "unknown"
-	}
-	return strings.Map(func(r rune) rune {
-		switch r {
-		case '.', '*', '>', ' ', '\t', '\r', '\n':
-			return '_'
-		}
-		return r
-	}, s)
 }
