@@ -96,7 +96,7 @@ func TestServeAgainstSecuredNATS(t *testing.T) {
 
 			store := openStore(t)
 			opts := testOptions(t)
-			opts.URL = url
+			opts.URL, opts.User, opts.Password = url, "", ""
 			err = Run(context.Background(), store, opts, testLogger(t), nil)
 			require.Error(t, err, "a daemon without credentials must be refused")
 			assert.Contains(t, err.Error(), "(nats.url)")

@@ -18,8 +18,9 @@ import (
 )
 
 // startEmbedded starts the in-process NATS server with JetStream on
-// opts.EmbeddedListen and a file store in opts.EmbeddedStoreDir.
-func startEmbedded(opts Options, log *slog.Logger) (*natsserver.Server, error) {
+// opts.EmbeddedListen and a file store in opts.EmbeddedStoreDir, with the
+// users of auth.
+func startEmbedded(opts Options, auth *embeddedAuth, log *slog.Logger) (*natsserver.Server, error) {
 	host, portStr, err := net.SplitHostPort(opts.EmbeddedListen)
 	port, perr := strconv.Atoi(portStr)
 	if err != nil || perr != nil || port < 0 || port > 65535 {
@@ -50,11 +51,7 @@ func startEmbedded(opts Options, log *slog.Logger) (*natsserver.Server, error) {
 		// Gateways may send up to ingest.max_event_bytes; leave headroom for headers.
 		MaxPayload: int32(min(max(opts.Decode.MaxEventBytes, 64<<10)+64<<10, 64<<20)),
 	}
-	if opts.Token != "" {
-		sopts.Authorization = opts.Token
-	} else if opts.User != "" {
-		sopts.Username, sopts.Password = opts.User, opts.Password
-	}
+	auth.apply(sopts)
 	ns, err := natsserver.NewServer(sopts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS server: %w", err)
@@ -69,6 +66,7 @@ func startEmbedded(opts Options, log *slog.Logger) (*natsserver.Server, error) {
 	}
 	log.Info("embedded NATS server started", "listen", ns.Addr().String(), "jetstream", opts.JetStream,
 		"store_dir", opts.EmbeddedStoreDir)
+	auth.logGateways(log, ns.ClientURL())
 	return ns, nil
 }
 

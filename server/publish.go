@@ -72,7 +72,17 @@ func Publish(ctx context.Context, opts PublishOptions, next func() (audit.Event,
 	if err != nil {
 		return st, err
 	}
-	natsOpts = append(natsOpts, nats.Name("mcptrail publish"), nats.Timeout(5*time.Second))
+	// The server refuses a subject this user may not publish to only with an
+	// asynchronous error: stop at once instead of waiting for acks that
+	// never come.
+	ctx, deny := context.WithCancelCause(ctx)
+	defer deny(nil)
+	natsOpts = append(natsOpts, nats.Name("mcptrail publish"), nats.Timeout(5*time.Second),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				deny(fmt.Errorf("%w (check the NATS user's permissions; on the embedded server, the servers of its nats.embedded.users entry)", err))
+			}
+		}))
 	nc, err := nats.Connect(opts.URL, natsOpts...)
 	if err != nil {
 		return st, fmt.Errorf("connect to NATS at %s: %w", redactURL(opts.URL), err)
@@ -111,6 +121,9 @@ func Publish(ctx context.Context, opts PublishOptions, next func() (audit.Event,
 		st.Duration = time.Since(start)
 		if st.Duration > 0 {
 			st.Rate = float64(st.Published) / st.Duration.Seconds()
+		}
+		if cause := context.Cause(ctx); err != nil && errors.Is(cause, nats.ErrPermissionViolation) {
+			err = cause
 		}
 		if err == nil && st.Failed > 0 {
 			errMu.Lock()

@@ -93,18 +93,17 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 	}
 	var nc *nats.Conn
 	if opts.URL == "" {
-		ns, err := startEmbedded(opts, log)
+		auth, err := newEmbeddedAuth(opts, store.Path(), log)
+		if err != nil {
+			return err
+		}
+		ns, err := startEmbedded(opts, auth, log)
 		if err != nil {
 			return err
 		}
 		defer shutdownEmbedded(ns, log)
 		copts := connectOptions("mcptrail serve", log, hooks)
-		copts = append(copts, nats.InProcessServer(ns))
-		if opts.Token != "" {
-			copts = append(copts, nats.Token(opts.Token))
-		} else if opts.User != "" {
-			copts = append(copts, nats.UserInfo(opts.User, opts.Password))
-		}
+		copts = append(copts, nats.InProcessServer(ns), auth.daemon, nats.CustomInboxPrefix(daemonInboxPrefix))
 		if nc, err = nats.Connect(ns.ClientURL(), copts...); err != nil {
 			return fmt.Errorf("connect to the embedded NATS server: %w", err)
 		}
