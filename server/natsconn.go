@@ -70,6 +70,26 @@ func startEmbedded(opts Options, auth *embeddedAuth, log *slog.Logger) (*natsser
 	return ns, nil
 }
 
+// errDirLocked is a folder another process holds.
+var errDirLocked = errors.New("in use by another process")
+
+// lockStoreDir creates the embedded server's store folder and locks it for
+// the daemon's lifetime: two servers on one JetStream store would corrupt it.
+func lockStoreDir(dir string) (unlock func(), err error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("nats.embedded.store_dir %s: %w", dir, err)
+	}
+	unlock, err = lockDir(dir)
+	if errors.Is(err, errDirLocked) {
+		return nil, fmt.Errorf("nats.embedded.store_dir %s: %w (perhaps another mcptrail serve): stop it, or give this daemon "+
+			"a folder of its own with nats.embedded.store_dir (MCPTRAIL_NATS_EMBEDDED_STORE_DIR)", dir, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nats.embedded.store_dir %s: lock: %w", dir, err)
+	}
+	return unlock, nil
+}
+
 // natsLogger sends nats-server's log to slog. Fatalf must not exit: the
 // daemon decides what a failure means.
 type natsLogger struct{ l *slog.Logger }

@@ -93,6 +93,11 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 	}
 	var nc *nats.Conn
 	if opts.URL == "" {
+		unlock, err := lockStoreDir(opts.EmbeddedStoreDir)
+		if err != nil {
+			return err
+		}
+		defer unlock()
 		auth, err := newEmbeddedAuth(opts, store.Path(), log)
 		if err != nil {
 			return err

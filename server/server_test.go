@@ -509,6 +509,23 @@ func TestServeRefusesBadStartups(t *testing.T) {
 	assert.Contains(t, err.Error(), "enable JetStream")
 }
 
+// The embedded server's store is locked for the daemon's lifetime: a second
+// daemon on the same nats.embedded.store_dir is refused, naming the key, and
+// starts once the first one stopped.
+func TestServeRefusesASecondDaemonOnTheStoreDir(t *testing.T) {
+	first := testOptions(t)
+	d := start(t, openStore(t), first)
+	second := testOptions(t)
+	second.EmbeddedStoreDir = first.EmbeddedStoreDir
+	store := openStore(t)
+	err := Run(context.Background(), store, second, testLogger(t), nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "nats.embedded.store_dir "+first.EmbeddedStoreDir+": in use by another process")
+	assert.Contains(t, err.Error(), "MCPTRAIL_NATS_EMBEDDED_STORE_DIR")
+	d.stop(t)
+	start(t, store, second)
+}
+
 // A shard consumes only its servers' subjects.
 func TestServeShardFiltersByServer(t *testing.T) {
 	store := openStore(t)
