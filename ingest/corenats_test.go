@@ -106,3 +106,23 @@ func TestCoreSourceSubjectMismatchIsDeadLettered(t *testing.T) {
 	assert.Equal(t, audit.ReasonSubjectMismatch, sink.dead[0].Reason)
 	assert.Equal(t, "pve", sink.events[0].Server)
 }
+
+// A Sink that refuses batches makes core mode unhealthy until it stores again.
+func TestCoreSourceFailingCommitIsUnhealthyUntilOneSucceeds(t *testing.T) {
+	nc, _ := jsServer(t)
+	sink := &memSink{failN: 2}
+	var h healthLog
+	started := make(chan struct{})
+	runSource(t, &CoreSource{
+		Conn: nc, Subjects: []string{"mcp.audit.>"}, Sink: sink, BatchSize: 10, MaxWait: 10 * time.Millisecond,
+		Started: func() { close(started) }, OnHealth: h.onHealth,
+	})
+	<-started
+	require.NoError(t, nc.Publish("mcp.audit.pve", jsEvent(1, "pve")))
+	require.NoError(t, nc.Flush())
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 1 }, 5*time.Second, 10*time.Millisecond)
+	states, _ := h.get()
+	require.Len(t, states, 2)
+	assert.Contains(t, states[0], "storing events fails, retrying: disk full")
+	assert.Equal(t, "ok", states[1])
+}

@@ -479,6 +479,85 @@ func TestJetStreamRecreatesADeletedConsumer(t *testing.T) {
 	assert.NotEmpty(t, stages, "the lost consumer was reported")
 }
 
+// healthLog records OnHealth and OnRecreate calls.
+type healthLog struct {
+	mu        sync.Mutex
+	states    []string
+	recreated []string
+}
+
+func (h *healthLog) onHealth(ok bool, reason string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ok {
+		reason = "ok"
+	}
+	h.states = append(h.states, reason)
+}
+
+func (h *healthLog) onRecreate(what string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recreated = append(h.recreated, what)
+}
+
+func (h *healthLog) get() (states, recreated []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.states), slices.Clone(h.recreated)
+}
+
+// Anyone deletes the stream while the source runs: the source recreates the
+// stream and its consumer, reports itself unhealthy meanwhile, and stores
+// the events published afterwards although their sequences restart below
+// the checkpoint.
+func TestJetStreamRecreatesADeletedStream(t *testing.T) {
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Hour)
+	ctx := context.Background()
+	sspec := StreamSpec{Name: "MCP_AUDIT", Subjects: []string{"mcp.audit.>"}}
+	cspec := ConsumerSpec{Stream: "MCP_AUDIT", Durable: "mcptrail", BatchSize: 50, AckWait: time.Hour}
+	st, err := js.Stream(ctx, "MCP_AUDIT")
+	require.NoError(t, err)
+	jsPublish(t, js, 0, 100)
+	sink := &memSink{}
+	var h healthLog
+	runSource(t, &JetStreamSource{Consumer: c, JS: js, Stream: st, Sink: sink, BatchSize: 50, MaxWait: 50 * time.Millisecond,
+		Recreate:       func(ctx context.Context) (jetstream.Consumer, error) { return EnsureConsumer(ctx, js, cspec) },
+		RecreateStream: func(ctx context.Context) (jetstream.Stream, error) { return EnsureStream(ctx, js, sspec) },
+		OnRecreate:     h.onRecreate, OnHealth: h.onHealth})
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 100 }, 10*time.Second, 20*time.Millisecond)
+
+	require.NoError(t, js.DeleteStream(ctx, "MCP_AUDIT"))
+	require.Eventually(t, func() bool { _, r := h.get(); return len(r) == 2 }, 10*time.Second, 20*time.Millisecond)
+	jsPublish(t, js, 100, 150)
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 150 }, 10*time.Second, 20*time.Millisecond)
+	states, recreated := h.get()
+	assert.Equal(t, []string{"stream", "consumer"}, recreated)
+	require.Len(t, states, 2)
+	assert.Contains(t, states[0], "missing: recreating it")
+	assert.Equal(t, "ok", states[1])
+	info, err := js.Stream(ctx, "MCP_AUDIT")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(50), info.CachedInfo().State.LastSeq, "a new stream")
+}
+
+// A Sink that refuses batches makes the source unhealthy until it stores
+// again.
+func TestJetStreamFailingCommitIsUnhealthyUntilOneSucceeds(t *testing.T) {
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Hour)
+	jsPublish(t, js, 0, 5)
+	sink := &memSink{failN: 3}
+	var h healthLog
+	runSource(t, &JetStreamSource{Consumer: c, JS: js, Sink: sink, BatchSize: 50, MaxWait: 50 * time.Millisecond, OnHealth: h.onHealth})
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 5 }, 10*time.Second, 20*time.Millisecond)
+	states, _ := h.get()
+	require.Len(t, states, 2)
+	assert.Contains(t, states[0], "storing events fails, retrying")
+	assert.Equal(t, "ok", states[1])
+}
+
 // firstFailSink refuses every batch that holds the event first.
 type firstFailSink struct {
 	memSink

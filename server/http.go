@@ -49,6 +49,9 @@ type api struct {
 	// live reports whether ingest can currently make progress (NATS
 	// connected); readiness needs it as well as a started loop.
 	live func() bool
+	// health, when set, reports whether ingestion works (false with the
+	// reason: a stream being recreated, commits failing, a store deleted).
+	health func() (ok bool, reason string)
 	// runMu runs one command at a time: a command shares process-wide state
 	// (flags, configuration) with the daemon's command tree.
 	runMu sync.Mutex
@@ -96,6 +99,12 @@ func (a *api) readyz(w http.ResponseWriter, _ *http.Request) {
 	if a.live != nil && !a.live() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "nats disconnected"})
 		return
+	}
+	if a.health != nil {
+		if ok, reason := a.health(); !ok {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ingesting", "reason": reason})
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
