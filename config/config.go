@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/mcptrail/mcptrail/internal/duration"
+	"github.com/mcptrail/mcptrail/internal/redact"
 )
 
 // EnvPrefix prefixes every environment variable: MCPTRAIL_NATS_EMBEDDED_LISTEN.
@@ -228,7 +229,7 @@ func Load(v *viper.Viper) (*Config, error) {
 	c := &Config{File: v.ConfigFileUsed()}
 	c.Storage.Path = p.str("storage.path", nonEmpty)
 	c.NATS = NATS{
-		URL: p.str("nats.url", natsURL), Listen: p.str("nats.embedded.listen", hostPort),
+		URL: p.natsURL("nats.url"), Listen: p.str("nats.embedded.listen", hostPort),
 		StoreDir: p.str("nats.embedded.store_dir", nonEmpty), Subject: p.str("nats.subject", nonEmpty),
 		JetStream: p.boolean("nats.jetstream"), Stream: p.str("nats.stream", nonEmpty),
 		Consumer: p.str("nats.consumer", nonEmpty), Servers: p.list("nats.servers"),
@@ -307,6 +308,15 @@ func hostPort(s string) string {
 		return "the port must be a number from 0 to 65535"
 	}
 	return ""
+}
+
+// natsURL reads a NATS URL; an error shows it without its credentials.
+func (p *parser) natsURL(key string) string {
+	s := fmt.Sprint(p.v.Get(key))
+	if msg := natsURL(s); msg != "" {
+		p.fail(key, redact.URL(s), msg)
+	}
+	return s
 }
 
 func natsURL(s string) string {

@@ -200,3 +200,14 @@ func TestEmbeddedUsers(t *testing.T) {
 		assert.Contains(t, err.Error(), want)
 	}
 }
+
+// A bad nats.url is shown without its credentials.
+func TestBadNATSURLHidesCredentials(t *testing.T) {
+	v := New()
+	v.Set("nats.url", "http://admin:s3cret-pw@nats-1:4222,http://t0ken@nats-2:4222")
+	_, err := Load(v)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `nats.url = "http://admin:xxxxx@nats-1:4222,http://xxxxx@nats-2:4222": the scheme must be nats`)
+	assert.NotContains(t, err.Error(), "s3cret-pw")
+	assert.NotContains(t, err.Error(), "t0ken")
+}

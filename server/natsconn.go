@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/url"
 	"os"
 	"strconv"
 	"syscall"
@@ -15,6 +14,8 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/mcptrail/mcptrail/internal/redact"
 )
 
 // startEmbedded starts the in-process NATS server with JetStream on
@@ -124,13 +125,13 @@ func connectOptions(name string, log *slog.Logger, hooks connHooks) []nats.Optio
 			if nc.IsClosed() {
 				return // our own Close: the closed handler reports it
 			}
-			log.Warn("NATS disconnected; reconnecting", "server", nc.ConnectedUrlRedacted(), "err", err)
+			log.Warn("NATS disconnected; reconnecting", "server", redact.URL(nc.ConnectedUrl()), "err", err)
 			if hooks.connected != nil {
 				hooks.connected(false)
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info("NATS reconnected", "server", nc.ConnectedUrlRedacted())
+			log.Info("NATS reconnected", "server", redact.URL(nc.ConnectedUrl()))
 			if hooks.connected != nil {
 				hooks.connected(true)
 			}
@@ -231,9 +232,9 @@ func connectExternal(ctx context.Context, rawURL string, a Auth, log *slog.Logge
 	select {
 	case r := <-ch:
 		if r.err != nil {
-			return nil, fmt.Errorf("connect to NATS at %s (nats.url): %w: check that the server is running and reachable, and the credentials", redactURL(rawURL), r.err)
+			return nil, fmt.Errorf("connect to NATS at %s (nats.url): %w: check that the server is running and reachable, and the credentials", redact.URL(rawURL), r.err)
 		}
-		log.Info("connected to NATS", "server", r.nc.ConnectedUrlRedacted(), "cluster", r.nc.ConnectedClusterName())
+		log.Info("connected to NATS", "server", redact.URL(r.nc.ConnectedUrl()), "cluster", r.nc.ConnectedClusterName())
 		return r.nc, nil
 	case <-ctx.Done():
 		go func() {
@@ -243,13 +244,4 @@ func connectExternal(ctx context.Context, rawURL string, a Auth, log *slog.Logge
 		}()
 		return nil, ctx.Err()
 	}
-}
-
-// redactURL hides passwords in a (comma-separated list of) NATS URLs.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	return u.Redacted()
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/internal/redact"
 	"github.com/mcptrail/mcptrail/internal/wait"
 )
 
@@ -85,7 +86,7 @@ func Publish(ctx context.Context, opts PublishOptions, next func() (audit.Event,
 		}))
 	nc, err := nats.Connect(opts.URL, natsOpts...)
 	if err != nil {
-		return st, fmt.Errorf("connect to NATS at %s: %w", redactURL(opts.URL), err)
+		return st, fmt.Errorf("connect to NATS at %s: %w", redact.URL(opts.URL), err)
 	}
 	defer nc.Close()
 

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/internal/redact"
 	"github.com/mcptrail/mcptrail/server"
 	"github.com/mcptrail/mcptrail/simulate"
 )
@@ -50,10 +51,10 @@ func (a *app) publishSimulation(cmd *cobra.Command, opts simulate.Options, url s
 	}
 	if errors.Is(err, nats.ErrAuthorization) {
 		return fmt.Errorf("publish to %s: %w: give a gateway user with --nats-user and --nats-password-file "+
-			"(the embedded server's default gateway is %s, its password in %s)", url, err, server.DefaultGatewayUser, a.gatewayPasswordFile())
+			"(the embedded server's default gateway is %s, its password in %s)", redact.URL(url), err, server.DefaultGatewayUser, a.gatewayPasswordFile())
 	}
 	if err != nil {
-		return fmt.Errorf("publish to %s: %w", url, err)
+		return fmt.Errorf("publish to %s: %w", redact.URL(url), err)
 	}
 	fmt.Fprintf(a.stdout, "published %d events in %s (%.0f events/s), %d duplicates\n",
 		st.Published, st.Duration.Round(1e6), st.Rate, st.Duplicates)
