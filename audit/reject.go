@@ -19,13 +19,17 @@ const (
 	ReasonBadDecision   = "bad_decision"   // missing or unknown decision
 	ReasonFieldTooLong  = "field_too_long" // a string over Options.MaxFieldBytes (id: 128)
 	ReasonBadField      = "bad_field"      // a field of the wrong JSON type or with an invalid value
+	// ReasonSubjectMismatch: a NATS message whose event names another server
+	// than its subject (mcp.audit.<server>): a publisher allowed one server's
+	// subject may not write events for another.
+	ReasonSubjectMismatch = "subject_mismatch"
 )
 
 // Reasons lists every reason code in a stable order.
 var Reasons = []string{
 	ReasonTooLarge, ReasonNotUTF8, ReasonMalformedJSON, ReasonUnknownFormat,
 	ReasonMissingTS, ReasonBadTS, ReasonMissingServer, ReasonMissingTool,
-	ReasonBadDecision, ReasonFieldTooLong, ReasonBadField,
+	ReasonBadDecision, ReasonFieldTooLong, ReasonBadField, ReasonSubjectMismatch,
 }
 
 // KnownReason reports whether r is one of Reasons.

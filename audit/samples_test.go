@@ -107,6 +107,9 @@ func TestSampleBad(t *testing.T) {
 		seen[ReasonOf(err)] = true
 	}
 	for _, r := range Reasons {
+		if r == ReasonSubjectMismatch {
+			continue // ingest's check of a NATS subject, not the payload's
+		}
 		assert.True(t, seen[r], "bad.jsonl has no line for %s", r)
 	}
 }

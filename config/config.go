@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/mcptrail/mcptrail/internal/duration"
+	"github.com/mcptrail/mcptrail/internal/redact"
 )
 
 // EnvPrefix prefixes every environment variable: MCPTRAIL_NATS_EMBEDDED_LISTEN.
@@ -28,54 +29,56 @@ const EnvPrefix = "MCPTRAIL"
 // Defaults are the values used when nothing else sets a key. config.yaml at
 // the repository root documents exactly these; a test holds them equal.
 var Defaults = map[string]any{
-	"storage.path":                "./mcptrail.duckdb",
-	"nats.url":                    "",
-	"nats.embedded.listen":        "127.0.0.1:4222",
-	"nats.embedded.store_dir":     "./mcptrail-data/nats",
-	"nats.subject":                "mcp.audit.>",
-	"nats.jetstream":              true,
-	"nats.stream":                 "MCP_AUDIT",
-	"nats.consumer":               "mcptrail",
-	"nats.servers":                []string{},
-	"nats.queue":                  "",
-	"nats.creds":                  "",
-	"nats.nkey":                   "",
-	"nats.token":                  "",
-	"nats.user":                   "",
-	"nats.password":               "",
-	"nats.tls.ca":                 "",
-	"nats.tls.cert":               "",
-	"nats.tls.key":                "",
-	"nats.stream_max_age":         "7d",
-	"nats.stream_max_bytes":       0,
-	"ingest.batch_size":           122880,
-	"ingest.fetch_size":           4096,
-	"ingest.flush_interval":       "2s",
-	"ingest.max_event_bytes":      65536,
-	"ingest.store_args":           false,
-	"http.listen":                 "127.0.0.1:8474",
-	"http.token":                  "",
-	"http.token_file":             "",
-	"http.allowed_hosts":          []string{},
-	"http.tls.cert":               "",
-	"http.tls.key":                "",
-	"query.timeout":               "30s",
-	"query.max_rows":              100000,
-	"query.max_bytes":             "64MiB",
-	"recommend.window":            "30d",
-	"recommend.min_days":          7,
-	"recommend.min_sessions":      20,
-	"recommend.headroom":          1.5,
-	"recommend.min_limit":         5,
-	"recommend.rare_max_calls":    5,
-	"recommend.rare_max_days":     3,
-	"recommend.poll_min_calls":    3,
-	"recommend.poll_max_interval": "60s",
-	"recommend.poll_max_cv":       0.5,
-	"recommend.runaway_factor":    3.0,
-	"recommend.grace":             "14d",
-	"recommend.overrides":         "",
-	"reports":                     []any{},
+	"storage.path":                        "./mcptrail.duckdb",
+	"nats.url":                            "",
+	"nats.embedded.listen":                "127.0.0.1:4222",
+	"nats.embedded.store_dir":             "./mcptrail-data/nats",
+	"nats.embedded.users":                 []any{},
+	"nats.embedded.gateway_password_file": "",
+	"nats.subject":                        "mcp.audit.>",
+	"nats.jetstream":                      true,
+	"nats.stream":                         "MCP_AUDIT",
+	"nats.consumer":                       "mcptrail",
+	"nats.servers":                        []string{},
+	"nats.queue":                          "",
+	"nats.creds":                          "",
+	"nats.nkey":                           "",
+	"nats.token":                          "",
+	"nats.user":                           "",
+	"nats.password":                       "",
+	"nats.tls.ca":                         "",
+	"nats.tls.cert":                       "",
+	"nats.tls.key":                        "",
+	"nats.stream_max_age":                 "7d",
+	"nats.stream_max_bytes":               0,
+	"ingest.batch_size":                   122880,
+	"ingest.fetch_size":                   4096,
+	"ingest.flush_interval":               "2s",
+	"ingest.max_event_bytes":              65536,
+	"ingest.store_args":                   false,
+	"http.listen":                         "127.0.0.1:8474",
+	"http.token":                          "",
+	"http.token_file":                     "",
+	"http.allowed_hosts":                  []string{},
+	"http.tls.cert":                       "",
+	"http.tls.key":                        "",
+	"query.timeout":                       "30s",
+	"query.max_rows":                      100000,
+	"query.max_bytes":                     "64MiB",
+	"recommend.window":                    "30d",
+	"recommend.min_days":                  7,
+	"recommend.min_sessions":              20,
+	"recommend.headroom":                  1.5,
+	"recommend.min_limit":                 5,
+	"recommend.rare_max_calls":            5,
+	"recommend.rare_max_days":             3,
+	"recommend.poll_min_calls":            3,
+	"recommend.poll_max_interval":         "60s",
+	"recommend.poll_max_cv":               0.5,
+	"recommend.runaway_factor":            3.0,
+	"recommend.grace":                     "14d",
+	"recommend.overrides":                 "",
+	"reports":                             []any{},
 }
 
 // Config is the validated configuration.
@@ -96,27 +99,42 @@ type Storage struct{ Path string }
 
 // NATS is nats.*.
 type NATS struct {
-	URL          string
-	Listen       string // nats.embedded.listen
-	StoreDir     string // nats.embedded.store_dir
-	Subject      string
-	JetStream    bool
-	Stream       string
-	Consumer     string
-	Servers      []string
-	Queue        string
-	Creds        string
-	NKey         string
-	Token        string
-	User         string
-	Password     string
-	TLSCA        string
-	TLSCert      string
-	TLSKey       string
-	StreamMaxAge time.Duration
+	URL      string
+	Listen   string // nats.embedded.listen
+	StoreDir string // nats.embedded.store_dir
+	// Users are nats.embedded.users: the gateways' logins to the embedded
+	// server. Their meaning (one of password file or NKey, valid server
+	// names) is checked by the daemon that uses them.
+	Users []NATSUser
+	// GatewayPasswordFile is nats.embedded.gateway_password_file: empty
+	// means nats-gateway.password beside storage.path.
+	GatewayPasswordFile string
+	Subject             string
+	JetStream           bool
+	Stream              string
+	Consumer            string
+	Servers             []string
+	Queue               string
+	Creds               string
+	NKey                string
+	Token               string
+	User                string
+	Password            string
+	TLSCA               string
+	TLSCert             string
+	TLSKey              string
+	StreamMaxAge        time.Duration
 	// StreamMaxBytes bounds the stream's size (oldest events go first); 0
 	// means no limit.
 	StreamMaxBytes int64
+}
+
+// NATSUser is one entry of nats.embedded.users.
+type NATSUser struct {
+	User         string
+	PasswordFile string   // password_file
+	NKey         string   // nkey: the user's public NKey
+	Servers      []string // servers it may publish for; empty or ["*"]: all
 }
 
 // Ingest is ingest.*.
@@ -230,7 +248,7 @@ func Load(v *viper.Viper) (*Config, error) {
 	c := &Config{File: v.ConfigFileUsed()}
 	c.Storage.Path = p.str("storage.path", nonEmpty)
 	c.NATS = NATS{
-		URL: p.str("nats.url", natsURL), Listen: p.str("nats.embedded.listen", hostPort),
+		URL: p.natsURL("nats.url"), Listen: p.str("nats.embedded.listen", hostPort),
 		StoreDir: p.str("nats.embedded.store_dir", nonEmpty), Subject: p.str("nats.subject", nonEmpty),
 		JetStream: p.boolean("nats.jetstream"), Stream: p.str("nats.stream", nonEmpty),
 		Consumer: p.str("nats.consumer", nonEmpty), Servers: p.list("nats.servers"),
@@ -238,6 +256,7 @@ func Load(v *viper.Viper) (*Config, error) {
 		Token: p.str("nats.token", nil), User: p.str("nats.user", nil), Password: p.str("nats.password", nil),
 		TLSCA: p.str("nats.tls.ca", nil), TLSCert: p.str("nats.tls.cert", nil), TLSKey: p.str("nats.tls.key", nil),
 		StreamMaxAge: p.duration("nats.stream_max_age"), StreamMaxBytes: p.size("nats.stream_max_bytes"),
+		Users: p.natsUsers("nats.embedded.users"), GatewayPasswordFile: p.str("nats.embedded.gateway_password_file", nil),
 	}
 	c.Ingest = Ingest{
 		BatchSize: p.integer("ingest.batch_size", 1, 1_000_000), FetchSize: p.integer("ingest.fetch_size", 1, 100_000),
@@ -334,6 +353,15 @@ func hostPort(s string) string {
 		return "the port must be a number from 0 to 65535"
 	}
 	return ""
+}
+
+// natsURL reads a NATS URL; an error shows it without its credentials.
+func (p *parser) natsURL(key string) string {
+	s := fmt.Sprint(p.v.Get(key))
+	if msg := natsURL(s); msg != "" {
+		p.fail(key, redact.URL(s), msg)
+	}
+	return s
 }
 
 func natsURL(s string) string {
@@ -460,6 +488,57 @@ func (p *parser) size(key string) int64 {
 		return 0
 	}
 	return int64(n)
+}
+
+// natsUsers reads nats.embedded.users, a list of mappings (in the file only).
+func (p *parser) natsUsers(key string) []NATSUser {
+	const want = "a list of mappings with user, password_file or nkey, and servers (set it in the config file)"
+	var out []NATSUser
+	list, ok := p.v.Get(key).([]any)
+	if !ok {
+		if val := p.v.Get(key); val != nil {
+			p.fail(key, val, want)
+		}
+		return nil
+	}
+	for i, item := range list {
+		m, ok := item.(map[string]any)
+		if !ok {
+			p.fail(fmt.Sprintf("%s[%d]", key, i), item, want)
+			continue
+		}
+		var u NATSUser
+		for k, val := range m {
+			entry := fmt.Sprintf("%s[%d].%s", key, i, k)
+			s, isString := val.(string)
+			switch k {
+			case "user", "password_file", "nkey":
+				if !isString {
+					p.fail(entry, val, "must be a string")
+				}
+				switch k {
+				case "user":
+					u.User = s
+				case "password_file":
+					u.PasswordFile = s
+				default:
+					u.NKey = s
+				}
+			case "servers":
+				list, ok := val.([]any)
+				if !ok {
+					p.fail(entry, val, `must be a list of MCP server names, or ["*"] for all`)
+				}
+				for _, s := range list {
+					u.Servers = append(u.Servers, strings.TrimSpace(fmt.Sprint(s)))
+				}
+			default:
+				p.fail(entry, val, "unknown key: the keys are user, password_file, nkey and servers")
+			}
+		}
+		out = append(out, u)
+	}
+	return out
 }
 
 // list reads a string list; from the environment it is comma-separated.

@@ -175,3 +175,54 @@ func TestMissingExplicitFile(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "--config")
 }
+
+func TestEmbeddedUsers(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(`nats:
+  embedded:
+    gateway_password_file: /etc/mcptrail/gw.password
+    users:
+      - user: pve-gateway
+        password_file: /etc/mcptrail/pve.password
+        servers: [proxmox-mcp, pve]
+      - user: all
+        nkey: UABC
+`), 0o600))
+	v := New()
+	_, err := ReadFile(v, file)
+	require.NoError(t, err)
+	c, err := Load(v)
+	require.NoError(t, err)
+	assert.Equal(t, []NATSUser{
+		{User: "pve-gateway", PasswordFile: "/etc/mcptrail/pve.password", Servers: []string{"proxmox-mcp", "pve"}},
+		{User: "all", NKey: "UABC"},
+	}, c.NATS.Users)
+	assert.Equal(t, "/etc/mcptrail/gw.password", c.NATS.GatewayPasswordFile)
+
+	for val, want := range map[string]string{
+		"a,b":                       "nats.embedded.users = \"a,b\": a list of mappings",
+		"[x]":                       "nats.embedded.users[0] = \"x\": a list of mappings",
+		"[{user: a, password: p}]":  "nats.embedded.users[0].password = \"(hidden)\": unknown key", // a credential is never quoted
+		"[{user: a, servers: pve}]": "nats.embedded.users[0].servers = \"pve\": must be a list",
+		"[{user: [a], nkey: UABC}]": "nats.embedded.users[0].user = \"[a]\": must be a string",
+	} {
+		v := New()
+		var doc any
+		require.NoError(t, yaml.Unmarshal([]byte(val), &doc))
+		v.Set("nats.embedded.users", doc)
+		_, err := Load(v)
+		require.Error(t, err, val)
+		assert.Contains(t, err.Error(), want)
+	}
+}
+
+// A bad nats.url is shown without its credentials.
+func TestBadNATSURLHidesCredentials(t *testing.T) {
+	v := New()
+	v.Set("nats.url", "http://admin:s3cret-pw@nats-1:4222,http://t0ken@nats-2:4222")
+	_, err := Load(v)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `nats.url = "http://admin:xxxxx@nats-1:4222,http://xxxxx@nats-2:4222": the scheme must be nats`)
+	assert.NotContains(t, err.Error(), "s3cret-pw")
+	assert.NotContains(t, err.Error(), "t0ken")
+}

@@ -50,6 +50,11 @@ type CoreSource struct {
 	// OnDropped receives the number of messages the client dropped because
 	// the pending limits were reached since the last call.
 	OnDropped func(n int)
+	// OnHealth reports false with the reason while the Sink refuses batches,
+	// true once it stores again (on changes only).
+	OnHealth func(ok bool, reason string)
+
+	health Health
 }
 
 // Run subscribes and stores batches until ctx is cancelled; then it
@@ -124,7 +129,7 @@ func (s *CoreSource) Run(ctx context.Context) error {
 		s.Started()
 	}
 
-	dec := &Decoder{Opts: s.Decode, Workers: s.Workers}
+	dec := &Decoder{Opts: s.Decode, Workers: s.Workers, CheckSubject: true}
 	dropped := make([]int, len(subs))
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -203,8 +208,10 @@ func (s *CoreSource) store(ctx context.Context, dec *Decoder, msgs []Message) {
 		cancel()
 		if err == nil {
 			rep.Result, rep.Commit = res, time.Since(t0)
+			s.health.Set("commit", "", s.OnHealth)
 			break
 		}
+		s.health.Set("commit", "storing events fails, retrying: "+err.Error(), s.OnHealth)
 		s.Log.Error("core ingest: store batch failed", "messages", len(msgs), "attempt", rep.Attempts, "err", err)
 		if s.OnError != nil {
 			s.OnError("append", err)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/audit"
 )
 
 // Two sources in one queue group share the traffic: every message is stored
@@ -83,4 +85,44 @@ func TestCoreSourcePendingLimitsDropAndCount(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 	n, _ := sink.count()
 	assert.Less(t, n, 500)
+}
+
+// Core mode checks the subject too.
+func TestCoreSourceSubjectMismatchIsDeadLettered(t *testing.T) {
+	nc, _ := jsServer(t)
+	sink := &memSink{}
+	started := make(chan struct{})
+	runSource(t, &CoreSource{
+		Conn: nc, Subjects: []string{"mcp.audit.>"}, Sink: sink,
+		BatchSize: 10, MaxWait: 20 * time.Millisecond, Started: func() { close(started) },
+	})
+	<-started
+	require.NoError(t, nc.Publish("mcp.audit.pve", jsEvent(1, "pve")))
+	require.NoError(t, nc.Publish("mcp.audit.pve", jsEvent(2, "other")))
+	require.NoError(t, nc.Flush())
+	require.Eventually(t, func() bool { e, d := sink.count(); return e == 1 && d == 1 }, 5*time.Second, 10*time.Millisecond)
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	assert.Equal(t, audit.ReasonSubjectMismatch, sink.dead[0].Reason)
+	assert.Equal(t, "pve", sink.events[0].Server)
+}
+
+// A Sink that refuses batches makes core mode unhealthy until it stores again.
+func TestCoreSourceFailingCommitIsUnhealthyUntilOneSucceeds(t *testing.T) {
+	nc, _ := jsServer(t)
+	sink := &memSink{failN: 2}
+	var h healthLog
+	started := make(chan struct{})
+	runSource(t, &CoreSource{
+		Conn: nc, Subjects: []string{"mcp.audit.>"}, Sink: sink, BatchSize: 10, MaxWait: 10 * time.Millisecond,
+		Started: func() { close(started) }, OnHealth: h.onHealth,
+	})
+	<-started
+	require.NoError(t, nc.Publish("mcp.audit.pve", jsEvent(1, "pve")))
+	require.NoError(t, nc.Flush())
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 1 }, 5*time.Second, 10*time.Millisecond)
+	states, _ := h.get()
+	require.Len(t, states, 2)
+	assert.Contains(t, states[0], "storing events fails, retrying: disk full")
+	assert.Equal(t, "ok", states[1])
 }

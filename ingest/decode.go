@@ -3,6 +3,8 @@ package ingest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/mcptrail/mcptrail/audit"
@@ -32,6 +34,11 @@ type Decoded struct {
 type Decoder struct {
 	Opts    audit.Options
 	Workers int // parallel decoders; 1 when < 1
+	// CheckSubject is set for NATS sources, whose Message.Source is the
+	// subject: an event whose server is not the subject's last token (as
+	// SubjectToken writes it) is dead-lettered as subject_mismatch, so that
+	// a publisher allowed only mcp.audit.<a> cannot write events for b.
+	CheckSubject bool
 
 	intercept audit.InterceptServers
 	results   []decodeResult // reused across calls: one fetch or file batch
@@ -87,6 +94,9 @@ func (d *Decoder) DecodeAppend(ctx context.Context, msgs []Message, out *Decoded
 		if err == nil {
 			err = d.intercept.Apply(&r.res, d.Opts)
 		}
+		if err == nil && d.CheckSubject && r.res.Kind == audit.KindEvent {
+			err = checkSubject(msgs[i].Source, r.res.Event.Server)
+		}
 		if err != nil {
 			out.Dead = append(out.Dead, deadLetter(msgs[i], r.res.Format, err, limit))
 			continue
@@ -111,6 +121,33 @@ func DecodeMessages(ctx context.Context, msgs []Message, opts audit.Options, wor
 		return nil, nil, 0
 	}
 	return out.Events, out.Dead, out.Skipped
+}
+
+// checkSubject refuses an event published on another server's subject.
+func checkSubject(subject, server string) error {
+	last := subject[strings.LastIndexByte(subject, '.')+1:]
+	if last == SubjectToken(server) {
+		return nil
+	}
+	return &audit.Rejection{Reason: audit.ReasonSubjectMismatch, Detail: fmt.Sprintf(
+		"the event's server %q arrived on subject %q: publish each server's events to <prefix>%s",
+		server, subject, SubjectToken(server))}
+}
+
+// SubjectToken makes a server name usable as one subject token, as
+// publishers write it in mcp.audit.<server>: '.', '*', '>' and white space
+// become '_' (the payload keeps the real name, which is what is stored).
+func SubjectToken(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '.', '*', '>', ' ', '\t', '\r', '\n':
+			return '_'
+		}
+		return r
+	}, s)
 }
 
 func deadLetter(m Message, format audit.Format, err error, limit int) DeadLetter {

@@ -292,10 +292,26 @@ type JetStreamSource struct {
 	// ("fetch", "append" or "ack").
 	OnError func(stage string, err error)
 	// Recreate, when set, is called when the consumer disappears (deleted by
-	// an operator, or lost by the server) to create it again.
+	// an operator, or lost by the server, or deleted with its stream) to
+	// create it again.
 	Recreate func(ctx context.Context) (jetstream.Consumer, error)
+	// RecreateStream, when set, is called before Recreate to create the
+	// stream again should it be missing too (an idempotent EnsureStream).
+	// A stream that was recreated (its creation time changed) restarts its
+	// sequences, so the source drops its checkpoint and stores from 1 again.
+	RecreateStream func(ctx context.Context) (jetstream.Stream, error)
+	// OnRecreate is called with "stream" or "consumer" for each one found
+	// recreated while the source runs.
+	OnRecreate func(what string)
+	// OnHealth reports whether ingestion works: false with the reason when
+	// the stream or consumer is missing or the Sink refuses batches, true
+	// once it is recreated and the Sink stores again. Called on changes only.
+	OnHealth func(ok bool, reason string)
 
-	nextDelivery uint64 // the delivery sequence expected next; 0 = start of a new run
+	nextDelivery  uint64    // the delivery sequence expected next; 0 = start of a new run
+	streamCreated time.Time // when the stream in use was created, to notice a new one
+
+	health Health
 }
 
 func (s *JetStreamSource) defaults() {
@@ -341,14 +357,18 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream source: %w", err)
 	}
-	if s.Stream != nil && cp > 0 {
-		if info, err := s.Stream.Info(ctx); err == nil && info.State.LastSeq < cp {
-			// The stream was deleted and recreated: its sequences restarted,
-			// so the old checkpoint would skip new messages. Ids still
-			// de-duplicate whatever the new stream repeats.
-			s.Log.Warn("stream sequence is below the stored checkpoint: the stream was recreated; ignoring the old checkpoint",
-				"stream", info.Config.Name, "last_seq", info.State.LastSeq, "checkpoint", cp)
-			cp = 0
+	if s.Stream != nil {
+		if info, err := s.Stream.Info(ctx); err == nil {
+			s.streamCreated = info.Created
+			if info.State.LastSeq < cp {
+				// The stream was deleted and recreated while the daemon was
+				// down: its sequences restarted, so the old checkpoint would
+				// skip new messages. Ids still de-duplicate whatever the new
+				// stream repeats.
+				s.Log.Warn("stream sequence is below the stored checkpoint: the stream was recreated; ignoring the old checkpoint",
+					"stream", info.Config.Name, "last_seq", info.State.LastSeq, "checkpoint", cp)
+				cp = 0
+			}
 		}
 	}
 	if !s.resync(ctx) {
@@ -364,7 +384,7 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 	// modifies them.
 	opts := s.Decode
 	opts.Borrow = true
-	p := &pipeline{src: s, dec: &Decoder{Opts: opts, Workers: s.Workers}, cp: cp}
+	p := &pipeline{src: s, dec: &Decoder{Opts: opts, Workers: s.Workers, CheckSubject: true}, cp: cp}
 	defer p.wait()
 	var bo backoff
 	for ctx.Err() == nil {
@@ -385,6 +405,7 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 			return nil
 		}
 		var gap *gapError
+		recreated := false
 		switch {
 		case errors.As(err, &gap):
 			s.fail("fetch", err)
@@ -392,14 +413,19 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 				return nil
 			}
 			continue
-		case errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted):
+		case errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+			errors.Is(err, jetstream.ErrStreamNotFound):
 			s.fail("fetch", err)
-			s.recreate(ctx)
+			s.health.Set("missing", fmt.Sprintf("the stream or the consumer %s is missing: recreating it (%v)", s.CheckpointKey, err), s.OnHealth)
+			recreated = s.recreate(ctx, p)
 		default:
 			s.fail("fetch", err)
 		}
 		if !bo.wait(ctx) || !s.resync(ctx) {
 			return nil
+		}
+		if recreated {
+			s.health.Set("missing", "", s.OnHealth)
 		}
 	}
 	// Shutting down: store what is filling.
@@ -674,18 +700,58 @@ func (s *JetStreamSource) fail(stage string, err error) {
 	}
 }
 
-func (s *JetStreamSource) recreate(ctx context.Context) {
+// streamSettle is how long recreate waits before it creates a deleted stream
+// again.
+const streamSettle = time.Second
+
+// recreate creates the stream (when RecreateStream is set) and the consumer
+// again; true when both exist now. A new stream restarts its sequences, so
+// the checkpoint in hand no longer applies.
+func (s *JetStreamSource) recreate(ctx context.Context, p *pipeline) bool {
 	if s.Recreate == nil {
-		return
+		return false
+	}
+	if s.RecreateStream != nil {
+		// The server tells the consumer it is gone while it still removes
+		// the deleted stream's files: a stream created in that moment
+		// under the same name loses its own files to the removal (measured
+		// under load: "error opening msg block file"). Let it finish.
+		if !wait.Sleep(ctx, streamSettle) {
+			return false
+		}
+		st, err := s.RecreateStream(ctx)
+		if err != nil {
+			s.fail("fetch", fmt.Errorf("recreate stream: %w", err))
+			return false
+		}
+		s.Stream = st
+	}
+	if s.Stream != nil {
+		if info, err := s.Stream.Info(ctx); err == nil && !info.Created.Equal(s.streamCreated) {
+			known := !s.streamCreated.IsZero()
+			s.streamCreated = info.Created
+			if known {
+				s.Log.Warn("the stream was deleted and has been recreated: its sequences start again; ignoring the old checkpoint",
+					"stream", info.Config.Name, "checkpoint", p.cp)
+				p.cp = 0
+				if s.OnRecreate != nil {
+					s.OnRecreate("stream")
+				}
+			}
+		}
 	}
 	c, err := s.Recreate(ctx)
 	if err != nil {
 		s.fail("fetch", fmt.Errorf("recreate consumer: %w", err))
-		return
+		return false
 	}
 	s.Log.Warn("consumer was missing and has been recreated", "consumer", s.CheckpointKey)
 	s.Consumer = c
 	s.nextDelivery = 0
+	if s.OnRecreate != nil {
+		s.OnRecreate("consumer")
+	}
+	return true
 }
 
 // resync makes sure that no delivery the source has not seen is
@@ -788,9 +854,11 @@ func (s *JetStreamSource) store(ctx context.Context, f *filling, cp uint64) bool
 			res, err := s.Sink.Append(wctx, batch)
 			if err == nil {
 				rep.Result, rep.Commit = res, time.Since(t0)
+				s.health.Set("commit", "", s.OnHealth)
 				break
 			}
 			// Never acknowledge what is not stored: keep the batch and retry.
+			s.health.Set("commit", "storing events fails, retrying: "+err.Error(), s.OnHealth)
 			s.fail("append", fmt.Errorf("store batch up to stream sequence %d (%d messages, attempt %d): %w", f.maxSeq, f.msgs, rep.Attempts, err))
 			if ctx.Err() != nil || !bo.wait(ctx) {
 				s.Log.Warn("shutting down with an unstored batch; it will be redelivered", "messages", f.msgs, "last_seq", f.maxSeq)

@@ -258,6 +258,33 @@ func TestJetStreamDeadLettersAreAcked(t *testing.T) {
 	assert.Equal(t, map[string]uint64{audit.ReasonMalformedJSON: 4, audit.ReasonTooLarge: 5, audit.ReasonMissingTS: 6}, reasons)
 }
 
+// An event is stored only from its own server's subject: one that names
+// another server is dead-lettered as subject_mismatch (a gateway allowed to
+// publish to mcp.audit.a must not write events for b). Server names that are
+// not one subject token travel as SubjectToken writes them.
+func TestJetStreamSubjectMismatchIsDeadLettered(t *testing.T) {
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Minute)
+	ctx := context.Background()
+	for i, m := range [][2]string{
+		{"mcp.audit.pve", "pve"}, {"mcp.audit.other", "pve"}, {"mcp.audit.a_b", "a.b"}, {"mcp.audit.prod.pve", "pve"},
+	} {
+		_, err := js.Publish(ctx, m[0], jsEvent(i, m[1]))
+		require.NoError(t, err)
+	}
+	sink := &memSink{}
+	runSource(t, &JetStreamSource{Consumer: c, Sink: sink, BatchSize: 50, MaxWait: 100 * time.Millisecond})
+	require.Eventually(t, func() bool { e, d := sink.count(); return e+d == 4 }, 10*time.Second, 20*time.Millisecond)
+	waitDrained(t, c)
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	require.Len(t, sink.dead, 1)
+	assert.Equal(t, audit.ReasonSubjectMismatch, sink.dead[0].Reason)
+	assert.Equal(t, "mcp.audit.other", sink.dead[0].Source)
+	assert.Contains(t, sink.dead[0].Detail, `server "pve"`)
+	assert.Len(t, sink.events, 3)
+}
+
 // A stream that was deleted and recreated restarts its sequences below the
 // stored checkpoint; the source must not skip the new messages.
 func TestJetStreamRecreatedStreamIgnoresOldCheckpoint(t *testing.T) {
@@ -450,6 +477,85 @@ func TestJetStreamRecreatesADeletedConsumer(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.NotEmpty(t, stages, "the lost consumer was reported")
+}
+
+// healthLog records OnHealth and OnRecreate calls.
+type healthLog struct {
+	mu        sync.Mutex
+	states    []string
+	recreated []string
+}
+
+func (h *healthLog) onHealth(ok bool, reason string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ok {
+		reason = "ok"
+	}
+	h.states = append(h.states, reason)
+}
+
+func (h *healthLog) onRecreate(what string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recreated = append(h.recreated, what)
+}
+
+func (h *healthLog) get() (states, recreated []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.states), slices.Clone(h.recreated)
+}
+
+// Anyone deletes the stream while the source runs: the source recreates the
+// stream and its consumer, reports itself unhealthy meanwhile, and stores
+// the events published afterwards although their sequences restart below
+// the checkpoint.
+func TestJetStreamRecreatesADeletedStream(t *testing.T) {
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Hour)
+	ctx := context.Background()
+	sspec := StreamSpec{Name: "MCP_AUDIT", Subjects: []string{"mcp.audit.>"}}
+	cspec := ConsumerSpec{Stream: "MCP_AUDIT", Durable: "mcptrail", BatchSize: 50, AckWait: time.Hour}
+	st, err := js.Stream(ctx, "MCP_AUDIT")
+	require.NoError(t, err)
+	jsPublish(t, js, 0, 100)
+	sink := &memSink{}
+	var h healthLog
+	runSource(t, &JetStreamSource{Consumer: c, JS: js, Stream: st, Sink: sink, BatchSize: 50, MaxWait: 50 * time.Millisecond,
+		Recreate:       func(ctx context.Context) (jetstream.Consumer, error) { return EnsureConsumer(ctx, js, cspec) },
+		RecreateStream: func(ctx context.Context) (jetstream.Stream, error) { return EnsureStream(ctx, js, sspec) },
+		OnRecreate:     h.onRecreate, OnHealth: h.onHealth})
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 100 }, 10*time.Second, 20*time.Millisecond)
+
+	require.NoError(t, js.DeleteStream(ctx, "MCP_AUDIT"))
+	require.Eventually(t, func() bool { _, r := h.get(); return len(r) == 2 }, 10*time.Second, 20*time.Millisecond)
+	jsPublish(t, js, 100, 150)
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 150 }, 10*time.Second, 20*time.Millisecond)
+	states, recreated := h.get()
+	assert.Equal(t, []string{"stream", "consumer"}, recreated)
+	require.Len(t, states, 2)
+	assert.Contains(t, states[0], "missing: recreating it")
+	assert.Equal(t, "ok", states[1])
+	info, err := js.Stream(ctx, "MCP_AUDIT")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(50), info.CachedInfo().State.LastSeq, "a new stream")
+}
+
+// A Sink that refuses batches makes the source unhealthy until it stores
+// again.
+func TestJetStreamFailingCommitIsUnhealthyUntilOneSucceeds(t *testing.T) {
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Hour)
+	jsPublish(t, js, 0, 5)
+	sink := &memSink{failN: 3}
+	var h healthLog
+	runSource(t, &JetStreamSource{Consumer: c, JS: js, Sink: sink, BatchSize: 50, MaxWait: 50 * time.Millisecond, OnHealth: h.onHealth})
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 5 }, 10*time.Second, 20*time.Millisecond)
+	states, _ := h.get()
+	require.Len(t, states, 2)
+	assert.Contains(t, states[0], "storing events fails, retrying")
+	assert.Equal(t, "ok", states[1])
 }
 
 // firstFailSink refuses every batch that holds the event first.

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -84,20 +85,13 @@ func TestServeAgainstSecuredNATS(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := &natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true,
-				JetStream: true, StoreDir: t.TempDir()}
-			tc.server(t, o)
-			ns, err := natsserver.NewServer(o)
-			require.NoError(t, err)
-			ns.Start()
-			require.True(t, ns.ReadyForConnections(10*time.Second))
-			t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+			ns := externalServer(t, func(o *natsserver.Options) { tc.server(t, o) })
 			url := tc.scheme + "://" + ns.Addr().String()
 
 			store := openStore(t)
 			opts := testOptions(t)
-			opts.URL = url
-			err = Run(context.Background(), store, opts, testLogger(t), nil)
+			opts.URL, opts.User, opts.Password = url, "", ""
+			err := Run(context.Background(), store, opts, testLogger(t), nil)
 			require.Error(t, err, "a daemon without credentials must be refused")
 			assert.Contains(t, err.Error(), "(nats.url)")
 			assert.Contains(t, err.Error(), tc.refusal)
@@ -112,6 +106,20 @@ func TestServeAgainstSecuredNATS(t *testing.T) {
 			waitCount(t, store, `SELECT count(DISTINCT id) FROM calls`, 200)
 		})
 	}
+}
+
+// externalServer runs a NATS server with JetStream that configure secures.
+func externalServer(t *testing.T, configure func(o *natsserver.Options)) *natsserver.Server {
+	t.Helper()
+	o := &natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir()}
+	configure(o)
+	ns, err := natsserver.NewServer(o)
+	require.NoError(t, err)
+	ns.Start()
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return ns
 }
 
 // testPKI is a private CA with a server certificate for 127.0.0.1 and a
@@ -251,4 +259,47 @@ func (a operatorAccount) configure(t *testing.T, o *natsserver.Options) {
 	o.TrustedOperators = []*jwt.OperatorClaims{a.operator}
 	o.AccountResolver = res
 	o.SystemAccount = a.system
+}
+
+// Credentials in nats.url (a password, or a token as the user) appear
+// nowhere: not in the log of a daemon that connects with them, nor in its
+// /metrics, nor in the error and log of one that cannot connect.
+func TestServeKeepsURLCredentialsOutOfLogs(t *testing.T) {
+	const password, token = "pa55-SECRET-word", "t0ken-SECRET"
+	for name, setup := range map[string]func(o *natsserver.Options) string{
+		"password": func(o *natsserver.Options) string {
+			o.Username, o.Password = "admin", password
+			return "admin:" + password
+		},
+		"token": func(o *natsserver.Options) string { o.Authorization = token; return token },
+	} {
+		t.Run(name, func(t *testing.T) {
+			var userinfo string
+			ns := externalServer(t, func(o *natsserver.Options) { userinfo = setup(o) })
+
+			opts := testOptions(t)
+			opts.User, opts.Password = "", ""
+			opts.URL = "nats://" + userinfo + "@" + ns.Addr().String()
+			var log syncBuffer
+			d := startLogged(t, opts, &log)
+			_, metrics := d.get(t, "/metrics", "")
+			d.stop(t)
+			assert.Contains(t, log.String(), "connected to NATS")
+
+			// Unreachable: the error names the URL, without the secret.
+			opts = testOptions(t)
+			opts.User, opts.Password = "", ""
+			opts.URL = "nats://" + userinfo + "@" + freeAddr(t) + ",nats://" + token + "@" + freeAddr(t)
+			logger := slog.New(slog.NewTextHandler(&log, nil))
+			err := Run(context.Background(), openStore(t), opts, logger, nil)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "connect to NATS at nats://")
+			_, perr := Publish(context.Background(), PublishOptions{URL: opts.URL}, events(0, 1, "pve"))
+			require.Error(t, perr)
+			for what, text := range map[string]string{"log": log.String(), "/metrics": metrics, "error": err.Error(), "publish error": perr.Error()} {
+				assert.NotContains(t, text, password, what)
+				assert.NotContains(t, text, token, what)
+			}
+		})
+	}
 }

@@ -31,6 +31,9 @@ type httpAPI struct {
 	live func() bool
 	// commands is the typed API (nil: the daemon runs no commands).
 	commands http.Handler
+	// health, when set, reports whether ingestion works (false with the
+	// reason: a stream being recreated, commits failing, a store deleted).
+	health func() (ok bool, reason string)
 }
 
 func (a *httpAPI) handler() http.Handler {
@@ -54,6 +57,11 @@ func (a *httpAPI) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (a *httpAPI) isReady() bool {
+	if a.health != nil {
+		if ok, _ := a.health(); !ok {
+			return false
+		}
+	}
 	return a.ready.Load() && (a.live == nil || a.live())
 }
 
@@ -65,6 +73,12 @@ func (a *httpAPI) readyz(w http.ResponseWriter, _ *http.Request) {
 	if a.live != nil && !a.live() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "nats disconnected"})
 		return
+	}
+	if a.health != nil {
+		if ok, reason := a.health(); !ok {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ingesting", "reason": reason})
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }

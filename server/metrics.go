@@ -36,6 +36,7 @@ type metrics struct {
 	reconnects    prometheus.Counter
 	slowConsumers prometheus.Counter
 	dropped       prometheus.Counter
+	recreated     *prometheus.CounterVec
 	ready         prometheus.Gauge
 
 	mu      sync.Mutex
@@ -104,13 +105,17 @@ func newMetrics(dbSize func() float64) *metrics {
 			Name: "mcptrail_core_dropped_messages_total",
 			Help: "Core-mode messages dropped at the pending limits (core mode is at-most-once).",
 		}),
+		recreated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcptrail_nats_recreated_total",
+			Help: "JetStream streams and consumers found missing (deleted) while the daemon ran and created again, by what.",
+		}, []string{"what"}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "mcptrail_ready",
-			Help: "1 once the ingest loop runs (what /readyz reports).",
+			Help: "1 once the ingest loop runs (/readyz also needs NATS connected and ingestion working).",
 		}),
 	}
 	m.reg.MustRegister(m.ingested, m.duplicates, m.rejected, m.skipped, m.redelivered, m.batchSize, m.commit,
-		m.errors, m.pending, m.ackPending, m.connected, m.reconnects, m.slowConsumers, m.dropped, m.ready,
+		m.errors, m.pending, m.ackPending, m.connected, m.reconnects, m.slowConsumers, m.dropped, m.recreated, m.ready,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "mcptrail_database_size_bytes",
 			Help: "Size of the DuckDB file and its write-ahead log.",
@@ -120,6 +125,9 @@ func newMetrics(dbSize func() float64) *metrics {
 	)
 	for _, stage := range []string{"fetch", "append", "ack"} {
 		m.errors.WithLabelValues(stage) // export zeros so that rate() works from the start
+	}
+	for _, what := range []string{"stream", "consumer"} {
+		m.recreated.WithLabelValues(what)
 	}
 	return m
 }
@@ -191,15 +199,13 @@ func (m *metrics) observe(rep ingest.BatchReport, subjectPrefix string) {
 	}
 }
 
-// serverFromSubject takes the server from mcp.audit.<server>; the payload is
-// authoritative, but a rejected payload has no trustworthy server field.
+// serverFromSubject takes the server from mcp.audit.<server>, the subject's
+// last token (as ingest checks it): a rejected payload has no trustworthy
+// server field.
 func serverFromSubject(subject, prefix string) string {
 	rest, ok := strings.CutPrefix(subject, prefix)
 	if !ok || rest == "" {
 		return ""
 	}
-	if i := strings.IndexByte(rest, '.'); i >= 0 {
-		rest = rest[:i]
-	}
-	return rest
+	return rest[strings.LastIndexByte(rest, '.')+1:]
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/url"
 	"os"
 	"strconv"
 	"syscall"
@@ -15,11 +14,14 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/mcptrail/mcptrail/internal/redact"
 )
 
 // startEmbedded starts the in-process NATS server with JetStream on
-// opts.EmbeddedListen and a file store in opts.EmbeddedStoreDir.
-func startEmbedded(opts Options, log *slog.Logger) (*natsserver.Server, error) {
+// opts.EmbeddedListen and a file store in opts.EmbeddedStoreDir, with the
+// users of auth.
+func startEmbedded(opts Options, auth *embeddedAuth, log *slog.Logger) (*natsserver.Server, error) {
 	host, portStr, err := net.SplitHostPort(opts.EmbeddedListen)
 	port, perr := strconv.Atoi(portStr)
 	if err != nil || perr != nil || port < 0 || port > 65535 {
@@ -50,11 +52,7 @@ func startEmbedded(opts Options, log *slog.Logger) (*natsserver.Server, error) {
 		// Gateways may send up to ingest.max_event_bytes; leave headroom for headers.
 		MaxPayload: int32(min(max(opts.Decode.MaxEventBytes, 64<<10)+64<<10, 64<<20)),
 	}
-	if opts.Token != "" {
-		sopts.Authorization = opts.Token
-	} else if opts.User != "" {
-		sopts.Username, sopts.Password = opts.User, opts.Password
-	}
+	auth.apply(sopts)
 	ns, err := natsserver.NewServer(sopts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS server: %w", err)
@@ -69,7 +67,28 @@ func startEmbedded(opts Options, log *slog.Logger) (*natsserver.Server, error) {
 	}
 	log.Info("embedded NATS server started", "listen", ns.Addr().String(), "jetstream", opts.JetStream,
 		"store_dir", opts.EmbeddedStoreDir)
+	auth.logGateways(log, ns.ClientURL())
 	return ns, nil
+}
+
+// errDirLocked is a folder another process holds.
+var errDirLocked = errors.New("in use by another process")
+
+// lockStoreDir creates the embedded server's store folder and locks it for
+// the daemon's lifetime: two servers on one JetStream store would corrupt it.
+func lockStoreDir(dir string) (unlock func(), err error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("nats.embedded.store_dir %s: %w", dir, err)
+	}
+	unlock, err = lockDir(dir)
+	if errors.Is(err, errDirLocked) {
+		return nil, fmt.Errorf("nats.embedded.store_dir %s: %w (perhaps another mcptrail serve): stop it, or give this daemon "+
+			"a folder of its own with nats.embedded.store_dir (MCPTRAIL_NATS_EMBEDDED_STORE_DIR)", dir, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nats.embedded.store_dir %s: lock: %w", dir, err)
+	}
+	return unlock, nil
 }
 
 // natsLogger sends nats-server's log to slog. Fatalf must not exit: the
@@ -106,13 +125,13 @@ func connectOptions(name string, log *slog.Logger, hooks connHooks) []nats.Optio
 			if nc.IsClosed() {
 				return // our own Close: the closed handler reports it
 			}
-			log.Warn("NATS disconnected; reconnecting", "server", nc.ConnectedUrlRedacted(), "err", err)
+			log.Warn("NATS disconnected; reconnecting", "server", redact.URL(nc.ConnectedUrl()), "err", err)
 			if hooks.connected != nil {
 				hooks.connected(false)
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info("NATS reconnected", "server", nc.ConnectedUrlRedacted())
+			log.Info("NATS reconnected", "server", redact.URL(nc.ConnectedUrl()))
 			if hooks.connected != nil {
 				hooks.connected(true)
 			}
@@ -213,9 +232,9 @@ func connectExternal(ctx context.Context, rawURL string, a Auth, log *slog.Logge
 	select {
 	case r := <-ch:
 		if r.err != nil {
-			return nil, fmt.Errorf("connect to NATS at %s (nats.url): %w: check that the server is running and reachable, and the credentials", redactURL(rawURL), r.err)
+			return nil, fmt.Errorf("connect to NATS at %s (nats.url): %w: check that the server is running and reachable, and the credentials", redact.URL(rawURL), r.err)
 		}
-		log.Info("connected to NATS", "server", r.nc.ConnectedUrlRedacted(), "cluster", r.nc.ConnectedClusterName())
+		log.Info("connected to NATS", "server", redact.URL(r.nc.ConnectedUrl()), "cluster", r.nc.ConnectedClusterName())
 		return r.nc, nil
 	case <-ctx.Done():
 		go func() {
@@ -225,13 +244,4 @@ func connectExternal(ctx context.Context, rawURL string, a Auth, log *slog.Logge
 		}()
 		return nil, ctx.Err()
 	}
-}
-
-// redactURL hides passwords in a (comma-separated list of) NATS URLs.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	return u.Redacted()
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcptrail/mcptrail/api"
@@ -60,6 +61,13 @@ type Options struct {
 	User             string   // nats.user
 	Password         string   // nats.password
 	TLS              TLS      // nats.tls.*
+	// EmbeddedUsers (nats.embedded.users) may connect to the embedded server
+	// as gateways; when empty, one user "gateway" may publish for every
+	// server, with the password in GatewayPasswordFile.
+	EmbeddedUsers []EmbeddedUser
+	// GatewayPasswordFile (nats.embedded.gateway_password_file): empty means
+	// GatewayPasswordFileName beside the database.
+	GatewayPasswordFile string
 
 	StreamMaxAge   time.Duration // nats.stream_max_age: 7 days when 0, unlimited when < 0
 	StreamMaxBytes int64         // nats.stream_max_bytes: unlimited when <= 0
@@ -167,6 +175,9 @@ func (o Options) validate() error {
 	if o.URL == "" && (o.Creds != "" || o.NKey != "" || o.TLS != TLS{}) {
 		return &ConfigError{"nats.url", "", "nats.creds, nats.nkey and nats.tls apply to an external server: set nats.url, or use nats.token / nats.user for the embedded one"}
 	}
+	if err := o.validateEmbeddedUsers(); err != nil {
+		return err
+	}
 	if (o.TLS.Cert == "") != (o.TLS.Key == "") {
 		return &ConfigError{"nats.tls.key", o.TLS.Key, "nats.tls.cert and nats.tls.key go together"}
 	}
@@ -178,6 +189,50 @@ func (o Options) validate() error {
 	}
 	if o.Queue != "" && o.JetStream {
 		return &ConfigError{"nats.queue", o.Queue, "queue groups apply to core mode only (nats.jetstream: false); JetStream shares work through the durable consumer"}
+	}
+	return nil
+}
+
+// validateEmbeddedUsers checks nats.embedded.users and the daemon's own
+// credential on the embedded server.
+func (o Options) validateEmbeddedUsers() error {
+	if o.URL != "" {
+		if len(o.EmbeddedUsers) > 0 {
+			return &ConfigError{"nats.embedded.users", o.EmbeddedUsers[0].User, "applies to the embedded server only: leave nats.url empty, or give gateways users on your NATS server"}
+		}
+		return nil
+	}
+	if o.Password != "" && o.User == "" {
+		return &ConfigError{"nats.user", "", "nats.password needs nats.user"}
+	}
+	own := o.User
+	if own == "" {
+		own = daemonUser
+	}
+	seen := map[string]bool{}
+	for i, u := range o.EmbeddedUsers {
+		key := fmt.Sprintf("nats.embedded.users[%d]", i)
+		switch {
+		case u.User == "" || strings.ContainsAny(u.User, " \t\r\n"):
+			return &ConfigError{key + ".user", u.User, "want a user name without spaces"}
+		case u.User == own:
+			return &ConfigError{key + ".user", u.User, fmt.Sprintf("%s is the daemon's own user (nats.user, or %s): name the gateway otherwise", own, daemonUser)}
+		case seen[u.User]:
+			return &ConfigError{key + ".user", u.User, "each user once"}
+		case (u.PasswordFile == "") == (u.NKey == ""):
+			return &ConfigError{key, u.User, "give either password_file or nkey (a public user NKey, U...)"}
+		case u.NKey != "" && !nkeys.IsValidPublicUserKey(u.NKey):
+			return &ConfigError{key + ".nkey", u.NKey, "want a public user NKey (56 characters starting with U), not a seed"}
+		}
+		seen[u.User] = true
+		if u.allServers() {
+			continue
+		}
+		for _, s := range u.Servers {
+			if s == "" || strings.ContainsAny(s, ".*> \t\r\n") {
+				return &ConfigError{key + ".servers", s, `want MCP server names (one subject token each), or ["*"] for all`}
+			}
+		}
 	}
 	return nil
 }

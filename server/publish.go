@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/internal/redact"
 	"github.com/mcptrail/mcptrail/internal/wait"
 )
 
@@ -71,10 +73,20 @@ func Publish(ctx context.Context, opts PublishOptions, next func() (audit.Event,
 	if err != nil {
 		return st, err
 	}
-	natsOpts = append(natsOpts, nats.Name("mcptrail publish"), nats.Timeout(5*time.Second))
+	// The server refuses a subject this user may not publish to only with an
+	// asynchronous error: stop at once instead of waiting for acks that
+	// never come.
+	ctx, deny := context.WithCancelCause(ctx)
+	defer deny(nil)
+	natsOpts = append(natsOpts, nats.Name("mcptrail publish"), nats.Timeout(5*time.Second),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				deny(fmt.Errorf("%w (check the NATS user's permissions; on the embedded server, the servers of its nats.embedded.users entry)", err))
+			}
+		}))
 	nc, err := nats.Connect(opts.URL, natsOpts...)
 	if err != nil {
-		return st, fmt.Errorf("connect to NATS at %s: %w", redactURL(opts.URL), err)
+		return st, fmt.Errorf("connect to NATS at %s: %w", redact.URL(opts.URL), err)
 	}
 	defer nc.Close()
 
@@ -111,6 +123,9 @@ func Publish(ctx context.Context, opts PublishOptions, next func() (audit.Event,
 		if st.Duration > 0 {
 			st.Rate = float64(st.Published) / st.Duration.Seconds()
 		}
+		if cause := context.Cause(ctx); err != nil && errors.Is(cause, nats.ErrPermissionViolation) {
+			err = cause
+		}
 		if err == nil && st.Failed > 0 {
 			errMu.Lock()
 			err = fmt.Errorf("publish: %d of %d events were not acknowledged by JetStream: %w", st.Failed, st.Published+st.Failed, firstErr)
@@ -141,7 +156,7 @@ func Publish(ctx context.Context, opts PublishOptions, next func() (audit.Event,
 		if err != nil {
 			return finish(fmt.Errorf("publish: encode event %q: %w", e.ID, err))
 		}
-		m := &nats.Msg{Subject: prefix + subjectToken(e.Server), Data: data}
+		m := &nats.Msg{Subject: prefix + ingest.SubjectToken(e.Server), Data: data}
 		if e.ID != "" {
 			m.Header = nats.Header{jetstream.MsgIDHeader: []string{e.ID}}
 		}
@@ -197,19 +212,4 @@ func waitComplete(ctx context.Context, js jetstream.JetStream) error {
 	case <-time.After(time.Minute):
 		return fmt.Errorf("publish: %d acknowledgements still outstanding after a minute", js.PublishAsyncPending())
 	}
-}
-
-// subjectToken makes a server name usable as one subject token; the payload
-// keeps the real name, which is what is stored.
-func subjectToken(s string) string {
-	if s == "" {
-		return "unknown"
-	}
-	return strings.Map(func(r rune) rune {
-		switch r {
-		case '.', '*', '>', ' ', '\t', '\r', '\n':
-			return '_'
-		}
-		return r
-	}, s)
 }

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -127,18 +129,22 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 	}
 	var nc *nats.Conn
 	if opts.URL == "" {
-		ns, err := startEmbedded(opts, log)
+		unlock, err := lockStoreDir(opts.EmbeddedStoreDir)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		auth, err := newEmbeddedAuth(opts, store.Path(), log)
+		if err != nil {
+			return err
+		}
+		ns, err := startEmbedded(opts, auth, log)
 		if err != nil {
 			return err
 		}
 		defer shutdownEmbedded(ns, log)
 		copts := connectOptions("mcptrail serve", log, hooks)
-		copts = append(copts, nats.InProcessServer(ns))
-		if opts.Token != "" {
-			copts = append(copts, nats.Token(opts.Token))
-		} else if opts.User != "" {
-			copts = append(copts, nats.UserInfo(opts.User, opts.Password))
-		}
+		copts = append(copts, nats.InProcessServer(ns), auth.daemon, nats.CustomInboxPrefix(daemonInboxPrefix))
 		if nc, err = nats.Connect(ns.ClientURL(), copts...); err != nil {
 			return fmt.Errorf("connect to the embedded NATS server: %w", err)
 		}
@@ -158,6 +164,28 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 	}()
 	m.connected.Set(1)
 	a.live = nc.IsConnected
+
+	// Ingestion's health: the sources report a missing stream or failing
+	// commits, and the files the daemon writes are watched.
+	var health ingest.Health
+	a.health = health.State
+	logHealth := func(ok bool, reason string) {
+		if ok {
+			log.Info("ingesting again: /readyz answers 200")
+		} else {
+			log.Warn("not ingesting: /readyz answers 503", "reason", reason)
+		}
+	}
+	onHealth := func(_ bool, reason string) { health.Set("ingest", reason, logHealth) }
+	watched := map[string]string{"storage.path": store.Path()}
+	if opts.URL == "" {
+		watched["nats.embedded.store_dir"] = opts.EmbeddedStoreDir
+	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	var watchers sync.WaitGroup
+	defer watchers.Wait()
+	defer stopWatch()
+	watchers.Go(func() { watchFiles(wctx, watched, &health, logHealth) })
 
 	// Background work starts once ready and stops before NATS closes.
 	bgCtx, stopBackground := context.WithCancel(ctx)
@@ -186,9 +214,9 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 	// 3 and 4. Stream, consumer and ingest loop.
 	var runErr error
 	if opts.JetStream {
-		runErr = runJetStream(ctx, nc, store, opts, m, log, markReady)
+		runErr = runJetStream(ctx, nc, store, opts, m, log, markReady, onHealth)
 	} else {
-		runErr = runCore(ctx, nc, store, opts, m, log, markReady)
+		runErr = runCore(ctx, nc, store, opts, m, log, markReady, onHealth)
 	}
 	if runErr != nil && ctx.Err() == nil {
 		return runErr
@@ -197,19 +225,21 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 	return nil
 }
 
-func runJetStream(ctx context.Context, nc *nats.Conn, store *analytics.Store, opts Options, m *metrics, log *slog.Logger, markReady func()) error {
+func runJetStream(ctx context.Context, nc *nats.Conn, store *analytics.Store, opts Options, m *metrics, log *slog.Logger,
+	markReady func(), onHealth func(bool, string)) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	stream, err := ingest.EnsureStream(sctx, js, ingest.StreamSpec{
+	sspec := ingest.StreamSpec{
 		Name:     opts.Stream,
 		Subjects: []string{opts.Subject},
 		MaxAge:   opts.StreamMaxAge,
 		MaxBytes: opts.StreamMaxBytes,
-	})
+	}
+	stream, err := ingest.EnsureStream(sctx, js, sspec)
 	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) ||
 		errors.Is(err, nats.ErrNoResponders) {
 		return fmt.Errorf("nats.jetstream: %w: enable JetStream on the NATS server (and for this account), "+
@@ -261,6 +291,11 @@ func runJetStream(ctx context.Context, nc *nats.Conn, store *analytics.Store, op
 		Recreate: func(ctx context.Context) (jetstream.Consumer, error) {
 			return ingest.EnsureConsumer(ctx, js, cspec)
 		},
+		RecreateStream: func(ctx context.Context) (jetstream.Stream, error) {
+			return ingest.EnsureStream(ctx, js, sspec)
+		},
+		OnRecreate: func(what string) { m.recreated.WithLabelValues(what).Inc() },
+		OnHealth:   onHealth,
 	}
 	return src.Run(ctx)
 }
@@ -284,7 +319,8 @@ func pollConsumer(ctx context.Context, cons jetstream.Consumer, m *metrics) {
 	}
 }
 
-func runCore(ctx context.Context, nc *nats.Conn, store *analytics.Store, opts Options, m *metrics, log *slog.Logger, markReady func()) error {
+func runCore(ctx context.Context, nc *nats.Conn, store *analytics.Store, opts Options, m *metrics, log *slog.Logger,
+	markReady func(), onHealth func(bool, string)) error {
 	prefix := strings.TrimSuffix(opts.Subject, ">")
 	src := &ingest.CoreSource{
 		Conn:      nc,
@@ -300,8 +336,34 @@ func runCore(ctx context.Context, nc *nats.Conn, store *analytics.Store, opts Op
 		OnBatch:   func(r ingest.BatchReport) { m.observe(r, prefix) },
 		OnError:   func(stage string, _ error) { m.errors.WithLabelValues(stage).Inc() },
 		OnDropped: func(n int) { m.dropped.Add(float64(n)) },
+		OnHealth:  onHealth,
 	}
 	return src.Run(ctx)
+}
+
+// fileCheck is how often watchFiles looks.
+var fileCheck = time.Second
+
+// watchFiles marks ingestion unhealthy while a file or folder the daemon
+// writes (keyed by its setting) is missing: deleted under the running daemon,
+// what it writes there is lost, and only a restart recreates it.
+func watchFiles(ctx context.Context, paths map[string]string, h *ingest.Health, report func(bool, string)) {
+	t := time.NewTicker(fileCheck)
+	defer t.Stop()
+	for {
+		for key, path := range paths {
+			reason := ""
+			if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+				reason = fmt.Sprintf("%s %s was deleted while the daemon runs: what it writes there is lost; restart the daemon", key, path)
+			}
+			h.Set(key, reason, report)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func shutdownEmbedded(ns *natsserver.Server, log *slog.Logger) {

@@ -72,15 +72,29 @@ func openStore(t *testing.T) *analytics.Store {
 	return s
 }
 
+// testOptions is an embedded daemon on free ports whose own NATS user is
+// admin (so that tests can inspect the stream); gateways publish as the
+// default gateway user (see gateway).
 func testOptions(t *testing.T) Options {
 	return Options{
-		EmbeddedListen:   freeAddr(t),
-		EmbeddedStoreDir: t.TempDir(),
-		JetStream:        true,
-		HTTPListen:       freeAddr(t),
-		BatchSize:        1000,
-		FlushInterval:    100 * time.Millisecond,
+		EmbeddedListen:      freeAddr(t),
+		EmbeddedStoreDir:    t.TempDir(),
+		GatewayPasswordFile: filepath.Join(t.TempDir(), GatewayPasswordFileName),
+		User:                "admin",
+		Password:            "admin-secret",
+		JetStream:           true,
+		HTTPListen:          freeAddr(t),
+		BatchSize:           1000,
+		FlushInterval:       100 * time.Millisecond,
 	}
+}
+
+// gateway publishes to a running embedded daemon as its default gateway user.
+func gateway(t *testing.T, opts Options) PublishOptions {
+	t.Helper()
+	pw, err := ReadPasswordFile(opts.GatewayPasswordFile)
+	require.NoError(t, err)
+	return PublishOptions{URL: "nats://" + opts.EmbeddedListen, Auth: Auth{User: DefaultGatewayUser, Password: pw}}
 }
 
 type daemon struct {
@@ -163,9 +177,10 @@ func events(from, to int, server string) func() (audit.Event, bool, error) {
 	}
 }
 
-func connect(t *testing.T, addr string) (*nats.Conn, jetstream.JetStream) {
+// connect connects to a running embedded daemon as its own (admin) user.
+func connect(t *testing.T, opts Options) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect("nats://" + addr)
+	nc, err := nats.Connect("nats://"+opts.EmbeddedListen, nats.UserInfo(opts.User, opts.Password))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
@@ -202,7 +217,7 @@ func TestServeStartupIngestDedupAndMetrics(t *testing.T) {
 	go func() {
 		done <- Run(ctx, store, opts, testLogger(t), func() {
 			var s seen
-			nc, err := nats.Connect("nats://" + opts.EmbeddedListen)
+			nc, err := nats.Connect("nats://"+opts.EmbeddedListen, nats.UserInfo(opts.User, opts.Password))
 			if err == nil {
 				defer nc.Close()
 				js, _ := jetstream.New(nc)
@@ -233,7 +248,7 @@ func TestServeStartupIngestDedupAndMetrics(t *testing.T) {
 	code, _ := d.get(t, "/healthz", "")
 	assert.Equal(t, http.StatusOK, code)
 
-	st, err := Publish(context.Background(), PublishOptions{URL: "nats://" + opts.EmbeddedListen}, events(0, 2500, "proxmox-mcp"))
+	st, err := Publish(context.Background(), gateway(t, opts), events(0, 2500, "proxmox-mcp"))
 	require.NoError(t, err)
 	assert.Equal(t, 2500, st.Published)
 	assert.Zero(t, st.Duplicates)
@@ -241,12 +256,12 @@ func TestServeStartupIngestDedupAndMetrics(t *testing.T) {
 	waitCount(t, store, `SELECT count(*) FROM calls`, 2500)
 
 	// Republished events: the stream drops them by Nats-Msg-Id.
-	st, err = Publish(context.Background(), PublishOptions{URL: "nats://" + opts.EmbeddedListen}, events(0, 100, "proxmox-mcp"))
+	st, err = Publish(context.Background(), gateway(t, opts), events(0, 100, "proxmox-mcp"))
 	require.NoError(t, err)
 	assert.Equal(t, 100, st.Duplicates)
 
 	// Bad payloads are dead-lettered with subject and stream sequence, and acked.
-	_, js := connect(t, opts.EmbeddedListen)
+	_, js := connect(t, opts)
 	_, err = js.Publish(context.Background(), "mcp.audit.broken", []byte(`{"id":`))
 	require.NoError(t, err)
 	waitCount(t, store, `SELECT count(*) FROM dead_letters`, 1)
@@ -311,9 +326,11 @@ func TestServeRedeliveryAfterCommitWithoutAck(t *testing.T) {
 	ctx := context.Background()
 
 	// The "crashed" daemon, by hand: its own embedded server on the same store dir.
-	ns, err := startEmbedded(opts, slog.New(slog.DiscardHandler))
+	auth, err := newEmbeddedAuth(opts, store.Path(), slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
-	nc, err := nats.Connect(ns.ClientURL())
+	ns, err := startEmbedded(opts, auth, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(opts.User, opts.Password))
 	require.NoError(t, err)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
@@ -321,7 +338,7 @@ func TestServeRedeliveryAfterCommitWithoutAck(t *testing.T) {
 	require.NoError(t, err)
 	cons, err := ingest.EnsureConsumer(ctx, js, ingest.ConsumerSpec{Stream: "MCP_AUDIT", Durable: "mcptrail", BatchSize: 1000})
 	require.NoError(t, err)
-	_, err = Publish(ctx, PublishOptions{URL: ns.ClientURL()}, events(0, 300, "pve"))
+	_, err = Publish(ctx, gateway(t, opts), events(0, 300, "pve"))
 	require.NoError(t, err)
 	b, err := cons.Fetch(300, jetstream.FetchMaxWait(5*time.Second))
 	require.NoError(t, err)
@@ -343,10 +360,10 @@ func TestServeRedeliveryAfterCommitWithoutAck(t *testing.T) {
 	ns.WaitForShutdown()
 
 	d := start(t, store, opts)
-	_, err = Publish(ctx, PublishOptions{URL: "nats://" + opts.EmbeddedListen}, events(300, 400, "pve"))
+	_, err = Publish(ctx, gateway(t, opts), events(300, 400, "pve"))
 	require.NoError(t, err)
 	waitCount(t, store, `SELECT count(*) FROM calls`, 400)
-	_, js2 := connect(t, opts.EmbeddedListen)
+	_, js2 := connect(t, opts)
 	c2, err := js2.Consumer(ctx, "MCP_AUDIT", "mcptrail")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
@@ -542,16 +559,32 @@ func TestServeRefusesBadStartups(t *testing.T) {
 	assert.Contains(t, err.Error(), "enable JetStream")
 }
 
+// The embedded server's store is locked for the daemon's lifetime: a second
+// daemon on the same nats.embedded.store_dir is refused, naming the key, and
+// starts once the first one stopped.
+func TestServeRefusesASecondDaemonOnTheStoreDir(t *testing.T) {
+	first := testOptions(t)
+	d := start(t, openStore(t), first)
+	second := testOptions(t)
+	second.EmbeddedStoreDir = first.EmbeddedStoreDir
+	store := openStore(t)
+	err := Run(context.Background(), store, second, testLogger(t), nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "nats.embedded.store_dir "+first.EmbeddedStoreDir+": in use by another process")
+	assert.Contains(t, err.Error(), "MCPTRAIL_NATS_EMBEDDED_STORE_DIR")
+	d.stop(t)
+	start(t, store, second)
+}
+
 // A shard consumes only its servers' subjects.
 func TestServeShardFiltersByServer(t *testing.T) {
 	store := openStore(t)
 	opts := testOptions(t)
 	opts.Servers, opts.Consumer = []string{"pve"}, "mcptrail-pve"
 	start(t, store, opts)
-	url := "nats://" + opts.EmbeddedListen
-	_, err := Publish(context.Background(), PublishOptions{URL: url}, events(0, 50, "pve"))
+	_, err := Publish(context.Background(), gateway(t, opts), events(0, 50, "pve"))
 	require.NoError(t, err)
-	_, err = Publish(context.Background(), PublishOptions{URL: url}, events(50, 80, "other"))
+	_, err = Publish(context.Background(), gateway(t, opts), events(50, 80, "other"))
 	require.NoError(t, err)
 	waitCount(t, store, `SELECT count(*) FROM calls`, 50)
 	time.Sleep(300 * time.Millisecond)

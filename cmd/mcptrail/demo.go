@@ -80,6 +80,9 @@ func (a *app) runDemo(ctx context.Context, dir string, days int) error {
 	opts := a.serverOptions()
 	opts.URL, opts.EmbeddedListen, opts.EmbeddedStoreDir, opts.HTTPListen, opts.HTTPToken = "", natsAddr, natsDir, httpAddr, ""
 	opts.JetStream, opts.Servers, opts.Consumer = true, nil, "mcptrail"
+	// Its default gateway user, whose password serve keeps beside the database.
+	gwFile := filepath.Join(dir, server.GatewayPasswordFileName)
+	opts.EmbeddedUsers, opts.GatewayPasswordFile = nil, gwFile
 	srvCtx, stopServer := context.WithCancel(ctx)
 	ready := make(chan struct{})
 	served := make(chan error, 1)
@@ -101,6 +104,11 @@ func (a *app) runDemo(ctx context.Context, dir string, days int) error {
 	step("embedded NATS with JetStream and the ingest pipeline are running", "nats", "nats://"+natsAddr, "http", httpAddr)
 
 	// A gateway's traffic, published with acknowledgements.
+	gwPassword, err := server.ReadPasswordFile(gwFile)
+	if err != nil {
+		_ = stop()
+		return err
+	}
 	simOpts := simulate.Options{Scenario: simulate.DefaultScenario, Seed: 1, Duration: time.Duration(days) * 24 * time.Hour, Now: a.now}
 	events := make(chan audit.Event, 4096)
 	genErr := make(chan error, 1)
@@ -116,7 +124,8 @@ func (a *app) runDemo(ctx context.Context, dir string, days int) error {
 		})
 		genErr <- err
 	}()
-	st, err := server.Publish(srvCtx, server.PublishOptions{URL: "nats://" + natsAddr}, func() (audit.Event, bool, error) {
+	st, err := server.Publish(srvCtx, server.PublishOptions{URL: "nats://" + natsAddr,
+		Auth: server.Auth{User: server.DefaultGatewayUser, Password: gwPassword}}, func() (audit.Event, bool, error) {
 		e, ok := <-events
 		return e, ok, nil
 	})

@@ -77,6 +77,8 @@ nats:
   embedded:
     listen: %s
     store_dir: %s
+  user: admin                  # the daemon's own user, which may read the reports' subjects
+  password: admin-secret
 http:
   listen: %s
 reports:
@@ -134,7 +136,7 @@ reports:
 	}
 	require.Eventually(t, func() bool { code, _ := get("/readyz"); return code == http.StatusOK }, 30*time.Second, 100*time.Millisecond)
 
-	nc, err := nats.Connect("nats://" + natsAddr)
+	nc, err := nats.Connect("nats://"+natsAddr, nats.UserInfo("admin", "admin-secret"))
 	require.NoError(t, err)
 	defer nc.Close()
 	msgs := make(chan *nats.Msg, 16)

@@ -68,7 +68,12 @@ SIGINT or SIGTERM stops it gracefully.`,
 // serverOptions maps the configuration onto the daemon's options.
 func (a *app) serverOptions() server.Options {
 	c := a.cfg
+	var users []server.EmbeddedUser
+	for _, u := range c.NATS.Users {
+		users = append(users, server.EmbeddedUser(u))
+	}
 	return server.Options{
+		EmbeddedUsers: users, GatewayPasswordFile: c.NATS.GatewayPasswordFile,
 		URL: c.NATS.URL, EmbeddedListen: c.NATS.Listen, EmbeddedStoreDir: c.NATS.StoreDir,
 		Subject: c.NATS.Subject, JetStream: c.NATS.JetStream, Stream: c.NATS.Stream, Consumer: c.NATS.Consumer,
 		Servers: c.NATS.Servers, Queue: c.NATS.Queue, Creds: c.NATS.Creds, NKey: c.NATS.NKey, Token: c.NATS.Token,

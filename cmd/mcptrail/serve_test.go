@@ -43,6 +43,10 @@ func TestServeSurvivesSIGKILL(t *testing.T) {
 		"MCPTRAIL_NATS_EMBEDDED_LISTEN="+natsAddr,
 		"MCPTRAIL_NATS_EMBEDDED_STORE_DIR="+filepath.Join(dir, "nats"),
 		"MCPTRAIL_HTTP_LISTEN="+httpAddr,
+		// The daemon's own NATS user, which the test uses to inspect the
+		// consumer; gateways publish as the default gateway user.
+		"MCPTRAIL_NATS_USER=admin",
+		"MCPTRAIL_NATS_PASSWORD=admin-secret",
 		// Small batches make ingest slower than publishing, so that the
 		// kill lands in the middle of it.
 		"MCPTRAIL_INGEST_BATCH_SIZE=300",
@@ -70,7 +74,10 @@ func TestServeSurvivesSIGKILL(t *testing.T) {
 
 	daemon := serve()
 	ctx := context.Background()
-	st, err := server.Publish(ctx, server.PublishOptions{URL: "nats://" + natsAddr}, crashEvents(n))
+	pw, err := server.ReadPasswordFile(filepath.Join(dir, server.GatewayPasswordFileName))
+	require.NoError(t, err)
+	st, err := server.Publish(ctx, server.PublishOptions{URL: "nats://" + natsAddr,
+		Auth: server.Auth{User: server.DefaultGatewayUser, Password: pw}}, crashEvents(n))
 	require.NoError(t, err)
 	require.Equal(t, n, st.Published)
 
@@ -94,7 +101,7 @@ func TestServeSurvivesSIGKILL(t *testing.T) {
 		left = max(left-stored, 0)
 		daemon = serve()
 	}
-	nc, err := nats.Connect("nats://" + natsAddr)
+	nc, err := nats.Connect("nats://"+natsAddr, nats.UserInfo("admin", "admin-secret"))
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -121,6 +128,53 @@ func TestServeSurvivesSIGKILL(t *testing.T) {
 	require.NoError(t, store.DB().QueryRow(`SELECT count(*), count(DISTINCT id) FROM calls`).Scan(&total, &distinct))
 	assert.Equal(t, n, total, "every acknowledged event is stored")
 	assert.Equal(t, n, distinct, "and none twice")
+}
+
+// `simulate --nats` against `serve` needs no credentials on the command line:
+// it signs in as the embedded server's default gateway, whose password file
+// serve wrote beside the database. Without that file it is refused, and says
+// how to sign in.
+func TestSimulateNATSSignsInAsTheGateway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the daemon as a child process")
+	}
+	dir := t.TempDir()
+	natsAddr, httpAddr := freeTCPAddr(t), freeTCPAddr(t)
+	env := append(os.Environ(),
+		"MCPTRAIL_STORAGE_PATH="+filepath.Join(dir, "mcptrail.duckdb"),
+		"MCPTRAIL_NATS_EMBEDDED_LISTEN="+natsAddr,
+		"MCPTRAIL_NATS_EMBEDDED_STORE_DIR="+filepath.Join(dir, "nats"),
+		"MCPTRAIL_HTTP_LISTEN="+httpAddr,
+	)
+	serve := exec.Command(binary, "serve")
+	var log strings.Builder
+	serve.Env, serve.Stderr = env, &log
+	require.NoError(t, serve.Start())
+	t.Cleanup(func() { _ = serve.Process.Kill(); _ = serve.Wait() })
+	require.Eventually(t, func() bool { return httpStatus(httpAddr, "/readyz") == http.StatusOK },
+		30*time.Second, 20*time.Millisecond, "serve did not become ready")
+
+	sim := exec.Command(binary, "simulate", "--count", "50", "--nats", "nats://"+natsAddr)
+	sim.Env = env
+	out, err := sim.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "published 50 events")
+
+	sim = exec.Command(binary, "simulate", "--count", "5", "--nats", "nats://"+natsAddr, "--db", filepath.Join(t.TempDir(), "other.duckdb"))
+	sim.Env = env
+	out, err = sim.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "Authorization Violation")
+	assert.Contains(t, string(out), "--nats-password-file")
+
+	sim = exec.Command(binary, "simulate", "--count", "5", "--nats", "nats://"+natsAddr, "--nats-password-file", filepath.Join(dir, "nope"))
+	sim.Env = env
+	out, err = sim.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "--nats-password-file")
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, 2, exit.ExitCode())
 }
 
 func crashEvents(n int) func() (audit.Event, bool, error) {

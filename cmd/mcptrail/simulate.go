@@ -23,6 +23,8 @@ func newSimulateCmd(a *app) *cobra.Command {
 		dur      string
 		count    int
 		natsURL  string
+		natsUser string
+		natsPass string
 		out      string
 	)
 	cmd := &cobra.Command{
@@ -34,7 +36,8 @@ days, mostly reads, vm_agent_exec followed by vm_agent_exec_status polling, the
 occasional runaway loop, rare destructive calls, denials and errors. Traffic
 ends at --now (default: the clock); the same --seed, --count and --now give the
 same events. Events go to --out (JSONL, "-" for stdout) or, with --nats, are
-published through JetStream like a gateway would.`,
+published through JetStream like a gateway would, signed in as the embedded
+server's gateway user (see --nats-user).`,
 		Example: `  mcptrail simulate --count 100000 --out events.jsonl
   mcptrail simulate --scenario loops --seed 7 --out loops.jsonl
   mcptrail simulate --duration 1h --nats nats://127.0.0.1:4222 --rate 500`,
@@ -64,7 +67,7 @@ published through JetStream like a gateway would.`,
 				return err
 			}
 			if natsURL != "" {
-				return a.publishSimulation(cmd, opts, natsURL, rate)
+				return a.publishSimulation(cmd, opts, natsURL, rate, natsUser, natsPass)
 			}
 			return a.writeSimulation(cmd, opts, out)
 		},
@@ -75,6 +78,9 @@ published through JetStream like a gateway would.`,
 	cmd.Flags().StringVar(&dur, "duration", "", "span of simulated time ending at --now (e.g. 7d)")
 	cmd.Flags().IntVar(&count, "count", 0, "exact number of events")
 	cmd.Flags().StringVar(&natsURL, "nats", "", "publish to this NATS server through JetStream")
+	cmd.Flags().StringVar(&natsUser, "nats-user", "", `with --nats: the gateway's NATS user (default "gateway" with a password file)`)
+	cmd.Flags().StringVar(&natsPass, "nats-password-file", "", "with --nats: the file holding its password (default: the embedded server's\n"+
+		"gateway password file, nats-gateway.password beside the database, when it exists)")
 	cmd.Flags().StringVar(&out, "out", "", `write JSONL to this file ("-" or empty: stdout)`)
 	cmd.Long += "\n\nScenarios:\n"
 	for _, s := range simulate.Scenarios() {

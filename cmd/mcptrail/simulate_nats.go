@@ -2,18 +2,26 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/spf13/cobra"
 
 	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/internal/redact"
 	"github.com/mcptrail/mcptrail/server"
 	"github.com/mcptrail/mcptrail/simulate"
 )
 
 // publishSimulation publishes simulated traffic through JetStream, with
 // publish acknowledgements, as a gateway would.
-func (a *app) publishSimulation(cmd *cobra.Command, opts simulate.Options, url string, rate float64) error {
+func (a *app) publishSimulation(cmd *cobra.Command, opts simulate.Options, url string, rate float64, user, passwordFile string) error {
+	auth, err := a.gatewayAuth(user, passwordFile)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(cmd.Context())
 	defer cancel()
 	events := make(chan audit.Event, 4096)
@@ -34,20 +42,57 @@ func (a *app) publishSimulation(cmd *cobra.Command, opts simulate.Options, url s
 		e, ok := <-events
 		return e, ok, nil
 	}
-	n := a.cfg.NATS
-	st, err := server.Publish(ctx, server.PublishOptions{URL: url, Rate: rate,
-		Auth: server.Auth{Creds: n.Creds, NKey: n.NKey, Token: n.Token, User: n.User, Password: n.Password,
-			TLS: server.TLS{CA: n.TLSCA, Cert: n.TLSCert, Key: n.TLSKey}}}, next)
+	st, err := server.Publish(ctx, server.PublishOptions{URL: url, Rate: rate, Auth: auth}, next)
 	cancel()
 	for range events { // let the generator finish
 	}
 	if gerr := <-genErr; gerr != nil && err == nil && ctx.Err() == nil {
 		err = gerr
 	}
+	if errors.Is(err, nats.ErrAuthorization) {
+		return fmt.Errorf("publish to %s: %w: give a gateway user with --nats-user and --nats-password-file "+
+			"(the embedded server's default gateway is %s, its password in %s)", redact.URL(url), err, server.DefaultGatewayUser, a.gatewayPasswordFile())
+	}
 	if err != nil {
-		return fmt.Errorf("publish to %s: %w", url, err)
+		return fmt.Errorf("publish to %s: %w", redact.URL(url), err)
 	}
 	fmt.Fprintf(a.stdout, "published %d events in %s (%.0f events/s), %d duplicates\n",
 		st.Published, st.Duration.Round(1e6), st.Rate, st.Duplicates)
 	return nil
+}
+
+// gatewayAuth is how simulate signs in to NATS, as a gateway would: the user
+// and password file given (either defaults to the embedded server's default
+// gateway); else, with nats.url, the configured credentials; else the
+// embedded server's default gateway when its password file exists (so that
+// simulating against `mcptrail serve` needs no flag); else the daemon's own
+// nats.token or nats.user from the configuration.
+func (a *app) gatewayAuth(user, passwordFile string) (server.Auth, error) {
+	n := a.cfg.NATS
+	configured := server.Auth{Creds: n.Creds, NKey: n.NKey, Token: n.Token, User: n.User, Password: n.Password,
+		TLS: server.TLS{CA: n.TLSCA, Cert: n.TLSCert, Key: n.TLSKey}}
+	explicit := user != "" || passwordFile != ""
+	if !explicit && n.URL != "" {
+		return configured, nil
+	}
+	if user == "" {
+		user = server.DefaultGatewayUser
+	}
+	file := passwordFile
+	if file == "" {
+		file = a.gatewayPasswordFile()
+	}
+	pw, err := server.ReadPasswordFile(file)
+	switch {
+	case err == nil:
+		return server.Auth{User: user, Password: pw, TLS: configured.TLS}, nil
+	case explicit:
+		return server.Auth{}, usageErrorf("--nats-password-file %s: %v", file, err)
+	}
+	return configured, nil
+}
+
+// gatewayPasswordFile is the embedded server's default gateway password file.
+func (a *app) gatewayPasswordFile() string {
+	return server.GatewayPasswordFile(a.cfg.NATS.GatewayPasswordFile, a.cfg.Storage.Path)
 }

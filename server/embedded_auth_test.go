@@ -1,0 +1,271 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// startLogged runs a daemon like start, with its log in buf.
+func startLogged(t *testing.T, opts Options, buf *syncBuffer) *daemon {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &daemon{opts: opts, cancel: cancel, done: make(chan error, 1)}
+	ready := make(chan struct{})
+	log := slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	go func() { d.done <- Run(ctx, openStore(t), opts, log, func() { close(ready) }) }()
+	select {
+	case <-ready:
+	case err := <-d.done:
+		cancel()
+		t.Fatalf("daemon stopped before it was ready: %v\n%s", err, buf.String())
+	case <-time.After(20 * time.Second):
+		cancel()
+		t.Fatal("daemon not ready after 20 s")
+	}
+	t.Cleanup(func() { d.stop(t) })
+	return d
+}
+
+// asyncErrors collects a connection's asynchronous errors (permission
+// violations arrive that way).
+type asyncErrors struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (a *asyncErrors) option() nats.Option {
+	return nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.errs = append(a.errs, err)
+	})
+}
+
+// denied waits until a permission violation that mentions what arrives.
+func (a *asyncErrors) denied(t *testing.T, what string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for _, err := range a.errs {
+			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), what) {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 10*time.Millisecond, "no permission violation for %s", what)
+}
+
+// Without nats.user or nats.token, the embedded server admits only the
+// daemon (with a password made up in memory) and the default gateway user,
+// whose password serve generates into a 0600 file at first start and reuses
+// afterwards. serve says how a gateway connects, never the password.
+func TestEmbeddedNATSRequiresAuthentication(t *testing.T) {
+	opts := testOptions(t)
+	opts.User, opts.Password = "", ""
+	var log syncBuffer
+	d := startLogged(t, opts, &log)
+
+	info, err := os.Stat(opts.GatewayPasswordFile)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+	pw, err := ReadPasswordFile(opts.GatewayPasswordFile)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, len(pw), 24)
+
+	_, err = nats.Connect("nats://" + opts.EmbeddedListen)
+	require.Error(t, err, "an anonymous connection must be refused")
+	assert.ErrorIs(t, err, nats.ErrAuthorization)
+	_, err = nats.Connect("nats://"+opts.EmbeddedListen, nats.UserInfo(DefaultGatewayUser, "wrong"))
+	assert.ErrorIs(t, err, nats.ErrAuthorization)
+
+	st, err := Publish(context.Background(), gateway(t, opts), events(0, 20, "pve"))
+	require.NoError(t, err)
+	assert.Equal(t, 20, st.Published)
+
+	logs := log.String()
+	for _, want := range []string{"user=gateway", "password_file=" + opts.GatewayPasswordFile, "url=nats://" + opts.EmbeddedListen} {
+		assert.Contains(t, logs, want)
+	}
+	assert.NotContains(t, logs, pw, "the password is never logged")
+	d.stop(t)
+
+	// The next start reuses the password.
+	startLogged(t, opts, &log)
+	again, err := ReadPasswordFile(opts.GatewayPasswordFile)
+	require.NoError(t, err)
+	assert.Equal(t, pw, again)
+	_, err = Publish(context.Background(), gateway(t, opts), events(20, 30, "pve"))
+	require.NoError(t, err)
+}
+
+// Gateway users publish, with JetStream acks, to their own servers' subjects
+// only; they cannot use the JetStream API, subscribe to the audit subjects
+// or see the daemon's deliveries through _INBOX.>, and an event naming
+// another server than its subject is dead-lettered.
+func TestEmbeddedNATSGatewayPermissions(t *testing.T) {
+	dir := t.TempDir()
+	kp, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	pub, err := kp.PublicKey()
+	require.NoError(t, err)
+	seed, err := kp.Seed()
+	require.NoError(t, err)
+	seedFile := filepath.Join(dir, "all.nk")
+	require.NoError(t, os.WriteFile(seedFile, seed, 0o600))
+	pveFile := filepath.Join(dir, "pve.password")
+	require.NoError(t, os.WriteFile(pveFile, []byte("pve-secret\n"), 0o600))
+
+	store := openStore(t)
+	opts := testOptions(t)
+	opts.EmbeddedUsers = []EmbeddedUser{
+		{User: "pve-gw", PasswordFile: pveFile, Servers: []string{"pve"}},
+		{User: "all-gw", NKey: pub, Servers: []string{"*"}},
+	}
+	start(t, store, opts)
+	_, err = os.Stat(opts.GatewayPasswordFile)
+	assert.ErrorIs(t, err, os.ErrNotExist, "no default gateway when users are configured")
+	url := "nats://" + opts.EmbeddedListen
+	ctx := context.Background()
+
+	var pveErrs asyncErrors
+	pve, err := nats.Connect(url, nats.UserInfo("pve-gw", "pve-secret"), pveErrs.option())
+	require.NoError(t, err)
+	defer pve.Close()
+	pveJS, err := jetstream.New(pve)
+	require.NoError(t, err)
+
+	// Its own server, with a publish acknowledgement.
+	ack, err := pveJS.Publish(ctx, "mcp.audit.pve", []byte(`{"id":"own","ts":"2026-01-02T03:04:05Z","server":"pve","tool":"t","decision":"allowed"}`))
+	require.NoError(t, err)
+	assert.Equal(t, "MCP_AUDIT", ack.Stream)
+
+	// The default _INBOX.> is allowed for acks: a sniffer there must see
+	// none of the events the daemon pulls.
+	sniffed := make(chan *nats.Msg, 1024)
+	sniff, err := pve.ChanSubscribe("_INBOX.>", sniffed)
+	require.NoError(t, err)
+	defer sniff.Unsubscribe()
+
+	// Another server's subject.
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	_, err = pveJS.Publish(short, "mcp.audit.other", []byte(`{"id":"x","ts":"2026-01-02T03:04:05Z","server":"other","tool":"t","decision":"allowed"}`))
+	cancel()
+	require.Error(t, err)
+	pveErrs.denied(t, `Publish to "mcp.audit.other"`)
+	_, err = Publish(ctx, PublishOptions{URL: url, Auth: Auth{User: "pve-gw", Password: "pve-secret"}}, events(0, 5, "other"))
+	require.ErrorIs(t, err, nats.ErrPermissionViolation, "Publish stops at the refusal")
+
+	// The JetStream API.
+	short, cancel = context.WithTimeout(ctx, time.Second)
+	err = pveJS.DeleteStream(short, "MCP_AUDIT")
+	cancel()
+	require.Error(t, err)
+	pveErrs.denied(t, `Publish to "$JS.API.STREAM.DELETE.MCP_AUDIT"`)
+	short, cancel = context.WithTimeout(ctx, time.Second)
+	_, err = pveJS.Stream(short, "MCP_AUDIT")
+	cancel()
+	require.Error(t, err)
+
+	// The audit subjects.
+	_, err = pve.SubscribeSync("mcp.audit.>")
+	require.NoError(t, err)
+	require.NoError(t, pve.Flush())
+	pveErrs.denied(t, `Subscription to "mcp.audit.>"`)
+
+	// The NKey user may publish for any server.
+	all, err := nats.Connect(url, nkeyOption(t, seedFile))
+	require.NoError(t, err)
+	defer all.Close()
+	allJS, err := jetstream.New(all)
+	require.NoError(t, err)
+	for _, m := range [][2]string{
+		{"mcp.audit.other", `{"id":"other-1","ts":"2026-01-02T03:04:05Z","server":"other","tool":"t","decision":"allowed"}`},
+		// The payload names another server than the subject.
+		{"mcp.audit.pve", `{"id":"forged","ts":"2026-01-02T03:04:05Z","server":"other","tool":"t","decision":"allowed"}`},
+	} {
+		_, err = allJS.Publish(ctx, m[0], []byte(m[1]))
+		require.NoError(t, err)
+	}
+	waitCount(t, store, `SELECT count(*) FROM calls`, 2)
+	waitCount(t, store, `SELECT count(*) FROM dead_letters WHERE reason = 'subject_mismatch' AND source = 'mcp.audit.pve'`, 1)
+	assert.Equal(t, 0, queryInt(t, store, `SELECT count(*) FROM calls WHERE id = 'forged'`))
+
+	// The stream is intact, and the sniffer saw only publish acks.
+	_, admin := connect(t, opts)
+	_, err = admin.Stream(ctx, "MCP_AUDIT")
+	require.NoError(t, err)
+	for len(sniffed) > 0 {
+		m := <-sniffed
+		assert.NotContains(t, string(m.Data), `"decision"`, "an event reached a gateway on %s", m.Subject)
+	}
+}
+
+func nkeyOption(t *testing.T, seedFile string) nats.Option {
+	t.Helper()
+	o, err := nats.NkeyOptionFromSeed(seedFile)
+	require.NoError(t, err)
+	return o
+}
+
+// nats.token stays the daemon's own credential on the embedded server, with
+// gateway users beside it.
+func TestEmbeddedNATSTokenIsTheDaemonsCredential(t *testing.T) {
+	opts := testOptions(t)
+	opts.User, opts.Password, opts.Token = "", "", "daemon-token"
+	store := openStore(t)
+	start(t, store, opts)
+	nc, err := nats.Connect("nats://"+opts.EmbeddedListen, nats.Token("daemon-token"))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.Stream(context.Background(), "MCP_AUDIT")
+	require.NoError(t, err, "the token has full permissions")
+	_, err = Publish(context.Background(), gateway(t, opts), events(0, 10, "pve"))
+	require.NoError(t, err)
+	waitCount(t, store, `SELECT count(*) FROM calls`, 10)
+}
+
+func TestEmbeddedUsersValidation(t *testing.T) {
+	_, pub := newKey(t, nkeys.CreateUser)
+	for _, tc := range []struct {
+		users []EmbeddedUser
+		user  string // nats.user
+		url   string
+		key   string
+	}{
+		{users: []EmbeddedUser{{User: "", PasswordFile: "f"}}, key: "nats.embedded.users[0].user"},
+		{users: []EmbeddedUser{{User: "a"}}, key: "nats.embedded.users[0]"},
+		{users: []EmbeddedUser{{User: "a", PasswordFile: "f", NKey: pub}}, key: "nats.embedded.users[0]"},
+		{users: []EmbeddedUser{{User: "a", NKey: "SUAseed"}}, key: "nats.embedded.users[0].nkey"},
+		{users: []EmbeddedUser{{User: "a", PasswordFile: "f", Servers: []string{"a.b"}}}, key: "nats.embedded.users[0].servers"},
+		{users: []EmbeddedUser{{User: "a", PasswordFile: "f"}, {User: "a", NKey: pub}}, key: "nats.embedded.users[1].user"},
+		{users: []EmbeddedUser{{User: daemonUser, PasswordFile: "f"}}, key: "nats.embedded.users[0].user"},
+		{users: []EmbeddedUser{{User: "admin", PasswordFile: "f"}}, user: "admin", key: "nats.embedded.users[0].user"},
+		{users: []EmbeddedUser{{User: "a", PasswordFile: "f"}}, url: "nats://127.0.0.1:4222", key: "nats.embedded.users"},
+	} {
+		o := Options{EmbeddedUsers: tc.users, User: tc.user, Password: tc.user, URL: tc.url}.withDefaults()
+		var ce *ConfigError
+		require.ErrorAs(t, o.validate(), &ce, "%+v", tc)
+		assert.Equal(t, tc.key, ce.Key, "%+v", tc)
+	}
+	var ce *ConfigError
+	require.ErrorAs(t, Options{Password: "p"}.withDefaults().validate(), &ce)
+	assert.Equal(t, "nats.user", ce.Key)
+	o := Options{EmbeddedUsers: []EmbeddedUser{{User: "a", PasswordFile: "f", Servers: []string{"*"}}, {User: "b", NKey: pub, Servers: []string{"pve", "x"}}}}.withDefaults()
+	assert.NoError(t, o.validate())
+}
