@@ -77,7 +77,7 @@ func Charts(r *Report) ([]Chart, error) {
 	return out, nil
 }
 
-func render(width, height int, draw func(p *charts.Painter) error) ([]byte, error) {
+func svgChart(width, height int, draw func(p *charts.Painter) error) ([]byte, error) {
 	p := charts.NewPainter(charts.PainterOptions{OutputFormat: charts.ChartOutputSVG, Width: width, Height: height, Theme: theme()})
 	if err := draw(p); err != nil {
 		return nil, err
@@ -145,7 +145,7 @@ func volumeChart(r *Report) (*Chart, error) {
 		opt.CategoryAxis.LabelCount = 12
 	}
 	opt.BarSize = 0.6
-	svg, err := render(chartWidth, 340, func(p *charts.Painter) error { return p.BarChart(opt) })
+	svg, err := svgChart(chartWidth, 340, func(p *charts.Painter) error { return p.BarChart(opt) })
 	if err != nil {
 		return nil, fmt.Errorf("report: calls over time chart: %w", err)
 	}
@@ -204,7 +204,7 @@ func topToolsChart(r *Report) (*Chart, error) {
 	opt.ValueAxis = []charts.ValueAxisOption{valueAxis("")}
 	opt.Legend = charts.LegendOption{SeriesNames: names, Offset: charts.OffsetRight, FontStyle: fontSize(10)}
 	opt.BarSize = 0.7
-	svg, err := render(chartWidth, 90+32*n, func(p *charts.Painter) error { return p.BarChart(opt) })
+	svg, err := svgChart(chartWidth, 90+32*n, func(p *charts.Painter) error { return p.BarChart(opt) })
 	if err != nil {
 		return nil, fmt.Errorf("report: top tools chart: %w", err)
 	}
@@ -240,7 +240,7 @@ func heatmapChart(r *Report) (*Chart, error) {
 	zero := 0.0
 	opt.ScaleMinValue = &zero
 	opt.ValuesLabel = charts.SeriesLabel{Show: charts.Ptr(false)}
-	svg, err := render(chartWidth, 80+34*len(m.Tools), func(p *charts.Painter) error { return p.HeatMapChart(opt) })
+	svg, err := svgChart(chartWidth, 80+34*len(m.Tools), func(p *charts.Painter) error { return p.HeatMapChart(opt) })
 	if err != nil {
 		return nil, fmt.Errorf("report: heatmap: %w", err)
 	}
@@ -357,7 +357,7 @@ func pollsChart(pl PollingLoop) (*Chart, error) {
 	if len(labels) <= 24 {
 		opt.CategoryAxis.LabelCount = len(labels)
 	}
-	svg, err := render(chartWidth, 340, func(p *charts.Painter) error { return p.BarChart(opt) })
+	svg, err := svgChart(chartWidth, 340, func(p *charts.Painter) error { return p.BarChart(opt) })
 	if err != nil {
 		return nil, fmt.Errorf("report: polls per loop chart of %s: %w", pl.Tool, err)
 	}
