@@ -388,7 +388,8 @@ func axisNumber(f float64) string {
 	return trim(math.Round(f*10) / 10)
 }
 
-// fileSafe keeps letters, digits, '-', '_' and '.' of a name for a file name.
+// fileSafe keeps letters, digits, '-', '_' and '.' of a name for a file name,
+// and no leading dot.
 func fileSafe(s string) string {
 	var b strings.Builder
 	for _, r := range s {
@@ -401,6 +402,9 @@ func fileSafe(s string) string {
 	}
 	if b.Len() == 0 {
 		return "_"
+	}
+	if s := b.String(); s[0] == '.' { // never ".", ".." or hidden
+		return "_" + s[1:]
 	}
 	return b.String()
 }

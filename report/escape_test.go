@@ -77,3 +77,36 @@ func TestHostileNamesStayInert(t *testing.T) {
 		}
 	}
 }
+
+// TestServerFolderStaysInside: a database that already holds a server named
+// ".." (stored before decoding refused such names): report --out DIR writes
+// inside DIR, and every server name is one folder of its own.
+func TestServerFolderStaysInside(t *testing.T) {
+	base := t.TempDir()
+	out := filepath.Join(base, "out")
+	res := runHostile(t, "..", out)
+	assert.Equal(t, filepath.Join(out, "%2E.", Stamp(fixedNow)), res.Dir)
+	entries, err := os.ReadDir(base)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "nothing is written beside DIR")
+	assert.FileExists(t, filepath.Join(res.Dir, JSONFile))
+	assert.FileExists(t, filepath.Join(res.Dir, PRDir, "PR.md"))
+
+	for name, folder := range map[string]string{
+		"proxmox-mcp": "proxmox-mcp", "github.com": "github.com", ".": "%2E", "..": "%2E.", ".hidden": "%2Ehidden",
+		"../../etc": "%2E.%2F..%2Fetc", `a\b`: "a%5Cb", "a/b": "a%2Fb", "a_b": "a_b", "a%2Fb": "a%252Fb", "a b": "a%20b", "": "%",
+	} {
+		assert.Equal(t, folder, serverFolder(name), "%q", name)
+		dir := ServerDir(out, name)
+		assert.Equal(t, out, filepath.Dir(dir), "%q", name)
+	}
+}
+
+// TestScheduleDefaultFolderStaysInside: a report named ".." writes under
+// ./mcptrail-reports, not beside it.
+func TestScheduleDefaultFolderStaysInside(t *testing.T) {
+	s, err := ParseSchedules([]map[string]any{{"name": "..", "schedule": "@daily"}, {"name": ".x/y", "schedule": "@daily"}})
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join("mcptrail-reports", "_."), s[0].OutDir)
+	assert.Equal(t, filepath.Join("mcptrail-reports", "_x_y"), s[1].OutDir)
+}
