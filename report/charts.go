@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/go-analyze/charts"
+
+	"github.com/mcptrail/mcptrail/render"
 )
 
 // Chart is one chart of a report, rendered as SVG on the server.
@@ -181,7 +183,7 @@ func topToolsChart(r *Report) (*Chart, error) {
 	var anyRefused bool
 	for i := range n {
 		t := tools[n-1-i]
-		labels[i] = t.Tool
+		labels[i] = render.Terminal(t.Tool)
 		allowed[i] = float64(t.Allowed)
 		refused[i] = float64(t.Refused)
 		anyRefused = anyRefused || t.Refused > 0
@@ -236,7 +238,11 @@ func heatmapChart(r *Report) (*Chart, error) {
 	opt.Theme = theme(charts.ColorFromHex("#3b7dc4"))
 	opt.Padding = charts.NewBox(10, 10, 20, 10)
 	opt.XAxis = charts.HeatMapAxis{Title: "hour of the day (UTC)", TitleFontStyle: fontSize(10), Labels: hours, LabelFontStyle: fontSize(9.5), LabelCount: 24}
-	opt.YAxis = charts.HeatMapAxis{Labels: m.Tools, LabelFontStyle: fontSize(10), LabelCount: len(m.Tools)}
+	tools := make([]string, len(m.Tools))
+	for i, t := range m.Tools {
+		tools[i] = render.Terminal(t)
+	}
+	opt.YAxis = charts.HeatMapAxis{Labels: tools, LabelFontStyle: fontSize(10), LabelCount: len(m.Tools)}
 	zero := 0.0
 	opt.ScaleMinValue = &zero
 	opt.ValuesLabel = charts.SeriesLabel{Show: charts.Ptr(false)}
@@ -361,11 +367,11 @@ func pollsChart(pl PollingLoop) (*Chart, error) {
 	if err != nil {
 		return nil, fmt.Errorf("report: polls per loop chart of %s: %w", pl.Tool, err)
 	}
-	alt := fmt.Sprintf("Histogram of polls per loop of %s after %s", pl.Tool, pl.StartTool)
+	alt := render.Terminal(fmt.Sprintf("Histogram of polls per loop of %s after %s", pl.Tool, pl.StartTool))
 	if pl.Limit != nil {
 		alt += fmt.Sprintf("; loops with more than %d polls, in red, exceed the proposed limit", pl.Limit.Max)
 	}
-	return &Chart{File: "polls-" + fileSafe(pl.Tool) + ".svg", Title: fmt.Sprintf("Polls per loop: %s after %s", pl.Tool, pl.StartTool),
+	return &Chart{File: "polls-" + fileSafe(pl.Tool) + ".svg", Title: render.Terminal(fmt.Sprintf("Polls per loop: %s after %s", pl.Tool, pl.StartTool)),
 		Alt: alt, SVG: svg}, nil
 }
 

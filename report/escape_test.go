@@ -67,6 +67,8 @@ func TestHostileNamesStayInert(t *testing.T) {
 	assert.Contains(t, read(MarkdownFile), "# mcptrail report: `srv|<b>x</b>`")
 
 	page := read(HTMLFile)
+	assert.NotContains(t, page, "\x1b", "no control character in the page (nor in XML, where it is invalid)")
+	assert.NotContains(t, page, "\u202e")
 	assert.NotContains(t, page, "<script")
 	assert.NotContains(t, page, "<img")
 	assert.NotContains(t, page, "<b>x")
@@ -74,6 +76,7 @@ func TestHostileNamesStayInert(t *testing.T) {
 	for _, f := range res.Files {
 		if strings.HasSuffix(f, ".svg") {
 			assert.NotContains(t, read(f), "<script", f)
+			assert.NotContains(t, read(f), "\x1b", f)
 		}
 	}
 }
