@@ -1,11 +1,13 @@
 package audit
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -66,4 +68,51 @@ func TestRedactArgsDeepNesting(t *testing.T) {
 	got, ok = RedactArgs([]byte(in))
 	require.True(t, ok)
 	assert.Equal(t, strings.ReplaceAll(in, "hunter2", Redacted), string(got))
+}
+
+// FuzzRedactArgs: every valid UTF-8 JSON value is redacted into valid JSON
+// in which no argument member keeps a scalar other than the placeholder;
+// anything else is refused.
+func FuzzRedactArgs(f *testing.F) {
+	for _, s := range []string{`{"args":{"k":"v","n":[1,{"a":null}]}}`, `{"specversion":"1.0","data":"{\"args\":{\"k\":1}}"}`,
+		`{"params":{"arguments":{"a":true}}}`, `[{"args":"x"}]`, `{"a\u0072gs":1}`, `{"args":{"k":"v"}`, "\"x\xff\""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		out, ok := RedactArgs(in)
+		valid := utf8.Valid(in) && json.Valid(in)
+		if ok != valid {
+			t.Fatalf("ok %v for %q (valid %v)", ok, in, valid)
+		}
+		if !ok {
+			return
+		}
+		if !json.Valid(out) {
+			t.Fatalf("%q redacted into invalid JSON %q", in, out)
+		}
+		var walk func(v any, inArgs bool)
+		walk = func(v any, inArgs bool) {
+			switch x := v.(type) {
+			case map[string]any:
+				for k, val := range x {
+					walk(val, inArgs || argumentKeys[k])
+				}
+			case []any:
+				for _, val := range x {
+					walk(val, inArgs)
+				}
+			default:
+				if inArgs && x != Redacted {
+					t.Fatalf("%q kept an argument value %v: %q", in, x, out)
+				}
+			}
+		}
+		var v any
+		dec := json.NewDecoder(bytes.NewReader(out))
+		dec.UseNumber() // numbers out of float64's range are valid JSON
+		if err := dec.Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		walk(v, false)
+	})
 }
