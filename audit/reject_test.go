@@ -110,7 +110,7 @@ func TestDecodeRejections(t *testing.T) {
 		{"server leading dot", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":".hidden","tool":"t","decision":"allowed"}`, ReasonBadField, "start or end with a dot"},
 		{"server trailing dot", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":"a.","tool":"t","decision":"allowed"}`, ReasonBadField, "start or end with a dot"},
 		{"server empty part", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":"a..b","tool":"t","decision":"allowed"}`, ReasonBadField, "two in a row"},
-		{"server slash", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":"../../etc","tool":"t","decision":"allowed"}`, ReasonBadField, "start or end with a dot"},
+		{"server traversal", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":"../../etc","tool":"t","decision":"allowed"}`, ReasonBadField, "start or end with a dot"},
 		{"server path", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":"a/b","tool":"t","decision":"allowed"}`, ReasonBadField, "path separator"},
 		{"server backslash", FormatDocker, Options{}, `{"server_name":"a\\b","tool_name":"t","result":"allowed","timestamp":"2026-11-06T12:00:00Z"}`, ReasonBadField, "path separator"},
 		{"server wildcard", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":"a*","tool":"t","decision":"allowed"}`, ReasonBadField, "wildcard"},
