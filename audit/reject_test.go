@@ -2,6 +2,7 @@ package audit
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -104,6 +105,25 @@ func TestDecodeRejections(t *testing.T) {
 		{"attrs as string", FormatAuto, Options{}, `{` + ok + `,"decision":"allowed","attrs":"x"}`, ReasonBadField, `"attrs" must be an object`},
 		{"arg_keys of numbers", FormatAuto, Options{}, `{` + ok + `,"decision":"allowed","arg_keys":["a",1]}`, ReasonBadField, `"arg_keys" must be an array of strings`},
 		{"request_id as object", FormatAuto, Options{}, `{` + ok + `,"decision":"allowed","request_id":{}}`, ReasonBadField, `"request_id" must be a string or a number`},
+		{"server ..", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":"..","tool":"t","decision":"allowed"}`, ReasonBadField, `"server" is "..": a relative path`},
+		{"server .", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":".","tool":"t","decision":"allowed"}`, ReasonBadField, "a relative path"},
+		{"server leading dot", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":".hidden","tool":"t","decision":"allowed"}`, ReasonBadField, "start or end with a dot"},
+		{"server trailing dot", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":"a.","tool":"t","decision":"allowed"}`, ReasonBadField, "start or end with a dot"},
+		{"server empty part", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":"a..b","tool":"t","decision":"allowed"}`, ReasonBadField, "two in a row"},
+		{"server traversal", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":"../../etc","tool":"t","decision":"allowed"}`, ReasonBadField, "start or end with a dot"},
+		{"server path", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":"a/b","tool":"t","decision":"allowed"}`, ReasonBadField, "path separator"},
+		{"server backslash", FormatDocker, Options{}, `{"server_name":"a\\b","tool_name":"t","result":"allowed","timestamp":"2026-11-06T12:00:00Z"}`, ReasonBadField, "path separator"},
+		{"server wildcard", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":"a*","tool":"t","decision":"allowed"}`, ReasonBadField, "wildcard"},
+		{"server subject tail", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":">","tool":"t","decision":"allowed"}`, ReasonBadField, "wildcard"},
+		{"server space", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":"my server","tool":"t","decision":"allowed"}`, ReasonBadField, "white space"},
+		{"server NUL", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":"a\u0000","tool":"t","decision":"allowed"}`, ReasonBadField, "control character"},
+		{"server escape", FormatCloudEvents, Options{}, `{"specversion":"1.0","id":"1","time":"2026-11-03T09:00:00Z","data":{"server":"a\u001b[2J","tool":"t","decision":"allowed"}}`, ReasonBadField, "control character"},
+		{"server from --server", FormatAuto, Options{Server: ".."}, `{` + ok + `,"decision":"allowed"}`, ReasonBadField, "a relative path"},
+		{"server from intercept --server", FormatIntercept, Options{Server: "a/b"}, `{"ts":"2026-11-05T08:00:00Z","type":"tool_call","instance":"a","tool":"t","result":"allowed"}`, ReasonBadField, "path separator"},
+		{"tool newline", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":"s","tool":"a\n| b |","decision":"allowed"}`, ReasonBadField, `"tool" is "a\n| b |": a tool name cannot hold a control character`},
+		{"tool escape", FormatDocker, Options{}, `{"server_name":"s","tool_name":"t\u001b]0;x\u0007","result":"allowed","timestamp":"2026-11-06T12:00:00Z"}`, ReasonBadField, "control character"},
+		{"tool C1", FormatAuto, Options{}, `{"ts":"2026-11-03T09:00:00Z","server":"s","tool":"t\u009b","decision":"allowed"}`, ReasonBadField, "control character"},
+		{"tool bidi override", FormatAuto, Options{Server: "s"}, `{"ts":"2026-11-05T08:00:00Z","type":"tool_call","instance":"a","tool":"t\u202e","result":"allowed"}`, ReasonBadField, "control character"},
 		{"cloudevents no specversion", FormatCloudEvents, Options{}, `{"id":"1","data":{}}`, ReasonBadField, "no \"specversion\""},
 		{"cloudevents old specversion", FormatAuto, Options{}, `{"specversion":"0.3","id":"1","data":{}}`, ReasonBadField, "want 1.0"},
 		{"cloudevents no data", FormatCloudEvents, Options{}, `{"specversion":"1.0","id":"1"}`, ReasonBadField, "no \"data\""},
@@ -167,5 +187,23 @@ func TestEveryReasonIsTested(t *testing.T) {
 			continue // ingest's check of a NATS subject, not the payload's
 		}
 		assert.True(t, seen[r], "reason %s has no test line", r)
+	}
+}
+
+// TestNamesAccepted: dotted server names (a NATS subject takes their parts
+// as tokens) and tool names with any printable character are accepted.
+func TestNamesAccepted(t *testing.T) {
+	for _, tc := range []struct{ server, tool string }{
+		{"github.com", "get_vm_status"},
+		{"proxmox-mcp", "a|b `c` <d> [e](f)"},
+		{"mcp_server:8080@host", "ünïcode ✓ tool"},
+		{"a.b.c", "x\u200dy"},
+	} {
+		line, err := json.Marshal(map[string]string{"ts": "2026-11-03T09:00:00Z", "server": tc.server, "tool": tc.tool, "decision": "allowed"})
+		require.NoError(t, err)
+		res, err := Decode(line, Options{})
+		require.NoError(t, err, "%s / %s", tc.server, tc.tool)
+		assert.Equal(t, tc.server, res.Event.Server)
+		assert.Equal(t, tc.tool, res.Event.Tool)
 	}
 }

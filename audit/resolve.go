@@ -11,8 +11,8 @@ type InterceptServers struct {
 
 // Apply records a startup line, or fills the server of an Intercept tool_call
 // event from its instance's startup line when opts.Server is empty. It
-// returns a *Rejection (missing_server) when no startup line named the
-// server. Results of other formats and kinds are left alone.
+// returns a *Rejection: missing_server when no startup line named the
+// server, bad_field when the name is not a valid server name (a URL). Results of other formats and kinds are left alone.
 func (r *InterceptServers) Apply(res *Result, opts Options) error {
 	switch {
 	case res.Kind == KindInterceptStartup:
@@ -36,6 +36,10 @@ func (r *InterceptServers) Apply(res *Result, opts Options) error {
 		case srv == "":
 			return reject(ReasonMissingServer,
 				"the startup line of Intercept instance %q names no server; pass --server NAME", clip(res.Event.Gateway))
+		}
+		if why := badServerName(srv); why != "" {
+			return reject(ReasonBadField, "the startup line of Intercept instance %q names the server %q: %s; pass --server NAME",
+				clip(res.Event.Gateway), clip(srv), why)
 		}
 		res.Event.Server = srv
 	}

@@ -44,6 +44,11 @@ func TestSamples(t *testing.T) {
 		t.Run(tc.file, func(t *testing.T) {
 			for _, f := range []Format{FormatAuto, tc.format} {
 				opts := Options{Format: f}
+				if tc.format == FormatIntercept {
+					// One instance's startup line names a URL, no valid
+					// server name (TestSampleInterceptServers).
+					opts.Server = "proxmox-mcp"
+				}
 				var r InterceptServers
 				var events, skipped, startup int
 				decisions := map[Decision]int{}
@@ -80,15 +85,22 @@ func TestSamples(t *testing.T) {
 func TestSampleInterceptServers(t *testing.T) {
 	var r InterceptServers
 	servers := map[string]int{}
+	var rejected []string
 	for _, line := range sampleLines(t, "intercept.jsonl") {
 		res, err := Decode(line, Options{})
 		require.NoError(t, err)
-		require.NoError(t, r.Apply(&res, Options{}))
+		if err := r.Apply(&res, Options{}); err != nil {
+			rejected = append(rejected, err.Error())
+			continue
+		}
 		if res.Kind == KindEvent {
 			servers[res.Event.Server]++
 		}
 	}
-	assert.Equal(t, map[string]int{"npx": 6, "https://pve.example.internal/mcp": 2}, servers)
+	assert.Equal(t, map[string]int{"npx": 6}, servers)
+	want := `bad_field: the startup line of Intercept instance "c07e55d2" names the server "https://pve.example.internal/mcp": ` +
+		`a server name cannot hold a path separator (/ or \); pass --server NAME`
+	assert.Equal(t, []string{want, want}, rejected, "a URL is no server name")
 }
 
 // TestSampleBad: bad.jsonl holds one line per rejection reason, in this order.

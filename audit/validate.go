@@ -3,6 +3,7 @@ package audit
 import (
 	"math"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -26,6 +27,14 @@ func (e *Event) validate(opts Options, requireServer bool) error {
 	}
 	if requireServer && e.Server == "" {
 		return reject(ReasonMissingServer, `no "server": name the MCP server in the event or pass --server NAME`)
+	}
+	if e.Server != "" {
+		if why := badServerName(e.Server); why != "" {
+			return reject(ReasonBadField, `"server" is %q: %s`, clip(e.Server), why)
+		}
+	}
+	if why := badToolName(e.Tool); why != "" {
+		return reject(ReasonBadField, `"tool" is %q: %s`, clip(e.Tool), why)
 	}
 	if (e.Method == "" || e.Method == DefaultMethod) && e.Tool == "" {
 		return reject(ReasonMissingTool, `method %s without "tool": a tool call must name its tool`, DefaultMethod)
@@ -110,4 +119,52 @@ func decisionList() string {
 		names[i] = string(d)
 	}
 	return strings.Join(names, ", ")
+}
+
+// controlRune reports whether r is a control character that no name needs:
+// C0 (NUL, tab and newline included), DEL, C1, or a bidirectional
+// embedding, override or isolate (U+202A–U+202E, U+2066–U+2069), which
+// would reorder a name's text where it is shown.
+func controlRune(r rune) bool {
+	return r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) ||
+		(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
+}
+
+// badServerName says why s cannot name a server, or returns "". A server
+// name is a NATS subject's last tokens (mcp.audit.<server>) and a folder
+// name (report --out DIR/<server>/), so it is made of dot-separated
+// non-empty parts (github.com is fine; ".", "..", ".x", "x." and "a..b" are
+// not) without a path separator, a subject wildcard, white space or a
+// control character.
+func badServerName(s string) string {
+	if s == "." || s == ".." {
+		return "a relative path cannot name a server"
+	}
+	if s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {
+		return "a server name cannot start or end with a dot or hold two in a row"
+	}
+	for _, r := range s {
+		switch {
+		case r == '/' || r == '\\':
+			return "a server name cannot hold a path separator (/ or \\)"
+		case r == '*' || r == '>':
+			return "a server name cannot hold a NATS subject wildcard (* or >)"
+		case controlRune(r):
+			return "a server name cannot hold a control character"
+		case unicode.IsSpace(r):
+			return "a server name cannot hold white space"
+		}
+	}
+	return ""
+}
+
+// badToolName says why s cannot name a tool, or returns "": a tool name
+// holds no control character (see controlRune).
+func badToolName(s string) string {
+	for _, r := range s {
+		if controlRune(r) {
+			return "a tool name cannot hold a control character"
+		}
+	}
+	return ""
 }

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,6 +17,16 @@ type Message struct {
 	Source string // file path ("-" for stdin) or NATS subject
 	Line   int64  // 1-based line number in a file; 0 for NATS
 	Seq    uint64 // JetStream stream sequence; 0 otherwise
+	// Whole, when set, is the size and SHA-256 of the whole payload of
+	// which Data holds only the first bytes (a file line over the size
+	// limit, of which only enough to reject it is kept).
+	Whole *Digest
+}
+
+// Digest is the size and SHA-256 of a payload.
+type Digest struct {
+	Size int
+	Sum  [sha256.Size]byte
 }
 
 // Decoded is the outcome of decoding a slice of messages, in message order.
@@ -98,7 +109,7 @@ func (d *Decoder) DecodeAppend(ctx context.Context, msgs []Message, out *Decoded
 			err = checkSubject(msgs[i].Source, r.res.Event.Server)
 		}
 		if err != nil {
-			out.Dead = append(out.Dead, deadLetter(msgs[i], r.res.Format, err, limit))
+			out.Dead = append(out.Dead, deadLetter(msgs[i], r.res.Format, err, limit, d.Opts.StoreArgs))
 			continue
 		}
 		switch r.res.Kind {
@@ -150,7 +161,13 @@ func SubjectToken(s string) string {
 	}, s)
 }
 
-func deadLetter(m Message, format audit.Format, err error, limit int) DeadLetter {
+// deadLetter builds the dead letter of a rejected message. Its raw bytes are
+// the payload truncated to limit; without storeArgs (ingest.store_args) they
+// are the payload with every argument value redacted (audit.RedactArgs),
+// or, when it is not valid JSON (or was cut short), only its digest: a
+// rejected payload must not keep at rest the secrets that a stored event
+// would not.
+func deadLetter(m Message, format audit.Format, err error, limit int, storeArgs bool) DeadLetter {
 	reason := audit.ReasonOf(err)
 	detail := err.Error()
 	var rej *audit.Rejection
@@ -158,6 +175,9 @@ func deadLetter(m Message, format audit.Format, err error, limit int) DeadLetter
 		detail = rej.Detail
 	}
 	raw := m.Data
+	if !storeArgs {
+		raw = redactedRaw(m)
+	}
 	if len(raw) > limit {
 		raw = raw[:limit]
 	}
@@ -168,4 +188,15 @@ func deadLetter(m Message, format audit.Format, err error, limit int) DeadLetter
 		Source: m.Source, Line: m.Line, Seq: m.Seq, Format: string(format),
 		Reason: reason, Detail: detail, Raw: append([]byte(nil), raw...),
 	}
+}
+
+// redactedRaw is what a dead letter keeps of m's payload without arguments.
+func redactedRaw(m Message) []byte {
+	if m.Whole != nil {
+		return audit.PayloadDigest(m.Whole.Sum, m.Whole.Size)
+	}
+	if red, ok := audit.RedactArgs(m.Data); ok {
+		return red
+	}
+	return audit.PayloadDigest(sha256.Sum256(m.Data), len(m.Data))
 }

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"log/slog"
 )
@@ -71,12 +73,12 @@ func ReadStream(ctx context.Context, r io.Reader, dec *Decoder, sink Sink, opts 
 		for {
 			b := readBatch{msgs: make([]Message, 0, opts.BatchLines)}
 			for len(b.msgs) < opts.BatchLines {
-				data, n, err := readLine(br, limit)
+				data, n, whole, err := readLine(br, limit)
 				if n > 0 || len(data) > 0 {
 					lineNo++
 					b.bytes += n
 					if len(bytes.TrimSpace(data)) > 0 || n > limit {
-						b.msgs = append(b.msgs, Message{Data: data, Source: opts.Name, Line: lineNo})
+						b.msgs = append(b.msgs, Message{Data: data, Source: opts.Name, Line: lineNo, Whole: whole})
 					}
 				}
 				if err != nil {
@@ -146,15 +148,29 @@ func ReadStream(ctx context.Context, r io.Reader, dec *Decoder, sink Sink, opts 
 
 // readLine returns the next line without its newline, and the number of bytes
 // consumed. A line longer than limit is consumed to its end but only its first
-// limit+1 bytes are kept, enough for the decoder to reject it as too large.
-func readLine(br *bufio.Reader, limit int) ([]byte, int, error) {
+// limit+1 bytes are kept, enough for the decoder to reject it as too large;
+// whole is then the size and SHA-256 of all of it, for its dead letter.
+func readLine(br *bufio.Reader, limit int) (line []byte, n int, whole *Digest, err error) {
 	var buf []byte
-	n := 0
+	var h hash.Hash // of the whole line, once it is longer than the kept part
+	size := 0
 	for {
 		frag, err := br.ReadSlice('\n')
 		n += len(frag)
+		body := bytes.TrimSuffix(frag, []byte("\n"))
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			body = bytes.TrimSuffix(body, []byte("\r"))
+		}
+		size += len(body)
+		if h == nil && len(buf)+len(body) > limit {
+			h = sha256.New()
+			h.Write(buf)
+		}
+		if h != nil {
+			h.Write(body)
+		}
 		if len(buf) <= limit {
-			keep := frag
+			keep := body
 			if room := limit + 1 - len(buf); len(keep) > room {
 				keep = keep[:room]
 			}
@@ -163,8 +179,10 @@ func readLine(br *bufio.Reader, limit int) ([]byte, int, error) {
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
-		buf = bytes.TrimSuffix(buf, []byte("\n"))
-		buf = bytes.TrimSuffix(buf, []byte("\r"))
-		return buf, n, err
+		if h != nil {
+			whole = &Digest{Size: size}
+			h.Sum(whole.Sum[:0])
+		}
+		return buf, n, whole, err
 	}
 }

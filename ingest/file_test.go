@@ -3,6 +3,9 @@ package ingest_test
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -68,7 +71,7 @@ func TestReadStreamOverLongLine(t *testing.T) {
 	var size int
 	require.NoError(t, store.DB().QueryRow(`SELECT reason, octet_length(raw) FROM dead_letters`).Scan(&reason, &size))
 	assert.Equal(t, audit.ReasonTooLarge, reason)
-	assert.Equal(t, 4096, size, "raw bytes are truncated to the limit")
+	assert.Equal(t, len(audit.PayloadDigest([32]byte{}, len(long))), size, "without store_args only a digest is kept")
 }
 
 func TestReadStreamEmpty(t *testing.T) {
@@ -143,4 +146,67 @@ func TestDecoderInterceptAcrossBatches(t *testing.T) {
 	assert.Equal(t, "npx", out.Events[0].Server)
 	require.Len(t, out.Dead, 1)
 	assert.Equal(t, audit.ReasonMissingServer, out.Dead[0].Reason)
+}
+
+// TestDeadLettersKeepNoArguments: without store_args, a rejected line of any
+// format keeps its keys but no argument value; a line that is not JSON, or is
+// cut short for its size, keeps only its digest. With store_args the raw
+// bytes are kept as they came.
+func TestDeadLettersKeepNoArguments(t *testing.T) {
+	const secret = "hunter2-s3cr3t"
+	b64 := base64.StdEncoding.EncodeToString([]byte(`{"ts":"2026-11-20T10:00:00Z","server":"s","tool":"t","decision":"maybe","args":{"password":"` + secret + `"}}`))
+	lines := []string{
+		`{"ts":"2026-11-20T10:00:00Z","server":"s","tool":"login","decision":"maybe","args":{"user":"bob","password":"` + secret + `","opts":{"token":["` + secret + `"]}}}`,
+		`{"specversion":"1.0","id":"c1","time":"2026-11-20T10:00:00Z","data":{"server":"s","tool":"t","decision":"maybe","args":{"password":"` + secret + `"}}}`,
+		`{"specversion":"1.0","id":"c2","data":"{\"server\":\"s\",\"tool\":\"t\",\"decision\":\"maybe\",\"args\":{\"password\":\"` + secret + `\"}}"}`,
+		`{"specversion":"1.0","id":"c3","data_base64":"` + b64 + `"}`,
+		`{"ts":"2026-11-20T10:00:00Z","type":"tool_call","instance":"i1","tool":"t","result":"maybe","arguments":{"password":"` + secret + `"}}`,
+		`{"timestamp":"2026-11-20T10:00:00Z","server_name":"s","tool_name":"t","result":"maybe","arguments":{"password":"` + secret + `"}}`,
+		`{"jsonrpc":"2.0","method":"tools/call","params":{"name":"t","arguments":{"password":"` + secret + `"}}}`,
+		`{"ts":"2026-11-20T10:00:00Z","args":{"password":"` + secret + `"}`, // malformed: only a digest
+		`{"ts":"2026-11-20T10:00:00Z","server":"s","tool":"t","decision":"allowed","args":{"password":"` + secret + `","pad":"` + strings.Repeat("x", 5000) + `"}}`,
+	}
+	ingestLines := func(t *testing.T, storeArgs bool) []string {
+		store := openStore(t)
+		dec := &ingest.Decoder{Opts: audit.Options{Server: "s", MaxEventBytes: 4096, StoreArgs: storeArgs}, Workers: 2}
+		tot, err := ingest.ReadStream(context.Background(), strings.NewReader(strings.Join(lines, "\n")+"\n"), dec, store, ingest.FileOptions{Name: "x"})
+		require.NoError(t, err)
+		require.Equal(t, len(lines), tot.Rejected)
+		rows, err := store.DB().Query(`SELECT raw FROM dead_letters ORDER BY line`)
+		require.NoError(t, err)
+		defer rows.Close()
+		var raws []string
+		for rows.Next() {
+			var raw []byte
+			require.NoError(t, rows.Scan(&raw))
+			raws = append(raws, string(raw))
+		}
+		require.NoError(t, rows.Err())
+		require.Len(t, raws, len(lines))
+		return raws
+	}
+
+	raws := ingestLines(t, false)
+	for i, raw := range raws[:7] {
+		assert.NotContains(t, raw, secret, "line %d", i+1)
+		if i != 3 { // data_base64 is checked below
+			assert.Contains(t, raw, audit.Redacted, "line %d", i+1)
+		}
+		assert.True(t, json.Valid([]byte(raw)), "line %d: %s", i+1, raw)
+	}
+	assert.Equal(t, `{"ts":"2026-11-20T10:00:00Z","server":"s","tool":"login","decision":"maybe","args":{"user":"[redacted]","password":"[redacted]","opts":{"token":["[redacted]"]}}}`, raws[0])
+	assert.Equal(t, strings.Replace(lines[1], secret, audit.Redacted, 1), raws[1], "CloudEvents data keeps its keys")
+	var ce struct {
+		Data []byte `json:"data_base64"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(raws[3]), &ce))
+	assert.Equal(t, `{"ts":"2026-11-20T10:00:00Z","server":"s","tool":"t","decision":"maybe","args":{"password":"[redacted]"}}`, string(ce.Data), "CloudEvents data_base64")
+	assert.Equal(t, strings.Replace(lines[4], secret, audit.Redacted, 1), raws[4], "Intercept")
+	assert.Equal(t, strings.Replace(lines[5], secret, audit.Redacted, 1), raws[5], "docker/mcp-gateway")
+	assert.Equal(t, string(audit.PayloadDigest(sha256.Sum256([]byte(lines[7])), len(lines[7]))), raws[7], "not JSON: only the digest")
+	assert.Equal(t, string(audit.PayloadDigest(sha256.Sum256([]byte(lines[8])), len(lines[8]))), raws[8], "cut short: the digest of the whole line")
+
+	raws = ingestLines(t, true)
+	assert.Equal(t, lines[:8], raws[:8], "store_args keeps the raw bytes")
+	assert.True(t, lines[8][:4096] == raws[8], "truncated to the limit")
 }

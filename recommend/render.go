@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/policy"
+	"github.com/mcptrail/mcptrail/render"
 )
 
 // Output formats of `mcptrail recommend` (SPEC §5).
@@ -180,8 +181,11 @@ var severityColor = map[string]string{
 	"critical": "\x1b[1;31m", "high": "\x1b[31m", "medium": "\x1b[33m", "low": "\x1b[36m", "info": "\x1b[2m",
 }
 
-// Text is the terminal summary.
+// Text is the terminal summary. Every value that comes from events or from
+// people (names, summaries, reasons, ids) goes through render.Terminal, so
+// that the only escape sequences printed are its own colours.
 func Text(r *Report, color bool) string {
+	t := render.Terminal
 	paint := func(code, s string) string {
 		if !color || code == "" {
 			return s
@@ -193,7 +197,7 @@ func Text(r *Report, color bool) string {
 	if r.Grant != "" {
 		grant = "grant " + r.Grant
 	}
-	fmt.Fprintf(&b, "%s\n", paint(ansiBold, fmt.Sprintf("mcptrail recommendation for %s (%s)", r.Server, grant)))
+	fmt.Fprintf(&b, "%s\n", paint(ansiBold, fmt.Sprintf("mcptrail recommendation for %s (%s)", t(r.Server), t(grant))))
 	fmt.Fprintf(&b, "window   %s → %s (%d days): %s, %s, %s\n", r.Window.From.Format("2006-01-02 15:04"), r.Window.To.Format("2006-01-02 15:04"),
 		r.Window.Days, plural(r.Window.Calls, "call", "calls"), plural(r.Window.Sessions, "session", "sessions"), plural(r.Window.Agents, "agent", "agents"))
 	fmt.Fprintf(&b, "confidence %s", r.Confidence)
@@ -206,7 +210,7 @@ func Text(r *Report, color bool) string {
 		if !g.OK {
 			mark = paint(severityColor["medium"], "FAIL")
 		}
-		fmt.Fprintf(&b, "  %s %-16s %s\n", mark, g.Name, g.Detail)
+		fmt.Fprintf(&b, "  %s %-16s %s\n", mark, g.Name, t(g.Detail))
 	}
 	c := countChanges(r)
 	// Hides and rate limits are many and alike: they get compact sections.
@@ -231,17 +235,17 @@ func Text(r *Report, color bool) string {
 			act = fmt.Sprintf("%s %d/%s per %s", act, f.Action.Limit.Max, f.Action.Limit.Window, f.Action.Limit.EffectiveScope())
 		}
 		if f.Suppressed != nil {
-			act = "suppressed until " + f.Suppressed.Until.Format("2006-01-02") + ": " + f.Suppressed.Reason
+			act = "suppressed until " + f.Suppressed.Until.Format("2006-01-02") + ": " + t(f.Suppressed.Reason)
 		}
 		fmt.Fprintf(&b, "  %s %-15s %s\n           → %s  [%s confidence]  %s\n",
-			paint(severityColor[f.Severity], fmt.Sprintf("%-8s", strings.ToUpper(f.Severity))), f.Kind, f.Summary, act, f.Confidence,
-			paint(ansiDim, f.ID))
+			paint(severityColor[f.Severity], fmt.Sprintf("%-8s", strings.ToUpper(f.Severity))), f.Kind, t(f.Summary), act, f.Confidence,
+			paint(ansiDim, t(f.ID)))
 	}
 	if len(limits) > 0 {
 		fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, fmt.Sprintf("Rate limits from observed peaks: %d tools", len(limits))))
 		for _, f := range limits {
 			l := f.Action.Limit
-			fmt.Fprintf(&b, "  %-28s %4d/%s per %-7s p99 %-6s max %-6s over %s [%s]\n", f.Tool, l.Max, l.Window, l.EffectiveScope(),
+			fmt.Fprintf(&b, "  %-28s %4d/%s per %-7s p99 %-6s max %-6s over %s [%s]\n", t(f.Tool), l.Max, l.Window, l.EffectiveScope(),
 				evidenceValue(f.Evidence["p99"]), evidenceValue(f.Evidence["max"]), evidenceValue(f.Evidence["scopes"])+" "+l.EffectiveScope()+"s", f.Confidence)
 		}
 	}
@@ -253,7 +257,7 @@ func Text(r *Report, color bool) string {
 			cat := fmt.Sprint(f.Evidence["category"])
 			byCat[cat]++
 			if f.Severity != "low" {
-				risky = append(risky, f.Tool)
+				risky = append(risky, t(f.Tool))
 			}
 			if n, ok := f.Evidence["denied_attempts"].(int64); ok {
 				denied += n
@@ -289,7 +293,7 @@ func Text(r *Report, color bool) string {
 	if len(r.SuppressionChanges) > 0 {
 		fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, "Suppression changes in the window"))
 		for _, ch := range r.SuppressionChanges {
-			fmt.Fprintf(&b, "  %s %-10s %s %s\n", ch.At.Format("2006-01-02"), ch.Action, ch.FindingID, suppressionDetail(ch))
+			fmt.Fprintf(&b, "  %s %-10s %s %s\n", ch.At.Format("2006-01-02"), ch.Action, t(ch.FindingID), t(suppressionDetail(ch)))
 		}
 	}
 	return b.String()
@@ -309,13 +313,16 @@ func suppressionDetail(ch analytics.SuppressionChange) string {
 	return strings.Join(parts, ", ")
 }
 
-// Markdown is the PR body.
+// Markdown is the PR body. Every value that comes from events or from people
+// goes through render.MarkdownText or a render.MarkdownCode span, so that no
+// name can end a table cell, open a link or put raw HTML in the PR.
 func Markdown(r *Report) string {
+	code, cell, text := render.MarkdownCode, render.MarkdownCodeCell, render.MarkdownText
 	var b strings.Builder
 	c := countChanges(r)
-	fmt.Fprintf(&b, "## mcptrail: least-privilege policy for `%s`", r.Server)
+	fmt.Fprintf(&b, "## mcptrail: least-privilege policy for %s", code(r.Server))
 	if r.Grant != "" {
-		fmt.Fprintf(&b, " (grant `%s`)", r.Grant)
+		fmt.Fprintf(&b, " (grant %s)", code(r.Grant))
 	}
 	b.WriteString("\n\n")
 	if r.Draft {
@@ -340,7 +347,7 @@ func Markdown(r *Report) string {
 			hides = append(hides, f)
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | `%s` | %s | %s | %s |\n", changeText(f), f.Tool, mdEscape(f.Summary), evidenceText(f), f.Confidence)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", changeText(f), cell(f.Tool), text(f.Summary), evidenceText(f), f.Confidence)
 	}
 	b.WriteString("\n")
 	if len(hides) > 0 {
@@ -351,7 +358,7 @@ func Markdown(r *Report) string {
 			if t, ok := f.Evidence["last_called"].(*time.Time); ok && t != nil {
 				last = t.Format("2006-01-02")
 			}
-			fmt.Fprintf(&b, "| hide | `%s` | %v | %s | %v | %s |\n", f.Tool, f.Evidence["category"], last, f.Evidence["denied_attempts"], f.Confidence)
+			fmt.Fprintf(&b, "| hide | %s | %s | %s | %v | %s |\n", cell(f.Tool), text(fmt.Sprint(f.Evidence["category"])), last, f.Evidence["denied_attempts"], f.Confidence)
 		}
 		b.WriteString("\n</details>\n\n")
 	}
@@ -364,7 +371,7 @@ func Markdown(r *Report) string {
 	if len(review) > 0 {
 		b.WriteString("### For review (not applied)\n\n| Severity | Finding | Subject | What we saw | Evidence |\n|---|---|---|---|---|\n")
 		for _, f := range review {
-			fmt.Fprintf(&b, "| %s | %s | `%s` | %s | %s |\n", f.Severity, f.Kind, f.Tool, mdEscape(f.Summary), evidenceText(f))
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", f.Severity, f.Kind, cell(f.Tool), text(f.Summary), evidenceText(f))
 		}
 		b.WriteString("\n")
 	}
@@ -383,7 +390,7 @@ func Markdown(r *Report) string {
 		b.WriteString("| Tool | Calls | Changed | Sessions affected |\n|---|---:|---:|---:|\n")
 		for _, t := range changed {
 			tr := r.Replay.ByTool[t]
-			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", t, GroupDigits(tr.Calls), GroupDigits(tr.Changed), GroupDigits(tr.SessionsAffected))
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(t), GroupDigits(tr.Calls), GroupDigits(tr.Changed), GroupDigits(tr.SessionsAffected))
 		}
 		b.WriteString("\n")
 	}
@@ -394,7 +401,7 @@ func Markdown(r *Report) string {
 		if !g.OK {
 			mark = "⚠️"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", g.Name, mark, mdEscape(g.Detail))
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", g.Name, mark, text(g.Detail))
 	}
 	b.WriteString("\n")
 	var sup []Finding
@@ -406,18 +413,18 @@ func Markdown(r *Report) string {
 	if len(sup) > 0 {
 		b.WriteString("### Suppressed findings\n\n| Finding | Reason | By | Until |\n|---|---|---|---|\n")
 		for _, f := range sup {
-			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", f.ID, mdEscape(f.Suppressed.Reason), f.Suppressed.By, f.Suppressed.Until.Format("2006-01-02"))
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(f.ID), text(f.Suppressed.Reason), text(f.Suppressed.By), f.Suppressed.Until.Format("2006-01-02"))
 		}
 		b.WriteString("\n")
 	}
 	if len(r.SuppressionChanges) > 0 {
 		b.WriteString("### Suppression changes\n\n| When | Action | Finding | Detail |\n|---|---|---|---|\n")
 		for _, ch := range r.SuppressionChanges {
-			fmt.Fprintf(&b, "| %s | %s | `%s` | %s |\n", ch.At.Format("2006-01-02"), ch.Action, ch.FindingID, mdEscape(suppressionDetail(ch)))
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", ch.At.Format("2006-01-02"), ch.Action, cell(ch.FindingID), text(suppressionDetail(ch)))
 		}
 		b.WriteString("\n")
 	}
-	fmt.Fprintf(&b, "<sub>Generated by `mcptrail recommend --server %s`. Finding ids are stable: `mcptrail suppress ID --reason ... --until ...` keeps one out of future proposals.</sub>\n", r.Server)
+	fmt.Fprintf(&b, "<sub>Generated by %s. Finding ids are stable: `mcptrail suppress ID --reason ... --until ...` keeps one out of future proposals.</sub>\n", code("mcptrail recommend --server "+r.Server))
 	return b.String()
 }
 
@@ -447,7 +454,7 @@ func evidenceText(f Finding) string {
 	for _, k := range keys {
 		parts = append(parts, k+"="+evidenceValue(f.Evidence[k]))
 	}
-	return mdEscape(strings.Join(parts, ", "))
+	return render.MarkdownText(strings.Join(parts, ", "))
 }
 
 func evidenceValue(v any) string {
@@ -468,5 +475,3 @@ func evidenceValue(v any) string {
 	}
 	return fmt.Sprint(v)
 }
-
-func mdEscape(s string) string { return strings.ReplaceAll(s, "|", "\\|") }

@@ -1,6 +1,10 @@
 // Package render writes tabular results as an aligned terminal table, CSV or
 // JSON. Every command that prints rows (query, catalog list, suppressions...)
-// goes through it, so formats and value formatting agree everywhere.
+// goes through it, so formats and value formatting agree everywhere. It also
+// makes untrusted text inert for a terminal (Terminal) and for Markdown
+// (MarkdownText, MarkdownCode), for every renderer that prints names from
+// events. The table escapes control characters in every cell; CSV and JSON
+// keep values exact.
 package render
 
 import (
@@ -226,7 +230,10 @@ type tableWriter struct {
 }
 
 func (t *tableWriter) Header(cols []string) error {
-	t.cols = append([]string(nil), cols...)
+	t.cols = make([]string, len(cols))
+	for i, c := range cols {
+		t.cols[i] = Terminal(c)
+	}
 	t.numeric = make([]bool, len(cols))
 	for i := range t.numeric {
 		t.numeric[i] = true
@@ -237,7 +244,7 @@ func (t *tableWriter) Header(cols []string) error {
 func (t *tableWriter) Row(vals []any) error {
 	row := make([]string, len(vals))
 	for i, v := range vals {
-		row[i] = Value(v)
+		row[i] = Terminal(Value(v))
 		switch v.(type) {
 		case nil, int, int32, int64, uint32, uint64, float32, float64, *big.Int:
 		default:

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/go-analyze/charts"
+
+	"github.com/mcptrail/mcptrail/render"
 )
 
 // Chart is one chart of a report, rendered as SVG on the server.
@@ -77,7 +79,7 @@ func Charts(r *Report) ([]Chart, error) {
 	return out, nil
 }
 
-func render(width, height int, draw func(p *charts.Painter) error) ([]byte, error) {
+func svgChart(width, height int, draw func(p *charts.Painter) error) ([]byte, error) {
 	p := charts.NewPainter(charts.PainterOptions{OutputFormat: charts.ChartOutputSVG, Width: width, Height: height, Theme: theme()})
 	if err := draw(p); err != nil {
 		return nil, err
@@ -145,7 +147,7 @@ func volumeChart(r *Report) (*Chart, error) {
 		opt.CategoryAxis.LabelCount = 12
 	}
 	opt.BarSize = 0.6
-	svg, err := render(chartWidth, 340, func(p *charts.Painter) error { return p.BarChart(opt) })
+	svg, err := svgChart(chartWidth, 340, func(p *charts.Painter) error { return p.BarChart(opt) })
 	if err != nil {
 		return nil, fmt.Errorf("report: calls over time chart: %w", err)
 	}
@@ -181,7 +183,7 @@ func topToolsChart(r *Report) (*Chart, error) {
 	var anyRefused bool
 	for i := range n {
 		t := tools[n-1-i]
-		labels[i] = t.Tool
+		labels[i] = render.Terminal(t.Tool)
 		allowed[i] = float64(t.Allowed)
 		refused[i] = float64(t.Refused)
 		anyRefused = anyRefused || t.Refused > 0
@@ -204,7 +206,7 @@ func topToolsChart(r *Report) (*Chart, error) {
 	opt.ValueAxis = []charts.ValueAxisOption{valueAxis("")}
 	opt.Legend = charts.LegendOption{SeriesNames: names, Offset: charts.OffsetRight, FontStyle: fontSize(10)}
 	opt.BarSize = 0.7
-	svg, err := render(chartWidth, 90+32*n, func(p *charts.Painter) error { return p.BarChart(opt) })
+	svg, err := svgChart(chartWidth, 90+32*n, func(p *charts.Painter) error { return p.BarChart(opt) })
 	if err != nil {
 		return nil, fmt.Errorf("report: top tools chart: %w", err)
 	}
@@ -236,11 +238,15 @@ func heatmapChart(r *Report) (*Chart, error) {
 	opt.Theme = theme(charts.ColorFromHex("#3b7dc4"))
 	opt.Padding = charts.NewBox(10, 10, 20, 10)
 	opt.XAxis = charts.HeatMapAxis{Title: "hour of the day (UTC)", TitleFontStyle: fontSize(10), Labels: hours, LabelFontStyle: fontSize(9.5), LabelCount: 24}
-	opt.YAxis = charts.HeatMapAxis{Labels: m.Tools, LabelFontStyle: fontSize(10), LabelCount: len(m.Tools)}
+	tools := make([]string, len(m.Tools))
+	for i, t := range m.Tools {
+		tools[i] = render.Terminal(t)
+	}
+	opt.YAxis = charts.HeatMapAxis{Labels: tools, LabelFontStyle: fontSize(10), LabelCount: len(m.Tools)}
 	zero := 0.0
 	opt.ScaleMinValue = &zero
 	opt.ValuesLabel = charts.SeriesLabel{Show: charts.Ptr(false)}
-	svg, err := render(chartWidth, 80+34*len(m.Tools), func(p *charts.Painter) error { return p.HeatMapChart(opt) })
+	svg, err := svgChart(chartWidth, 80+34*len(m.Tools), func(p *charts.Painter) error { return p.HeatMapChart(opt) })
 	if err != nil {
 		return nil, fmt.Errorf("report: heatmap: %w", err)
 	}
@@ -357,15 +363,15 @@ func pollsChart(pl PollingLoop) (*Chart, error) {
 	if len(labels) <= 24 {
 		opt.CategoryAxis.LabelCount = len(labels)
 	}
-	svg, err := render(chartWidth, 340, func(p *charts.Painter) error { return p.BarChart(opt) })
+	svg, err := svgChart(chartWidth, 340, func(p *charts.Painter) error { return p.BarChart(opt) })
 	if err != nil {
 		return nil, fmt.Errorf("report: polls per loop chart of %s: %w", pl.Tool, err)
 	}
-	alt := fmt.Sprintf("Histogram of polls per loop of %s after %s", pl.Tool, pl.StartTool)
+	alt := render.Terminal(fmt.Sprintf("Histogram of polls per loop of %s after %s", pl.Tool, pl.StartTool))
 	if pl.Limit != nil {
 		alt += fmt.Sprintf("; loops with more than %d polls, in red, exceed the proposed limit", pl.Limit.Max)
 	}
-	return &Chart{File: "polls-" + fileSafe(pl.Tool) + ".svg", Title: fmt.Sprintf("Polls per loop: %s after %s", pl.Tool, pl.StartTool),
+	return &Chart{File: "polls-" + fileSafe(pl.Tool) + ".svg", Title: render.Terminal(fmt.Sprintf("Polls per loop: %s after %s", pl.Tool, pl.StartTool)),
 		Alt: alt, SVG: svg}, nil
 }
 
@@ -388,7 +394,8 @@ func axisNumber(f float64) string {
 	return trim(math.Round(f*10) / 10)
 }
 
-// fileSafe keeps letters, digits, '-', '_' and '.' of a name for a file name.
+// fileSafe keeps letters, digits, '-', '_' and '.' of a name for a file name,
+// and no leading dot.
 func fileSafe(s string) string {
 	var b strings.Builder
 	for _, r := range s {
@@ -401,6 +408,9 @@ func fileSafe(s string) string {
 	}
 	if b.Len() == 0 {
 		return "_"
+	}
+	if s := b.String(); s[0] == '.' { // never ".", ".." or hidden
+		return "_" + s[1:]
 	}
 	return b.String()
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"html"
 	"strings"
+
+	"github.com/mcptrail/mcptrail/render"
 )
 
 // css is the whole style sheet: no external font, script or style.
@@ -57,7 +59,10 @@ footer { margin-top: 36px; color: var(--muted); font-size: 13px; border-top: 1px
 }
 `
 
-func esc(s string) string { return html.EscapeString(s) }
+// esc makes any text inert in the page: control characters (invalid in
+// HTML, and escapes for a terminal the page is printed to) as render.Terminal
+// shows them, then HTML's special characters.
+func esc(s string) string { return html.EscapeString(render.Terminal(s)) }
 
 func hcode(s string) string { return "<code>" + esc(s) + "</code>" }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/recommend"
+	"github.com/mcptrail/mcptrail/render"
 )
 
 // JSON is the machine-consumable report: the same report gives the same
@@ -50,11 +51,14 @@ func ParseJSON(data []byte) (*Report, error) {
 	return &r, nil
 }
 
-func mdEscape(s string) string {
-	return strings.NewReplacer("|", "\\|", "\n", " ").Replace(s)
-}
-
-func code(s string) string { return "`" + strings.ReplaceAll(s, "`", "'") + "`" }
+// Names from events reach the Markdown only through these: text for plain
+// text, code for a code span in a paragraph or heading, cell for a code span
+// in a table cell (see the render package).
+var (
+	text = render.MarkdownText
+	code = render.MarkdownCode
+	cell = render.MarkdownCodeCell
+)
 
 // Markdown renders the report. charts are the files written beside it
 // (under charts/); with none, the report says where to find them.
@@ -63,7 +67,7 @@ func Markdown(r *Report, chartFiles []Chart) string {
 	chart := func(file string) {
 		for _, c := range chartFiles {
 			if c.File == file {
-				fmt.Fprintf(&b, "![%s](charts/%s)\n\n", mdEscape(c.Alt), c.File)
+				fmt.Fprintf(&b, "![%s](charts/%s)\n\n", text(c.Alt), c.File)
 			}
 		}
 	}
@@ -107,7 +111,7 @@ func Markdown(r *Report, chartFiles []Chart) string {
 	chart("top-tools.svg")
 	b.WriteString("| Tool | Calls | Allowed | Refused | Denial rate | Errors | Error rate | Sessions | Agents |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, t := range topTools(r) {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", code(t.Tool), num(t.Calls), num(t.Allowed), num(t.Refused),
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", cell(t.Tool), num(t.Calls), num(t.Allowed), num(t.Refused),
 			pct(t.DenialRate), num(t.Errors), pct(t.ErrorRate), num(t.Sessions), num(t.Agents))
 	}
 	if more := len(r.Tools) - len(topTools(r)); more > 0 {
@@ -115,12 +119,12 @@ func Markdown(r *Report, chartFiles []Chart) string {
 	}
 	b.WriteString("\n## Top agents\n\n| Agent | Calls | Sessions | Tools | Refused | Errors |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, a := range r.Agents {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", code(a.Agent), num(a.Calls), num(a.Sessions), num(a.Tools), num(a.Refused), num(a.Errors))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", cell(a.Agent), num(a.Calls), num(a.Sessions), num(a.Tools), num(a.Refused), num(a.Errors))
 	}
 	b.WriteString("\n## Latency by tool\n\nUpstream latency of allowed calls, for the busiest tools that report one.\n\n")
 	b.WriteString("| Tool | Calls | p50 | p95 | p99 | max |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, t := range latencyTools(r) {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", code(t.Tool), num(t.Allowed), ms(t.P50), ms(t.P95), ms(t.P99), ms(t.Max))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", cell(t.Tool), num(t.Allowed), ms(t.P50), ms(t.P95), ms(t.P99), ms(t.Max))
 	}
 	b.WriteString("\n## When tools are called\n\n")
 	chart("hour-by-tool.svg")
@@ -177,7 +181,7 @@ func markdownChanges(b *strings.Builder, r *Report) {
 		nothing = false
 		fmt.Fprintf(b, "**%s (%d)**\n\n| Severity | Finding | Tool | Summary |\n|---|---|---|---|\n", l.title, len(l.refs))
 		for _, f := range l.refs {
-			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", f.Severity, f.Kind, code(f.Tool), mdEscape(f.Summary))
+			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", f.Severity, f.Kind, cell(f.Tool), text(f.Summary))
 		}
 		b.WriteString("\n")
 	}
@@ -185,7 +189,7 @@ func markdownChanges(b *strings.Builder, r *Report) {
 		nothing = false
 		b.WriteString("**Suppression changes**\n\n| When | Change | Finding | Detail |\n|---|---|---|---|\n")
 		for _, ch := range c.SuppressionChanges {
-			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", minute(ch.At), ch.Action, code(ch.FindingID), mdEscape(suppressionDetail(ch)))
+			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", minute(ch.At), ch.Action, cell(ch.FindingID), text(suppressionDetail(ch)))
 		}
 		b.WriteString("\n")
 	}
@@ -245,7 +249,7 @@ func markdownRecommendation(b *strings.Builder, r *Report) {
 	if s.PRFolder != "" {
 		fmt.Fprintf(b, "The PR-ready folder is [`%s/`](%s/PR.md): `policy.json`, `policy.diff`, `PR.md`, `recommendations.json`.\n\n", s.PRFolder, s.PRFolder)
 	} else {
-		fmt.Fprintf(b, "`mcptrail recommend --server %s --out DIR` writes the PR-ready folder.\n\n", r.Server)
+		fmt.Fprintf(b, "%s writes the PR-ready folder.\n\n", code("mcptrail recommend --server "+r.Server+" --out DIR"))
 	}
 	key := keyFindings(s)
 	if len(key) > 0 {
@@ -255,7 +259,7 @@ func markdownRecommendation(b *strings.Builder, r *Report) {
 			if f.Suppressed {
 				act = "suppressed"
 			}
-			fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", f.Severity, f.Kind, code(f.Tool), act, mdEscape(f.Summary))
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", f.Severity, f.Kind, cell(f.Tool), act, text(f.Summary))
 		}
 		b.WriteString("\n")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -71,8 +72,26 @@ func IsStamp(name string) bool { return stampRE.MatchString(name) }
 // Stamp is the folder name of a report whose window ends at t.
 func Stamp(t time.Time) string { return t.UTC().Format(stampLayout) }
 
-// ServerDir is the folder holding a server's reports under outDir.
-func ServerDir(outDir, server string) string { return filepath.Join(outDir, fileSafe(server)) }
+// ServerDir is the folder holding a server's reports under outDir: one path
+// element named after the server (see serverFolder), so that no server name,
+// even one stored before decoding refused such names, leads out of outDir.
+func ServerDir(outDir, server string) string { return filepath.Join(outDir, serverFolder(server)) }
+
+// serverFolder is the folder name of a server's reports: the name
+// percent-encoded as a URL path segment (so /, \, control characters, % and
+// spaces are encoded, and distinct names give distinct folders), with a
+// leading dot encoded too (%2E), so that it is never ".", ".." or hidden.
+// An empty name gives "%".
+func serverFolder(server string) string {
+	if server == "" {
+		return "%"
+	}
+	s := url.PathEscape(server)
+	if strings.HasPrefix(s, ".") {
+		s = "%2E" + s[1:]
+	}
+	return s
+}
 
 // WriteFolder writes the report into dir: report.json always (the next
 // report compares with it), report.md with its charts under charts/ and

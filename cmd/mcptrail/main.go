@@ -61,7 +61,6 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 }
 
 func (a *app) execute(ctx context.Context, args []string) int {
-	a.args = args
 	root := newRootCmd(a)
 	root.SetArgs(args)
 	root.SetIn(a.stdin)

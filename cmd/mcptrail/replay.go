@@ -111,7 +111,7 @@ func writeReplayText(a *app, server, grant, policyFile string, from time.Time, r
 	if grant != "" {
 		scope = "grant " + grant
 	}
-	fmt.Fprintf(w, "replay of %s over %s (%s), %s → %s\n", policyFile, server, scope,
+	fmt.Fprintf(w, "replay of %s over %s (%s), %s → %s\n", render.Terminal(policyFile), render.Terminal(server), render.Terminal(scope),
 		from.Format("2006-01-02 15:04"), a.now.Format("2006-01-02 15:04"))
 	fmt.Fprintf(w, "the policy %s\n\n", recommend.ReplaySentence(r))
 	tools := make([]string, 0, len(r.ByTool))

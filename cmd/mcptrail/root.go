@@ -25,7 +25,6 @@ type app struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 
-	args       []string // the command line, for forwarding to a daemon
 	configFile string
 	nowFlag    string
 
@@ -45,7 +44,7 @@ type app struct {
 	truncate     func()
 	overridesDoc *api.File
 
-	forwardedCode *int   // set when a daemon ran the command for us
+	forwardedCode *int   // set when a daemon answered the command for us
 	cmdUsage      string // command path, for usage hints
 }
 
