@@ -87,12 +87,13 @@ func TestGoldenThroughDaemon(t *testing.T) {
 // its http.listen.
 func startDaemon(t *testing.T, tmp, db string, env ...string) string {
 	t.Helper()
-	return startServe(t, tmp, db, env, func(addr string) bool { return httpStatus(addr, "/readyz") == http.StatusOK })
+	addr, _ := startServe(t, tmp, db, env, func(addr string) bool { return httpStatus(addr, "/readyz") == http.StatusOK })
+	return addr
 }
 
 // startServe runs `mcptrail serve` with env added until the test ends, waits
-// until ready says so, and returns its http.listen.
-func startServe(t *testing.T, tmp, db string, env []string, ready func(addr string) bool) string {
+// until ready says so, and returns its http.listen and process id.
+func startServe(t *testing.T, tmp, db string, env []string, ready func(addr string) bool) (string, int) {
 	t.Helper()
 	httpAddr := freeTCPAddr(t)
 	logs, err := os.Create(filepath.Join(t.TempDir(), "serve.log"))
@@ -115,10 +116,10 @@ func startServe(t *testing.T, tmp, db string, env []string, ready func(addr stri
 		}
 	})
 	require.Eventually(t, func() bool { return ready(httpAddr) }, 30*time.Second, 20*time.Millisecond, "serve did not become ready")
-	return httpAddr
+	return httpAddr, cmd.Process.Pid
 }
 
-// outTree reads every file under the command's --out folder.
+// outTree reads every file under the command's --out folder, with its mode.
 func outTree(t *testing.T, args []string) map[string]string {
 	t.Helper()
 	out := ""
@@ -138,7 +139,7 @@ func outTree(t *testing.T, args []string) map[string]string {
 		rel, _ := filepath.Rel(out, p)
 		data, err := os.ReadFile(p)
 		require.NoError(t, err)
-		tree[rel] = strconv.Itoa(len(data)) + ":" + string(bytes.ReplaceAll(data, []byte(filepath.Dir(out)), []byte("$TMP")))
+		tree[rel] = info.Mode().Perm().String() + " " + strconv.Itoa(len(data)) + ":" + string(bytes.ReplaceAll(data, []byte(filepath.Dir(out)), []byte("$TMP")))
 		return nil
 	})
 	return tree

@@ -73,7 +73,8 @@ func (a *app) tokenFile() string {
 
 // outWriter writes the files of an output folder the daemon sends back, for
 // the requests that have one. A report folder is replaced whole, as the
-// report command does on the file.
+// report command does on the file. Like every file written while a database
+// is open, they are private to their owner: they tell who did what.
 func (a *app) outWriter(req api.Request) func(api.File) error {
 	var out string
 	var replace bool
@@ -102,11 +103,11 @@ func (a *app) outWriter(req api.Request) func(api.File) error {
 			}
 		}
 		p := filepath.Join(out, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 			return fmt.Errorf("--out: %w", err)
 		}
 		tmp := p + ".partial"
-		if err := os.WriteFile(tmp, f.Content, 0o644); err != nil {
+		if err := os.WriteFile(tmp, f.Content, 0o600); err != nil {
 			return fmt.Errorf("--out: %w", err)
 		}
 		return os.Rename(tmp, p)

@@ -154,6 +154,34 @@ func TestDaemonBoundsQueries(t *testing.T) {
 	assert.Equal(t, "n\n100\n", out)
 }
 
+// A 20M-row result through the daemon, with the default limits, is cut at
+// query.max_rows and streamed: the daemon's peak memory stays under the
+// 512 MiB it is held to (the whole result once took it to 3.3 GB).
+func TestDaemonAnswersAHugeQueryWithinItsMemory(t *testing.T) {
+	tmp, db, env := ingestedDB(t, 100)
+	addr, pid := startServe(t, tmp, db, nil, func(addr string) bool { return httpStatus(addr, "/readyz") == http.StatusOK })
+	env = append(env, "MCPTRAIL_HTTP_LISTEN="+addr)
+	out, code, errOut := runCLI(t, tmp, env, []string{"query", "--sql",
+		"SELECT range AS i, repeat('x', 100) || range AS s FROM range(20000000)", "--format", "csv", "--db", db})
+	require.Zero(t, code, errOut)
+	assert.Equal(t, 100001, strings.Count(out, "\n"), "the header and query.max_rows rows")
+	assert.Contains(t, errOut, "result truncated after 100000 rows (query.max_rows)")
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Skip("no /proc on this system")
+	}
+	var peakKiB int
+	for _, line := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			_, err := fmt.Sscanf(strings.TrimPrefix(line, "VmHWM:"), "%d", &peakKiB)
+			require.NoError(t, err)
+		}
+	}
+	require.Positive(t, peakKiB)
+	t.Logf("daemon peak RSS %d MiB", peakKiB/1024)
+	assert.Less(t, peakKiB, 512<<10, "peak RSS in KiB")
+}
+
 // With http.tls.cert and key the API speaks HTTPS, and the CLI, given the
 // same settings, trusts that certificate.
 func TestDaemonOverTLS(t *testing.T) {
@@ -177,7 +205,7 @@ func TestDaemonOverTLS(t *testing.T) {
 func startDaemonTLS(t *testing.T, tmp, db string, env []string) string {
 	t.Helper()
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // only readiness
-	return startServe(t, tmp, db, env, func(addr string) bool {
+	addr, _ := startServe(t, tmp, db, env, func(addr string) bool {
 		resp, err := client.Get("https://" + addr + "/readyz")
 		if err != nil {
 			return false
@@ -185,6 +213,7 @@ func startDaemonTLS(t *testing.T, tmp, db string, env []string) string {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
+	return addr
 }
 
 // selfSigned writes a certificate for 127.0.0.1 and its key.
