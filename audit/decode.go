@@ -59,7 +59,8 @@ type Result struct {
 // An event without an id gets a derived one: "sha256:" followed by the hex of
 // the first 16 bytes of the SHA-256 of the payload with surrounding white
 // space trimmed, so that an exact redelivery de-duplicates while any change in
-// the payload gives a new id.
+// the payload gives a new id. With Options.Server (a re-label) the hash also
+// covers the server name.
 func Decode(line []byte, opts Options) (Result, error) {
 	opts = opts.withDefaults()
 	if !opts.Format.Valid() {
@@ -141,6 +142,12 @@ func (d *decoder) finish(e *Event, requireServer bool) error {
 	}
 	if e.ID == "" {
 		e.ID = DerivedID(d.line)
+		if d.opts.Server != "" {
+			// Re-labelled (ingest --server): the label is part of what the
+			// event is, so the same line ingested under two names is two
+			// events, and under one name one.
+			e.ID = derivedIDFor(d.opts.Server, d.line)
+		}
 	}
 	return e.validate(d.opts, requireServer)
 }
@@ -151,6 +158,16 @@ func (d *decoder) finish(e *Event, requireServer bool) error {
 func DerivedID(payload []byte) string {
 	sum := sha256.Sum256(trimSpace(payload))
 	return hashString(sum[:16])
+}
+
+// derivedIDFor is DerivedID of a payload re-labelled with a server name.
+func derivedIDFor(server string, payload []byte) string {
+	h := sha256.New()
+	h.Write(trimSpace(payload))
+	h.Write([]byte("\x00server="))
+	h.Write([]byte(server))
+	var sum [sha256.Size]byte
+	return hashString(h.Sum(sum[:0])[:16])
 }
 
 // detect returns the format of a top-level object by its keys, or "".

@@ -196,6 +196,18 @@ func TestDerivedID(t *testing.T) {
 
 	withID := decodeEvent(t, `{"id":"mine","ts":"2026-11-03T09:00:00Z","server":"s","tool":"t","decision":"allowed"}`, Options{})
 	assert.Equal(t, "mine", withID.ID)
+
+	// ingest --server re-labels: the label is part of the derived id, so one
+	// line under two names is two events, and under one name one.
+	a := decodeEvent(t, line, Options{Server: "pve-a"})
+	b := decodeEvent(t, line, Options{Server: "pve-b"})
+	again := decodeEvent(t, line+"\n", Options{Server: "pve-a"})
+	assert.NotEqual(t, a.ID, b.ID)
+	assert.NotEqual(t, e1.ID, a.ID)
+	assert.Equal(t, a.ID, again.ID)
+	assert.Regexp(t, `^sha256:[0-9a-f]{32}$`, a.ID)
+	mineRelabelled := decodeEvent(t, `{"id":"mine","ts":"2026-11-03T09:00:00Z","server":"s","tool":"t","decision":"allowed"}`, Options{Server: "x"})
+	assert.Equal(t, "mine", mineRelabelled.ID, "an id the gateway gave is kept")
 }
 
 func TestDecodeIsConcurrencySafe(t *testing.T) {
