@@ -214,6 +214,60 @@ ORDER BY server, "grant"`, server, server)
 	return out, nil
 }
 
+// ForgetPolicies removes the policies recorded for server and grant (every
+// grant of the server when allGrants) and says how many documents went: the
+// recommender then compares with no current policy, or with the
+// server-wide one, until another is recorded.
+func (s *Store) ForgetPolicies(ctx context.Context, server, grant string, allGrants bool) (int, error) {
+	r, err := s.db.ExecContext(ctx, `DELETE FROM policies WHERE server = ? AND (? OR "grant" = ?)`, server, allGrants, grant)
+	if err != nil {
+		return 0, fmt.Errorf("forget policies of %s: %w", server, err)
+	}
+	n, _ := r.RowsAffected()
+	return int(n), nil
+}
+
+// Seen is what a server's history knows by name: its calls, its imported
+// catalog and its recorded policies.
+type Seen struct {
+	Server     bool            // anything at all
+	Grants     map[string]bool // grants of its calls
+	Tools      map[string]bool // tools of its calls and its catalog
+	Principals map[string]bool // agents and sessions of its calls
+}
+
+// NamesSeen reads what the server's whole history knows by name.
+func (s *Store) NamesSeen(ctx context.Context, server string) (Seen, error) {
+	seen := Seen{Grants: map[string]bool{}, Tools: map[string]bool{}, Principals: map[string]bool{}}
+	rows, err := s.db.QueryContext(ctx, `
+SELECT DISTINCT 'grant', "grant" FROM calls WHERE server = ? AND "grant" IS NOT NULL
+UNION ALL SELECT DISTINCT 'tool', tool FROM calls WHERE server = ? AND tool IS NOT NULL
+UNION ALL SELECT DISTINCT 'tool', tool FROM tools WHERE server = ?
+UNION ALL SELECT DISTINCT 'principal', agent FROM calls WHERE server = ? AND agent IS NOT NULL
+UNION ALL SELECT DISTINCT 'principal', session FROM calls WHERE server = ? AND session IS NOT NULL
+UNION ALL SELECT DISTINCT 'server', server FROM policies WHERE server = ?`, server, server, server, server, server, server)
+	if err != nil {
+		return seen, fmt.Errorf("read the names of %s: %w", server, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind, name string
+		if err := rows.Scan(&kind, &name); err != nil {
+			return seen, fmt.Errorf("read the names of %s: %w", server, err)
+		}
+		seen.Server = true
+		switch kind {
+		case "grant":
+			seen.Grants[name] = true
+		case "tool":
+			seen.Tools[name] = true
+		case "principal":
+			seen.Principals[name] = true
+		}
+	}
+	return seen, rows.Err()
+}
+
 // Suppression is an accepted or dismissed finding, until it expires.
 type Suppression struct {
 	FindingID string    `json:"finding_id"`

@@ -33,7 +33,67 @@ when no --policy is given.`,
 	}
 	cmd.Flags().StringVar(&server, "server", "", "only this server's policies")
 	cmd.Flags().StringVar(&format, "format", "table", "output: table or json")
+	cmd.AddCommand(newPoliciesForgetCmd(a))
 	return cmd
+}
+
+func newPoliciesForgetCmd(a *app) *cobra.Command {
+	req := &api.ForgetRequest{}
+	cmd := &cobra.Command{
+		Use:   "forget --server S [--grant G | --all-grants]",
+		Short: "Remove the recorded policies of a server and grant",
+		Long: `Remove the policy documents recorded for a server and grant (without --grant,
+the server-wide one; with --all-grants, every grant's). recommend then compares
+its proposal with the server-wide policy, or with none, until another is
+recorded with --policy.`,
+		Example: `  mcptrail policies forget --server proxmox-mcp --grant helpdesk`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkForget(req); err != nil {
+				return err
+			}
+			return a.dispatch(cmd.Context(), req, false, func(ctx context.Context, store *analytics.Store) error {
+				return a.runForget(ctx, store, req)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&req.Server, "server", "", "server whose policies to forget (required)")
+	cmd.Flags().StringVar(&req.Grant, "grant", "", "the grant (default: the server-wide policy)")
+	cmd.Flags().BoolVar(&req.AllGrants, "all-grants", false, "every grant of the server")
+	return cmd
+}
+
+func checkForget(req *api.ForgetRequest) error {
+	if req.Server == "" {
+		return usageErrorf("--server is required")
+	}
+	if req.AllGrants && req.Grant != "" {
+		return usageErrorf("give --grant G or --all-grants, not both")
+	}
+	return nil
+}
+
+// runForget removes recorded policies and says what went.
+func (a *app) runForget(ctx context.Context, store *analytics.Store, req *api.ForgetRequest) error {
+	if err := checkForget(req); err != nil {
+		return err
+	}
+	n, err := store.ForgetPolicies(ctx, req.Server, req.Grant, req.AllGrants)
+	if err != nil {
+		return err
+	}
+	scope := "the server-wide policy"
+	switch {
+	case req.AllGrants:
+		scope = "every grant"
+	case req.Grant != "":
+		scope = "grant " + req.Grant
+	}
+	if n == 0 {
+		return fmt.Errorf("no policy recorded for %s of %s (mcptrail policies lists them)", scope, req.Server)
+	}
+	fmt.Fprintf(a.stdout, "forgot %d recorded policy document(s) of %s, %s\n", n, req.Server, scope)
+	return nil
 }
 
 // runPolicies prints the current policies with what they allow and hide.
