@@ -34,6 +34,7 @@ const (
 	PathUnsuppress   = "/api/v1/unsuppress"
 	PathSuppressions = "/api/v1/suppressions"
 	PathPolicies     = "/api/v1/policies"
+	PathForget       = "/api/v1/policies/forget"
 )
 
 // Request is implemented by every request type.
@@ -127,14 +128,17 @@ type QueriesRequest struct {
 // RecommendRequest proposes a server's policy.
 type RecommendRequest struct {
 	Common
-	Server   string    `json:"server"`
-	Grant    string    `json:"grant,omitempty"`
-	Since    string    `json:"since,omitempty"`
-	Catalog  *File     `json:"catalog,omitempty"` // imported first, like --catalog
-	Policy   *File     `json:"policy,omitempty"`  // recorded first, like --policy
-	Format   string    `json:"format,omitempty"`  // text (default), json, markdown, policy, diff, intercept
-	Out      string    `json:"out,omitempty"`     // label of the client's --out folder: the PR folder comes back as files
-	FailOn   string    `json:"fail_on,omitempty"`
+	Server  string `json:"server"`
+	Grant   string `json:"grant,omitempty"`
+	Since   string `json:"since,omitempty"`
+	Catalog *File  `json:"catalog,omitempty"` // imported first, like --catalog
+	Policy  *File  `json:"policy,omitempty"`  // recorded first, like --policy
+	Format  string `json:"format,omitempty"`  // text (default), json, markdown, policy, diff, intercept
+	Out     string `json:"out,omitempty"`     // label of the client's --out folder: the PR folder comes back as files
+	FailOn  string `json:"fail_on,omitempty"`
+	// Baseline is a previous recommendations.json: fail_on then counts only
+	// findings that are new or more severe than there.
+	Baseline *File     `json:"baseline,omitempty"`
 	Color    bool      `json:"color,omitempty"`
 	Settings *Settings `json:"settings,omitempty"`
 }
@@ -185,13 +189,23 @@ type CatalogListRequest struct {
 	Format string `json:"format,omitempty"` // table (default), json
 }
 
-// SuppressRequest accepts or dismisses a finding until a date.
+// SuppressRequest accepts or dismisses a finding until a date: one by its
+// id, or every open finding of a kind (AllOf) on a server.
 type SuppressRequest struct {
 	Common
-	FindingID string `json:"finding_id"`
+	FindingID string `json:"finding_id,omitempty"`
 	Reason    string `json:"reason"`
 	Until     string `json:"until"`
 	By        string `json:"by,omitempty"`
+	// Force keeps a suppression whose id matches nothing the history knows.
+	Force bool `json:"force,omitempty"`
+	// AllOf suppresses every current finding of this kind on Server (and
+	// Grant), as recommend finds them with Settings.
+	AllOf    string    `json:"all_of,omitempty"`
+	Server   string    `json:"server,omitempty"`
+	Grant    string    `json:"grant,omitempty"`
+	Since    string    `json:"since,omitempty"`
+	Settings *Settings `json:"settings,omitempty"`
 }
 
 // UnsuppressRequest removes a suppression.
@@ -205,6 +219,15 @@ type UnsuppressRequest struct {
 type SuppressionsRequest struct {
 	Common
 	Format string `json:"format,omitempty"` // table (default), json
+}
+
+// ForgetRequest removes recorded policies of a server: of one grant (""
+// is the server-wide one) or of all its grants.
+type ForgetRequest struct {
+	Common
+	Server    string `json:"server"`
+	Grant     string `json:"grant,omitempty"`
+	AllGrants bool   `json:"all_grants,omitempty"`
 }
 
 // PoliciesRequest lists the recorded current policies.
@@ -225,6 +248,7 @@ func (*SuppressRequest) Path() string      { return PathSuppress }
 func (*UnsuppressRequest) Path() string    { return PathUnsuppress }
 func (*SuppressionsRequest) Path() string  { return PathSuppressions }
 func (*PoliciesRequest) Path() string      { return PathPolicies }
+func (*ForgetRequest) Path() string        { return PathForget }
 
 // newRequest makes an empty request for an endpoint.
 func newRequest(path string) Request {
@@ -251,6 +275,8 @@ func newRequest(path string) Request {
 		return &SuppressionsRequest{}
 	case PathPolicies:
 		return &PoliciesRequest{}
+	case PathForget:
+		return &ForgetRequest{}
 	}
 	return nil
 }

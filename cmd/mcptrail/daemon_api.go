@@ -86,6 +86,9 @@ func (b *daemonBackend) Run(ctx context.Context, req api.Request, out api.Output
 	case *api.PoliciesRequest:
 		a.cmdUsage = "mcptrail policies"
 		err = a.runPolicies(ctx, b.store, r)
+	case *api.ForgetRequest:
+		a.cmdUsage = "mcptrail policies forget"
+		err = a.runForget(ctx, b.store, r)
 	default:
 		err = fmt.Errorf("the daemon has no command for %T", req)
 	}

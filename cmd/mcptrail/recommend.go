@@ -16,7 +16,7 @@ import (
 )
 
 func newRecommendCmd(a *app) *cobra.Command {
-	var server, grant, since, catalogFile, policyFile, format, out, failOn string
+	var server, grant, since, catalogFile, policyFile, format, out, failOn, baselineFile string
 	cmd := &cobra.Command{
 		Use:   "recommend --server S",
 		Short: "Propose a least-privilege policy.json for a server from its call history",
@@ -56,6 +56,11 @@ evidence and confidence; the proposed policy is replayed over the same window.`,
 					return err
 				}
 			}
+			if baselineFile != "" {
+				if req.Baseline, err = readInput("baseline", baselineFile); err != nil {
+					return err
+				}
+			}
 			if req.Settings, err = a.settings(); err != nil {
 				return err
 			}
@@ -73,6 +78,7 @@ evidence and confidence; the proposed policy is replayed over the same window.`,
 	fl.StringVar(&format, "format", "text", "output: text, json, markdown, policy, diff or intercept")
 	fl.StringVar(&out, "out", "", "also write the PR folder (policy.json, policy.diff, PR.md, recommendations.json) here")
 	fl.StringVar(&failOn, "fail-on", "", "exit 3 when a finding reaches this severity: info, low, medium, high, critical")
+	fl.StringVar(&baselineFile, "baseline", "", "a previous recommendations.json: --fail-on counts only findings new or worse than there")
 	return cmd
 }
 
@@ -94,6 +100,15 @@ func (a *app) runRecommend(ctx context.Context, store *analytics.Store, req *api
 	if req.FailOn != "" {
 		if threshold, err = catalog.ParseSeverity(req.FailOn); err != nil {
 			return usageErrorf("--fail-on: %v", err)
+		}
+	}
+	var base *baseline
+	if req.Baseline != nil {
+		if req.FailOn == "" {
+			return usageErrorf("--baseline only changes what --fail-on counts: give --fail-on too")
+		}
+		if base, err = parseBaseline(req.Baseline, req.Server); err != nil {
+			return err
 		}
 	}
 	opts, err := a.recommendInputs(ctx, store, req.Server, req.Grant, req.Catalog, req.Policy)
@@ -122,8 +137,8 @@ func (a *app) runRecommend(ctx context.Context, store *analytics.Store, req *api
 		return err
 	}
 	if threshold != "" {
-		if n := reached(report, threshold); n > 0 {
-			return &exitError{code: exitFailOn, err: fmt.Errorf("%d finding(s) at or above %s (--fail-on)", n, threshold)}
+		if n := reached(base.newOrWorse(report.Findings), threshold); n > 0 {
+			return &exitError{code: exitFailOn, err: fmt.Errorf("%d finding(s) at or above %s%s (--fail-on)", n, threshold, base.describe())}
 		}
 	}
 	return nil
@@ -139,9 +154,9 @@ func (a *app) recommendParams() recommend.Params {
 }
 
 // reached counts unsuppressed findings at or above the threshold.
-func reached(r *recommend.Report, threshold catalog.Severity) int {
+func reached(findings []recommend.Finding, threshold catalog.Severity) int {
 	n := 0
-	for _, f := range r.Findings {
+	for _, f := range findings {
 		if f.Suppressed == nil && catalog.Severity(f.Severity).Rank() >= threshold.Rank() {
 			n++
 		}

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -13,36 +16,64 @@ import (
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/internal/duration"
+	"github.com/mcptrail/mcptrail/recommend"
 	"github.com/mcptrail/mcptrail/render"
 )
 
 func newSuppressCmd(a *app) *cobra.Command {
-	var reason, until, by string
+	req := &api.SuppressRequest{}
 	cmd := &cobra.Command{
-		Use:   "suppress FINDING_ID --reason R --until DATE",
-		Short: "Accept or dismiss a finding until a date",
+		Use:   "suppress FINDING_ID --reason R --until DATE | --all-of KIND --server S --reason R --until DATE",
+		Short: "Accept or dismiss a finding (or every finding of a kind) until a date",
 		Long: `Keep a finding out of future proposals until DATE (YYYY-MM-DD, an RFC 3339
 time, or a duration from now such as 30d). The finding is still listed, marked
 suppressed; after DATE it applies again. Every change is recorded and shown in
-recommendations and reports.`,
-		Example: `  mcptrail suppress unused_tool:proxmox-mcp:*:create_vm --reason "DR drills" --until 2027-03-01 --by alice`,
-		Args:    cobra.ExactArgs(1),
+recommendations and reports.
+
+An id that matches nothing this database has seen (an unknown kind, server,
+grant, tool or agent) is refused, since it would silently suppress nothing;
+--force keeps it anyway. --all-of KIND suppresses every open finding of that
+kind that recommend finds now on --server (and --grant): a way to accept what
+exists on the day CI starts to gate on findings.`,
+		Example: `  mcptrail suppress unused_tool:proxmox-mcp:*:create_vm --reason "DR drills" --until 2027-03-01 --by alice
+  mcptrail suppress --all-of unused_tool --server proxmox-mcp --reason "accepted at adoption" --until 90d`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if by == "" {
-				by = os.Getenv("USER")
+			if req.By == "" {
+				req.By = os.Getenv("USER")
 			}
-			req := &api.SuppressRequest{FindingID: args[0], Reason: reason, Until: until, By: by}
+			switch {
+			case len(args) == 1 && req.AllOf != "":
+				return usageErrorf("give a FINDING_ID or --all-of KIND, not both")
+			case len(args) == 1:
+				req.FindingID = args[0]
+			case req.AllOf == "":
+				return usageErrorf("give a FINDING_ID (copy it from mcptrail recommend) or --all-of KIND --server S")
+			}
 			if _, err := a.checkSuppress(req); err != nil {
 				return err
+			}
+			if req.AllOf != "" {
+				settings, err := a.settings()
+				if err != nil {
+					return err
+				}
+				req.Settings = settings
 			}
 			return a.dispatch(cmd.Context(), req, false, func(ctx context.Context, store *analytics.Store) error {
 				return a.runSuppress(ctx, store, req)
 			})
 		},
 	}
-	cmd.Flags().StringVar(&reason, "reason", "", "why the finding is accepted (required)")
-	cmd.Flags().StringVar(&until, "until", "", "when the suppression expires: YYYY-MM-DD, RFC 3339 or a duration like 90d (required)")
-	cmd.Flags().StringVar(&by, "by", "", "who decided (default $USER)")
+	fl := cmd.Flags()
+	fl.StringVar(&req.Reason, "reason", "", "why the finding is accepted (required)")
+	fl.StringVar(&req.Until, "until", "", "when the suppression expires: YYYY-MM-DD, RFC 3339 or a duration like 90d (required)")
+	fl.StringVar(&req.By, "by", "", "who decided (default $USER)")
+	fl.BoolVar(&req.Force, "force", false, "keep a suppression whose id matches nothing this database has seen")
+	fl.StringVar(&req.AllOf, "all-of", "", "suppress every open finding of this kind (with --server)")
+	fl.StringVar(&req.Server, "server", "", "with --all-of: the server")
+	fl.StringVar(&req.Grant, "grant", "", "with --all-of: only this grant's findings")
+	fl.StringVar(&req.Since, "since", "", "with --all-of: the window recommend reads (default recommend.window)")
 	return cmd
 }
 
@@ -61,19 +92,157 @@ func (a *app) checkSuppress(req *api.SuppressRequest) (time.Time, error) {
 	if !end.After(a.now) {
 		return time.Time{}, usageErrorf("--until %s is not in the future", end.Format(time.RFC3339))
 	}
+	if req.AllOf != "" {
+		if !findingKinds[req.AllOf] {
+			return time.Time{}, usageErrorf("--all-of %q: want a finding kind: %s", req.AllOf, strings.Join(sortedKinds(), ", "))
+		}
+		if req.Server == "" {
+			return time.Time{}, usageErrorf("--all-of needs --server: the server whose findings to suppress")
+		}
+		return end, nil
+	}
 	if err := checkFindingID(req.FindingID); err != nil {
 		return time.Time{}, usageErrorf("%v", err)
 	}
 	return end, nil
 }
 
-// runSuppress records a suppression.
+// findingKinds are the kinds of SPEC §5.
+var findingKinds = map[string]bool{
+	recommend.KindUnusedTool: true, recommend.KindRiskyTool: true, recommend.KindPollingLoop: true,
+	recommend.KindRateLimit: true, recommend.KindRetryStorm: true, recommend.KindDeniedProbe: true,
+	recommend.KindUnknownTool: true, recommend.KindAllowCandidate: true,
+}
+
+func sortedKinds() []string {
+	out := make([]string, 0, len(findingKinds))
+	for k := range findingKinds {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkSeen refuses a finding id that names what this database never saw:
+// a typo would otherwise suppress nothing and look as if it did.
+func checkSeen(ctx context.Context, store *analytics.Store, id string) error {
+	parts := strings.SplitN(id, ":", 4)
+	kind, server, grant, subject := parts[0], parts[1], parts[2], parts[3]
+	var miss []string
+	if !findingKinds[kind] {
+		miss = append(miss, fmt.Sprintf("kind %q is not one of %s", kind, strings.Join(sortedKinds(), ", ")))
+	}
+	seen, err := store.NamesSeen(ctx, server)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !seen.Server:
+		miss = append(miss, fmt.Sprintf("server %q has no calls, catalog or policy", server))
+	default:
+		if grant != "*" && !seen.Grants[grant] {
+			miss = append(miss, fmt.Sprintf("grant %q has no calls on %s", grant, server))
+		}
+		var names []string
+		known := seen.Tools
+		switch kind {
+		case recommend.KindPollingLoop:
+			names = strings.Split(subject, ">")
+		case recommend.KindDeniedProbe:
+			names, known = []string{subject}, seen.Principals
+		default:
+			names = []string{subject}
+		}
+		for _, n := range names {
+			if !known[n] && !inRecordedPolicy(ctx, store, server, n) {
+				miss = append(miss, fmt.Sprintf("%q was never seen on %s", n, server))
+			}
+		}
+	}
+	if len(miss) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s matches nothing this database has seen: %s; copy the id from mcptrail recommend, or pass --force to suppress it anyway",
+		id, strings.Join(miss, "; "))
+}
+
+// inRecordedPolicy reports whether a recorded policy of server names tool
+// (an unused tool can be known only from the current policy).
+func inRecordedPolicy(ctx context.Context, store *analytics.Store, server, tool string) bool {
+	recs, err := store.CurrentPolicies(ctx, server)
+	if err != nil {
+		return false
+	}
+	for _, r := range recs {
+		var doc struct {
+			Tools map[string]json.RawMessage `json:"tools"`
+			Hide  []string                   `json:"hide"`
+		}
+		if json.Unmarshal(r.Document, &doc) != nil {
+			continue
+		}
+		if _, ok := doc.Tools[tool]; ok || slices.Contains(doc.Hide, tool) {
+			return true
+		}
+	}
+	return false
+}
+
+// runSuppress records a suppression, or one for every open finding of a
+// kind.
 func (a *app) runSuppress(ctx context.Context, store *analytics.Store, req *api.SuppressRequest) error {
 	end, err := a.checkSuppress(req)
 	if err != nil {
 		return err
 	}
-	action, err := store.Suppress(ctx, analytics.Suppression{FindingID: req.FindingID, Reason: req.Reason, Owner: req.By, Until: end, CreatedAt: a.now})
+	if req.AllOf != "" {
+		return a.suppressAllOf(ctx, store, req, end)
+	}
+	if !req.Force {
+		if err := checkSeen(ctx, store, req.FindingID); err != nil {
+			return err
+		}
+	}
+	return a.suppressOne(ctx, store, req.FindingID, req, end)
+}
+
+// suppressAllOf runs the recommender as recommend would and suppresses each
+// open finding of the kind.
+func (a *app) suppressAllOf(ctx context.Context, store *analytics.Store, req *api.SuppressRequest, end time.Time) error {
+	a.applySettings(req.Settings)
+	params := a.recommendParams()
+	var err error
+	if params.Window, err = parseSince(req.Since, params.Window, "30d, 2w or 72h"); err != nil {
+		return err
+	}
+	opts, err := a.recommendInputs(ctx, store, req.Server, req.Grant, nil, nil)
+	if err != nil {
+		return err
+	}
+	opts.Params, opts.Log = params, a.log
+	report, err := recommend.Recommend(ctx, store.DB(), opts)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, f := range report.Findings {
+		if f.Kind != req.AllOf || f.Suppressed != nil {
+			continue
+		}
+		if err := a.suppressOne(ctx, store, f.ID, req, end); err != nil {
+			return err
+		}
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("no open %s finding on %s: nothing to suppress", req.AllOf, req.Server)
+	}
+	return nil
+}
+
+// suppressOne records one suppression and says so.
+func (a *app) suppressOne(ctx context.Context, store *analytics.Store, id string, req *api.SuppressRequest, end time.Time) error {
+	action, err := store.Suppress(ctx, analytics.Suppression{FindingID: id, Reason: req.Reason, Owner: req.By, Until: end, CreatedAt: a.now})
 	if err != nil {
 		return err
 	}
@@ -81,7 +250,7 @@ func (a *app) runSuppress(ctx context.Context, store *analytics.Store, req *api.
 	if action == "update" {
 		verb = "updated the suppression of"
 	}
-	fmt.Fprintf(a.stdout, "%s %s until %s\n", verb, req.FindingID, end.Format("2006-01-02"))
+	fmt.Fprintf(a.stdout, "%s %s until %s\n", verb, id, end.Format("2006-01-02"))
 	return nil
 }
 
