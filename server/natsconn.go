@@ -67,6 +67,11 @@ func startEmbedded(opts Options, auth *embeddedAuth, log *slog.Logger) (*natsser
 	}
 	log.Info("embedded NATS server started", "listen", ns.Addr().String(), "jetstream", opts.JetStream,
 		"store_dir", opts.EmbeddedStoreDir)
+	if !isLoopback(opts.EmbeddedListen) {
+		log.Warn("nats.embedded.listen is reachable from other hosts and the embedded server speaks no TLS: "+
+			"gateways' passwords and events cross the network in clear; listen on 127.0.0.1, "+
+			"or run a NATS cluster with TLS and set nats.url", "listen", opts.EmbeddedListen)
+	}
 	auth.logGateways(log, ns.ClientURL())
 	return ns, nil
 }

@@ -498,6 +498,8 @@ func TestServeWarnsOfAnAPIOpenToTheNetwork(t *testing.T) {
 	opts := testOptions(t)
 	_, port, _ := net.SplitHostPort(opts.HTTPListen)
 	opts.HTTPListen = "0.0.0.0:" + port
+	_, port, _ = net.SplitHostPort(opts.EmbeddedListen)
+	opts.EmbeddedListen = "0.0.0.0:" + port
 	var logs syncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -505,6 +507,7 @@ func TestServeWarnsOfAnAPIOpenToTheNetwork(t *testing.T) {
 	go func() { done <- Run(ctx, openStore(t), opts, log, cancel) }()
 	require.NoError(t, <-done)
 	assert.Contains(t, logs.String(), "http.listen is reachable from other hosts without TLS")
+	assert.Contains(t, logs.String(), "nats.embedded.listen is reachable from other hosts")
 }
 
 func TestServePortInUseNamesTheSetting(t *testing.T) {
