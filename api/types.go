@@ -137,6 +137,10 @@ type RecommendRequest struct {
 	FailOn   string    `json:"fail_on,omitempty"`
 	Color    bool      `json:"color,omitempty"`
 	Settings *Settings `json:"settings,omitempty"`
+
+	// AllowLossy writes a format that cannot carry every rule (intercept)
+	// without them, listed on stderr and in its header, like --allow-lossy.
+	AllowLossy bool `json:"allow_lossy,omitempty"`
 }
 
 func (r *RecommendRequest) wantsOut() bool { return r.Out != "" }
