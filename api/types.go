@@ -141,6 +141,10 @@ type RecommendRequest struct {
 	Baseline *File     `json:"baseline,omitempty"`
 	Color    bool      `json:"color,omitempty"`
 	Settings *Settings `json:"settings,omitempty"`
+
+	// AllowLossy writes a format that cannot carry every rule (intercept)
+	// without them, listed on stderr and in its header, like --allow-lossy.
+	AllowLossy bool `json:"allow_lossy,omitempty"`
 }
 
 func (r *RecommendRequest) wantsOut() bool { return r.Out != "" }

@@ -42,7 +42,7 @@ func FuzzParse(f *testing.F) {
 		if string(c1) != string(c2) {
 			t.Fatalf("canonical form is not stable:\n%s\n---\n%s", c1, c2)
 		}
-		if _, err := Intercept(p); err != nil {
+		if _, err := Intercept(p, InterceptOptions{}); err != nil {
 			t.Fatalf("Intercept: %v", err)
 		}
 		if _, err := Patch(nil, p); err != nil {

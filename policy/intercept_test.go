@@ -2,7 +2,13 @@ package policy
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -23,14 +29,21 @@ type interceptTool struct {
 }
 
 type interceptRule struct {
-	Name       string           `yaml:"name"`
-	Action     string           `yaml:"action"`
-	RateLimit  string           `yaml:"rate_limit"`
-	Conditions []map[string]any `yaml:"conditions"`
-	OnDeny     string           `yaml:"on_deny"`
+	Name       string               `yaml:"name"`
+	Action     string               `yaml:"action"`
+	RateLimit  string               `yaml:"rate_limit"`
+	Conditions []interceptCondition `yaml:"conditions"`
+	OnDeny     string               `yaml:"on_deny"`
 }
 
-// checkIntercept applies the structural rules of Intercept's validator.
+type interceptCondition struct {
+	Path  string `yaml:"path"`
+	Op    string `yaml:"op"`
+	Value any    `yaml:"value"`
+}
+
+// checkIntercept applies the rules of Intercept's loader and validator
+// (internal/config: Load, applyDefaults, Validate) as SPEC §4 describes them.
 func checkIntercept(t *testing.T, out []byte) interceptConfig {
 	t.Helper()
 	var cfg interceptConfig
@@ -38,6 +51,13 @@ func checkIntercept(t *testing.T, out []byte) interceptConfig {
 	dec.KnownFields(true)
 	require.NoError(t, dec.Decode(&cfg), "%s", out)
 	assert.Equal(t, "1", cfg.Version)
+	assert.Contains(t, []string{"allow", "deny"}, cfg.Default)
+	seen := map[string]bool{}
+	for i, h := range cfg.Hide {
+		assert.NotEmpty(t, strings.TrimSpace(h), "hide[%d]", i)
+		assert.False(t, seen[h], "hide: duplicate %q", h)
+		seen[h] = true
+	}
 	for tool, td := range cfg.Tools {
 		windows := map[string]bool{}
 		for i, r := range td.Rules {
@@ -51,6 +71,8 @@ func checkIntercept(t *testing.T, out []byte) interceptConfig {
 				var w string
 				_, err := fmt.Sscanf(r.RateLimit, "%d/%s", &n, &w)
 				require.NoError(t, err, where)
+				assert.Positive(t, n, where)
+				assert.Contains(t, []string{"minute", "hour", "day"}, w, where)
 				assert.False(t, windows[w], "%s: one _rate_%s counter per tool", where, w)
 				windows[w] = true
 			case r.Action == "deny":
@@ -59,44 +81,361 @@ func checkIntercept(t *testing.T, out []byte) interceptConfig {
 				assert.Contains(t, []string{"", "evaluate"}, r.Action, where)
 				assert.NotEmpty(t, r.Conditions, "%s: evaluate needs conditions", where)
 			}
+			for j, c := range r.Conditions {
+				cw := fmt.Sprintf("%s.conditions[%d]", where, j)
+				assert.True(t, strings.HasPrefix(c.Path, "args."), cw)
+				assert.Contains(t, Ops, c.Op, cw)
+				switch c.Op {
+				case "in", "not_in":
+					assert.IsType(t, []any{}, c.Value, cw)
+				case "lt", "lte", "gt", "gte":
+					assert.True(t, isYAMLNumber(c.Value), "%s: numeric value, got %T", cw, c.Value)
+				case "exists":
+					assert.IsType(t, true, c.Value, cw)
+				case "regex":
+					s, ok := c.Value.(string)
+					require.True(t, ok, cw)
+					_, err := regexp.Compile(s)
+					assert.NoError(t, err, cw)
+				}
+			}
 		}
 	}
 	return cfg
 }
 
+func isYAMLNumber(v any) bool {
+	switch v.(type) {
+	case int, int64, float32, float64:
+		return true
+	}
+	return false
+}
+
+// instanceLimits sets the scope of the named counters to ScopeInstance, as
+// the recommender does for the limits it computed per gateway instance.
+func instanceLimits(p *Policy, counters ...string) {
+	set := func(r *ToolRule) {
+		if r == nil {
+			return
+		}
+		for i := range r.Limits {
+			for _, c := range counters {
+				if r.Limits[i].Counter == c {
+					r.Limits[i].Scope = ScopeInstance
+				}
+			}
+		}
+	}
+	set(p.AllTools)
+	for _, r := range p.Tools {
+		set(r)
+	}
+}
+
 func TestInterceptGolden(t *testing.T) {
 	p := mustParse(t, string(readTestdata(t, "intercept.json")))
-	out, err := Intercept(p)
+	instanceLimits(p, "calls-per-minute", "vm_agent_exec_status_rate", "vm_agent_exec_status_burst", "vm_agent_exec_status_hourly")
+	out, err := Intercept(p, InterceptOptions{
+		Header:     []string{"Limits count per gateway instance."},
+		LimitNotes: map[string]string{"/tools/vm_agent_exec_status/limits/vm_agent_exec_status_hourly": "from per-instance peaks"},
+	})
 	require.NoError(t, err)
-	golden(t, "intercept.golden.yaml", out)
-	cfg := checkIntercept(t, out)
+	golden(t, "intercept.golden.yaml", out.YAML)
+	cfg := checkIntercept(t, out.YAML)
 	assert.Equal(t, []string{"delete_storage_volume", "drop_all"}, cfg.Hide)
 	assert.Equal(t, "deny", cfg.Default)
+	var dropped []string
+	for _, d := range out.Dropped {
+		dropped = append(dropped, d.Pointer)
+	}
+	assert.Equal(t, []string{
+		"/all_tools/limits/calls-per-day",
+		"/tools/create_refund/deny_if/1",
+		"/tools/create_refund/limits/create_refund_rate",
+	}, dropped, "x- annotations are named, not dropped")
+	for _, d := range out.Dropped {
+		assert.Contains(t, string(out.YAML), "#   "+d.String()+"\n", "listed in the header")
+	}
 
-	again, err := Intercept(p.Clone())
+	again, err := Intercept(p.Clone(), InterceptOptions{
+		Header:     []string{"Limits count per gateway instance."},
+		LimitNotes: map[string]string{"/tools/vm_agent_exec_status/limits/vm_agent_exec_status_hourly": "from per-instance peaks"},
+	})
 	require.NoError(t, err)
-	assert.Equal(t, string(out), string(again), "deterministic")
+	assert.Equal(t, string(out.YAML), string(again.YAML), "deterministic")
 }
 
 func TestInterceptExamples(t *testing.T) {
 	for _, name := range []string{"spec.json", "stripe.json", "approval.json", "permissive.json", "lenient.json"} {
 		t.Run(name, func(t *testing.T) {
-			out, err := Intercept(mustParse(t, string(readTestdata(t, name))))
+			out, err := Intercept(mustParse(t, string(readTestdata(t, name))), InterceptOptions{})
 			require.NoError(t, err)
-			checkIntercept(t, out)
+			checkIntercept(t, out.YAML)
 		})
 	}
 
-	out, err := Intercept(mustParse(t, string(readTestdata(t, "spec.json"))))
+	p := mustParse(t, string(readTestdata(t, "spec.json")))
+	instanceLimits(p, "calls-per-minute")
+	out, err := Intercept(p, InterceptOptions{})
 	require.NoError(t, err)
-	s := string(out)
+	s := string(out.YAML)
 	assert.Contains(t, s, "  \"*\":\n    rules:\n      # all_tools: counts every tool's calls together (Intercept's _global counter).\n      - name: calls-per-minute\n        rate_limit: \"240/minute\"\n")
 	assert.Contains(t, s, "  get_vm_status:\n    rules: []\n")
 	assert.Contains(t, s, "      - name: require approval\n        action: deny\n        on_deny: Requires human approval.\n")
 	assert.Contains(t, s, "supports action: require_approval")
-	assert.Contains(t, s, "Approximated: vm_agent_exec_status_rate counts per session in policy.json; Intercept counters are global")
-	assert.Contains(t, s, "rate_limit: \"20/minute\"")
+	require.Len(t, out.Dropped, 1, "the per-session limit")
+	assert.Equal(t, "/tools/vm_agent_exec_status/limits/vm_agent_exec_status_rate", out.Dropped[0].Pointer)
+	assert.Contains(t, out.Dropped[0].Why, "20 per minute per session")
+	assert.NotContains(t, s, "20/minute", "a dropped limit is not written")
 
-	_, err = Intercept(nil)
+	_, err = Intercept(nil, InterceptOptions{})
 	assert.Error(t, err)
+}
+
+// interceptAllows decides a call the way Intercept's engine does
+// (internal/engine: Evaluate, evalOp, ResolveArgs; snapshot 77f0429), for the
+// argument rules: hidden, default deny, then every rule of the tool and of
+// "*" must pass. Rate limits are left to the real binary's test.
+func interceptAllows(cfg interceptConfig, tool string, args map[string]any) bool {
+	for _, h := range cfg.Hide {
+		if h == tool || h == "*" {
+			return false
+		}
+	}
+	if _, listed := cfg.Tools[tool]; !listed && cfg.Default == "deny" {
+		return false
+	}
+	rules := append([]interceptRule{}, cfg.Tools[tool].Rules...)
+	rules = append(rules, cfg.Tools["*"].Rules...)
+	for _, r := range rules {
+		if r.Action == "deny" {
+			return false
+		}
+		for _, c := range r.Conditions {
+			v, found := lookup(args, strings.Split(strings.TrimPrefix(c.Path, "args."), "."))
+			if c.Op == "exists" {
+				if (found && v != nil) != c.Value.(bool) {
+					return false
+				}
+				continue
+			}
+			if !found || !interceptOp(c.Op, v, c.Value) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func interceptOp(op string, actual, expected any) bool {
+	num := func(v any) (float64, bool) {
+		switch n := v.(type) {
+		case float64:
+			return n, true
+		case int:
+			return float64(n), true
+		}
+		return 0, false
+	}
+	eq := func(a, b any) bool {
+		x, ok1 := num(a)
+		y, ok2 := num(b)
+		if ok1 && ok2 {
+			return x == y
+		}
+		return fmt.Sprintf("%v", a) == fmt.Sprintf("%v", b)
+	}
+	in := func() bool {
+		for _, e := range expected.([]any) {
+			if eq(actual, e) {
+				return true
+			}
+		}
+		return false
+	}
+	switch op {
+	case "eq":
+		return eq(actual, expected)
+	case "neq":
+		return !eq(actual, expected)
+	case "in":
+		return in()
+	case "not_in":
+		return !in()
+	case "lt", "lte", "gt", "gte":
+		a, ok1 := num(actual)
+		b, ok2 := num(expected)
+		return ok1 && ok2 && map[string]bool{"lt": a < b, "lte": a <= b, "gt": a > b, "gte": a >= b}[op]
+	case "regex":
+		s, ok := actual.(string)
+		return ok && regexp.MustCompile(expected.(string)).MatchString(s)
+	case "contains":
+		s, ok := actual.(string)
+		if ok {
+			e, ok := expected.(string)
+			return ok && strings.Contains(s, e)
+		}
+		if list, ok := actual.([]any); ok {
+			for _, e := range list {
+				if eq(e, expected) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// conditionsPolicy holds one tool per deny_if or require shape that maps.
+const conditionsPolicy = `{
+  "version": "1", "default": "deny",
+  "tools": {
+    "vm_agent_exec": { "deny_if": [ { "conditions": [ { "path": "args.command", "op": "contains", "value": "rm -rf" } ], "on_deny": "Destructive shell commands are not allowed." } ] },
+    "shell": { "deny_if": [ { "conditions": [ { "path": "args.cmd", "op": "regex", "value": "(?i)(mkfs|dd if=)" } ] } ] },
+    "refund": {
+      "require": [ { "path": "args.reason", "op": "exists" }, { "path": "args.currency", "op": "in", "value": ["usd", "eur"] } ],
+      "deny_if": [ { "conditions": [ { "path": "args.amount", "op": "gt", "value": 10000 } ] } ] },
+    "eq": { "deny_if": [ { "conditions": [ { "path": "args.env", "op": "eq", "value": "prod" } ] } ] },
+    "neq": { "deny_if": [ { "conditions": [ { "path": "args.env", "op": "neq", "value": "dev" } ] } ] },
+    "in": { "deny_if": [ { "conditions": [ { "path": "args.node", "op": "in", "value": ["pve1", "pve2"] } ] } ] },
+    "not_in": { "deny_if": [ { "conditions": [ { "path": "args.node", "op": "not_in", "value": ["pve3"] } ] } ] },
+    "lt": { "deny_if": [ { "conditions": [ { "path": "args.n", "op": "lt", "value": 3 } ] } ] },
+    "lte": { "deny_if": [ { "conditions": [ { "path": "args.n", "op": "lte", "value": 3 } ] } ] },
+    "gte": { "deny_if": [ { "conditions": [ { "path": "args.n", "op": "gte", "value": 3.5 } ] } ] },
+    "exists": { "deny_if": [ { "conditions": [ { "path": "args.force", "op": "exists", "value": true } ] } ] },
+    "absent": { "deny_if": [ { "conditions": [ { "path": "args.dry_run", "op": "exists", "value": false } ] } ] },
+    "nested": { "deny_if": [ { "conditions": [ { "path": "args.target.kind", "op": "eq", "value": "cluster" } ] } ] }
+  }
+}`
+
+// Every mapped condition decides like policy.json wherever the argument is
+// present with a value it can compare, and never allows what policy.json
+// denies: checked against a model of Intercept's engine over many calls.
+func TestInterceptConditionsRoundTrip(t *testing.T) {
+	p := mustParse(t, conditionsPolicy)
+	out, err := Intercept(p, InterceptOptions{})
+	require.NoError(t, err)
+	require.Empty(t, out.Dropped, "%s", out.YAML)
+	cfg := checkIntercept(t, out.YAML)
+
+	values := []any{nil, "prod", "dev", "pve1", "pve3", "rm -rf /", "ls -l; RM -RF /", "ls /tmp", "MKFS.ext4 /dev/sda",
+		"echo dd if=/dev/zero", "usd", "chf", 2.0, 3.0, 3.5, 10000.0, 10001.0, true, false, []any{"rm -rf"}, "cluster"}
+	keys := map[string][]string{
+		"vm_agent_exec": {"command"}, "shell": {"cmd"}, "refund": {"reason", "currency", "amount"},
+		"eq": {"env"}, "neq": {"env"}, "in": {"node"}, "not_in": {"node"}, "lt": {"n"}, "lte": {"n"},
+		"gte": {"n"}, "exists": {"force"}, "absent": {"dry_run"}, "nested": {"target.kind"},
+	}
+	e := NewEvaluator(p)
+	checked := 0
+	for tool, ks := range keys {
+		var each func(i int, args map[string]any)
+		each = func(i int, args map[string]any) {
+			if i == len(ks) {
+				want := e.Evaluate(Call{Tool: tool, Args: args}).Decision == Allowed
+				got := interceptAllows(cfg, tool, args)
+				raw, _ := json.Marshal(args)
+				if want {
+					// policy.json allows: so does Intercept, unless an argument a
+					// condition reads is missing or of another type.
+					if !got {
+						assert.True(t, incomparable(tool, args), "%s %s: Intercept denies a comparable call", tool, raw)
+					}
+				} else {
+					assert.False(t, got, "%s %s: Intercept allows what policy.json denies", tool, raw)
+				}
+				checked++
+				return
+			}
+			for _, v := range values {
+				a := map[string]any{}
+				for k, x := range args {
+					a[k] = x
+				}
+				if v != nil {
+					if path := strings.Split(ks[i], "."); len(path) == 2 {
+						a[path[0]] = map[string]any{path[1]: v}
+					} else {
+						a[ks[i]] = v
+					}
+				}
+				each(i+1, a)
+			}
+		}
+		each(0, map[string]any{})
+	}
+	assert.Greater(t, checked, 9000)
+
+	// The finding that started this: Intercept must refuse rm -rf.
+	assert.False(t, interceptAllows(cfg, "vm_agent_exec", map[string]any{"command": "cd /; rm -rf --no-preserve-root /"}))
+	assert.True(t, interceptAllows(cfg, "vm_agent_exec", map[string]any{"command": "rm -r /tmp/x"}))
+	assert.False(t, interceptAllows(cfg, "shell", map[string]any{"cmd": "sudo MkFs /dev/sdb"}))
+}
+
+// incomparable tells the calls where Intercept may be stricter than
+// policy.json: a deny_if's argument missing, or not what its op compares.
+func incomparable(tool string, args map[string]any) bool {
+	check := map[string]func(any) bool{
+		"vm_agent_exec": isString, "shell": isString, "eq": any2, "neq": any2, "in": any2, "not_in": any2,
+		"lt": isNumber, "lte": isNumber, "gte": isNumber, "nested": any2, "refund": isNumber,
+	}
+	key := map[string]string{"vm_agent_exec": "command", "shell": "cmd", "refund": "amount", "eq": "env", "neq": "env",
+		"in": "node", "not_in": "node", "lt": "n", "lte": "n", "gte": "n", "nested": "target"}[tool]
+	if tool == "exists" || tool == "absent" {
+		return false
+	}
+	v, ok := args[key]
+	return !ok || !check[tool](v)
+}
+
+func isString(v any) bool { _, ok := v.(string); return ok }
+func isNumber(v any) bool { _, ok := v.(float64); return ok }
+func any2(any) bool       { return true }
+
+// The writer lists what it cannot express and leaves it out.
+func TestInterceptDropsWhatItCannotExpress(t *testing.T) {
+	p := mustParse(t, `{
+  "version": "1", "default": "deny", "surprise": 1,
+  "tools": {
+    "a": { "deny_if": [ { "conditions": [ { "path": "args.x", "op": "regex", "value": "^rm.*-rf" } ] } ] },
+    "b": { "deny_if": [ { "conditions": [ { "path": "args.tags", "op": "contains", "value": 7 } ] } ] },
+    "c": { "deny_if": [ { "conditions": [ { "path": "args.x", "op": "eq", "value": 1 }, { "path": "args.y", "op": "eq", "value": 2 } ] } ] },
+    "d": { "limits": [ { "counter": "d_rate", "window": "minute", "max": 5, "scope": "session" } ] },
+    "*": {}
+  }
+}`)
+	out, err := Intercept(p, InterceptOptions{})
+	require.NoError(t, err)
+	var got []string
+	for _, d := range out.Dropped {
+		got = append(got, d.Pointer)
+	}
+	assert.Equal(t, []string{"/surprise", "/tools/*", "/tools/a/deny_if/0", "/tools/b/deny_if/0", "/tools/c/deny_if/0", "/tools/d/limits/d_rate"}, got)
+	cfg := checkIntercept(t, out.YAML)
+	for _, tool := range []string{"a", "b", "c", "d"} {
+		assert.Empty(t, cfg.Tools[tool].Rules, tool)
+	}
+	assert.Contains(t, string(out.YAML), "# NOT CARRIED OVER: 6 rule(s)")
+}
+
+// TestInterceptBinary loads the YAML with the real Intercept (`intercept
+// validate`) when INTERCEPT_BIN names its binary; skipped otherwise.
+func TestInterceptBinary(t *testing.T) {
+	bin := os.Getenv("INTERCEPT_BIN")
+	if bin == "" {
+		t.Skip("INTERCEPT_BIN is not set: no Intercept binary to validate against")
+	}
+	full := mustParse(t, string(readTestdata(t, "intercept.json")))
+	instanceLimits(full, "calls-per-minute", "vm_agent_exec_status_rate", "vm_agent_exec_status_burst", "vm_agent_exec_status_hourly")
+	for name, p := range map[string]*Policy{"conditions": mustParse(t, conditionsPolicy), "intercept.json": full} {
+		out, err := Intercept(p, InterceptOptions{})
+		require.NoError(t, err)
+		file := filepath.Join(t.TempDir(), "policy.yaml")
+		require.NoError(t, os.WriteFile(file, out.YAML, 0o600))
+		cmd := exec.Command(bin, "validate", "-c", file)
+		cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+		msg, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s: %s\n%s", name, msg, out.YAML)
+		assert.Contains(t, string(msg), "Policy file is valid.", name)
+	}
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	duckdb "github.com/duckdb/duckdb-go/v2"
+
+	"github.com/mcptrail/mcptrail/policy"
 )
 
 // Time arithmetic in these queries goes through epoch_ms: subtracting
@@ -264,6 +266,8 @@ func scopeExpr(scope string) string {
 		return `CASE WHEN coalesce(session, '') <> '' THEN hash('s', session) ELSE ` + g + ` END`
 	case "agent":
 		return `CASE WHEN coalesce(agent, '') <> '' THEN hash('a', agent) ELSE ` + g + ` END`
+	case policy.ScopeInstance: // a gateway's state store (intercept.go)
+		return `CASE WHEN coalesce(gateway, '') <> '' THEN hash('i', gateway) ELSE ` + g + ` END`
 	}
 	return g
 }

@@ -297,6 +297,7 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []run) error 
 		ev["longest_loop_polls"] = longest.Polls
 	}
 	s.polled[k.tool] = true
+	s.keepRunaway(k.tool, runaway) // for limits in a gateway's scope (intercept.go)
 
 	// A per-session limit sized on the normal loops' peaks: the smallest
 	// window whose limit the runaway loops would exceed.

@@ -40,6 +40,8 @@ type state struct {
 	// runawaySessions are the sessions that had a runaway loop.
 	runawaySessions map[string]bool
 	approval        map[string]bool
+	// runaway are the polled tools' runaway loops, for gateway-scope limits (intercept.go).
+	runaway map[string][]run
 }
 
 // Recommend analyses one server's history and returns the recommendation
@@ -111,6 +113,11 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("patch: %w", err)
 	}
+	// Hook: limits in the scope of the target gateway (intercept.go).
+	gateway, err := s.gatewayLimits(ctx, proposed)
+	if err != nil {
+		return nil, err
+	}
 	changes := opts.SuppressionLog
 	if changes == nil {
 		changes = []analytics.SuppressionChange{}
@@ -119,7 +126,7 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 		Server: opts.Server, Grant: opts.Grant, GeneratedAt: time.Now().UTC(),
 		Window: s.window, Confidence: s.confid, Draft: s.confid == Low, Gates: gates,
 		Findings: s.findings, Policy: proposed, Current: opts.Current, Patch: patch, Replay: *replay,
-		SuppressionChanges: changes,
+		SuppressionChanges: changes, Gateway: gateway,
 	}, nil
 }
 

@@ -52,12 +52,7 @@ func Write(w io.Writer, r *Report, f string, color bool) error {
 		_, err := io.WriteString(w, Diff(r))
 		return err
 	case "intercept":
-		b, err := policy.Intercept(r.Policy)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
+		return WriteIntercept(w, nil, r, false) // intercept.go
 	}
 	_, err := io.WriteString(w, Text(r, color))
 	return err

@@ -60,6 +60,9 @@ type Options struct {
 	SuppressionLog []analytics.SuppressionChange
 	// Log receives the time each stage took, at debug level; nil is quiet.
 	Log *slog.Logger
+	// Target is the output format: for "intercept" the proposed limits are
+	// also computed in that gateway's scope (intercept.go, Report.Gateway).
+	Target string
 }
 
 // Report is the recommendation for one server (SPEC §5).
@@ -78,6 +81,9 @@ type Report struct {
 	Replay      Replay          `json:"replay"`
 	// SuppressionChanges are the changes to suppressions made in the window.
 	SuppressionChanges []analytics.SuppressionChange `json:"suppression_changes"`
+	// Gateway is the proposal in the scope of Options.Target's gateway; nil
+	// when the target enforces policy.json's own scopes.
+	Gateway *GatewayPolicy `json:"-"`
 }
 
 // Window describes the analysed history.

@@ -17,6 +17,7 @@ import (
 
 func newRecommendCmd(a *app) *cobra.Command {
 	var server, grant, since, catalogFile, policyFile, format, out, failOn, baselineFile string
+	var allowLossy bool
 	cmd := &cobra.Command{
 		Use:   "recommend --server S",
 		Short: "Propose a least-privilege policy.json for a server from its call history",
@@ -44,7 +45,7 @@ evidence and confidence; the proposed policy is replayed over the same window.`,
 				}
 			}
 			req := &api.RecommendRequest{Server: server, Grant: grant, Since: since, Format: format, Out: out,
-				FailOn: failOn, Color: a.colorOut()}
+				FailOn: failOn, Color: a.colorOut(), AllowLossy: allowLossy}
 			var err error
 			if catalogFile != "" {
 				if req.Catalog, err = readInput("catalog", catalogFile); err != nil {
@@ -77,6 +78,7 @@ evidence and confidence; the proposed policy is replayed over the same window.`,
 	fl.StringVar(&policyFile, "policy", "", "the server's current policy.json (recorded, then used)")
 	fl.StringVar(&format, "format", "text", "output: text, json, markdown, policy, diff or intercept")
 	fl.StringVar(&out, "out", "", "also write the PR folder (policy.json, policy.diff, PR.md, recommendations.json) here")
+	fl.BoolVar(&allowLossy, "allow-lossy", false, "with --format intercept: write the policy even when some rules cannot be carried over (listed on stderr and in its header)")
 	fl.StringVar(&failOn, "fail-on", "", "exit 3 when a finding reaches this severity: info, low, medium, high, critical")
 	fl.StringVar(&baselineFile, "baseline", "", "a previous recommendations.json: --fail-on counts only findings new or worse than there")
 	return cmd
@@ -117,6 +119,7 @@ func (a *app) runRecommend(ctx context.Context, store *analytics.Store, req *api
 	}
 	opts.Params = params
 	opts.Log = a.log
+	opts.Target = f // limits in the target gateway's scope (recommend/intercept.go)
 	report, err := recommend.Recommend(ctx, store.DB(), opts)
 	if err != nil {
 		if errors.Is(err, recommend.ErrNoCalls) {
@@ -133,7 +136,11 @@ func (a *app) runRecommend(ctx context.Context, store *analytics.Store, req *api
 		}
 		a.log.Info("wrote the PR folder", "dir", req.Out)
 	}
-	if err := recommend.Write(a.stdout, report, f, req.Color); err != nil {
+	write := func() error { return recommend.Write(a.stdout, report, f, req.Color) }
+	if f == recommend.FormatIntercept {
+		write = func() error { return recommend.WriteIntercept(a.stdout, a.stderr, report, req.AllowLossy) }
+	}
+	if err := write(); err != nil {
 		return err
 	}
 	if threshold != "" {

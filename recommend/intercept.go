@@ -1,0 +1,265 @@
+package recommend
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/mcptrail/mcptrail/policy"
+)
+
+// FormatIntercept is the Intercept YAML output of `recommend`.
+const FormatIntercept = "intercept"
+
+// gatewayScopes are the limit scopes that an output format's gateway can
+// enforce, where they are not policy.json's own (grant, session, agent):
+// Intercept keeps its counters in one state store shared by every call
+// through it, taken as one gateway instance (SPEC §4).
+var gatewayScopes = map[string]string{FormatIntercept: policy.ScopeInstance}
+
+// GatewayPolicy is the proposal with its limits computed in the scope of
+// the target gateway.
+type GatewayPolicy struct {
+	Format string
+	Scope  string
+	// Policy is the proposal with every limit this run proposed recomputed
+	// in Scope; the current policy's own limits are kept as they are.
+	Policy *policy.Policy
+	Limits []GatewayLimit
+	// Header explains the scope, for the output's header.
+	Header []string
+}
+
+// GatewayLimit is one limit computed in the gateway's scope, with its evidence.
+type GatewayLimit struct {
+	Tool      string
+	Limit     policy.Limit // in the gateway's scope
+	Proposed  policy.Limit // the policy.json limit it stands for
+	Stats     peakStats    // per-instance peaks per window
+	Runaway   bool         // the polled tool's runaway loops were left out of the peaks
+	Calls     int64        // calls counted against it in the window
+	Refused   int64        // how many of them it would have refused
+	Normal    int64        // how many of those were outside runaway loops
+	Instances int64
+}
+
+// keepRunaway records a polled tool's runaway loops (detectLoops), which
+// gateway-scope peaks leave out as the per-session ones do.
+func (s *state) keepRunaway(tool string, runaway []run) {
+	if s.runaway == nil {
+		s.runaway = map[string][]run{}
+	}
+	s.runaway[tool] = runaway
+}
+
+// gatewayLimits recomputes the proposal's limits in the scope of the target
+// format's gateway, when it has one of its own: for each limit a finding of
+// this run proposes (unsuppressed), count the calls per fixed window per
+// scope key (for Intercept, per gateway instance) that passed the other
+// rules, and take ceil(p99 × headroom) of the peaks with the floor, as SPEC
+// §5 does for the other scopes. A polled tool's runaway loops are left out
+// of its peaks; since one counter per instance cannot single out a runaway
+// session, its window is the one (minute, hour, day) under which the limit
+// would have refused the fewest calls outside runaway loops (then the most
+// inside them). It returns nil when the target has no scope of its own.
+func (s *state) gatewayLimits(ctx context.Context, proposed *policy.Policy) (*GatewayPolicy, error) {
+	scope, ok := gatewayScopes[s.opts.Target]
+	if !ok {
+		return nil, nil
+	}
+	g := &GatewayPolicy{Format: s.opts.Target, Scope: scope, Policy: proposed.Clone(), Header: []string{
+		"Scope: Intercept counts each rate_limit in its state store (SQLite by default, or Redis), shared by",
+		"every call through it. mcptrail takes one gateway instance (the events' gateway field) as one store:",
+		fmt.Sprintf("the limits below are per-instance peaks (calls per fixed UTC window per instance, ceil(p99 × %g)", s.p.Headroom),
+		fmt.Sprintf("with a floor of %d). Give each instance its own store (--state-dir, or --state-prefix on a shared", s.p.MinLimit),
+		"Redis): instances sharing a store share its limits. Limits of other scopes are not carried over.",
+	}}
+	byTool := map[string]policy.Limit{}
+	for _, f := range s.findings {
+		if f.Suppressed == nil && f.Action.Op == OpRateLimit && f.Action.Limit != nil {
+			byTool[f.Tool] = *f.Action.Limit
+		}
+	}
+	// Candidates: one per tool, or one per window for a polled tool.
+	var cands []GatewayLimit
+	add := func(t string, st *peakStats, window string) {
+		if st == nil {
+			return // no call passed the other rules in this window
+		}
+		l := byTool[t]
+		cands = append(cands, GatewayLimit{Tool: t, Proposed: l, Stats: *st, Runaway: len(s.runaway[t]) > 0, Instances: st.Scopes,
+			Limit: policy.Limit{Counter: l.Counter, Window: window, Max: s.limitValue(st.P99), Scope: scope}})
+	}
+	plain := map[string][]string{} // tools that are not polled share one query per window
+	var runaway []run
+	for _, t := range slices.Sorted(maps.Keys(byTool)) {
+		l := byTool[t]
+		if !s.polled[t] {
+			plain[l.Window] = append(plain[l.Window], t)
+			continue
+		}
+		runaway = append(runaway, s.runaway[t]...)
+		st, _, err := s.q.pollPeaks(ctx, t, scope, policy.Windows, s.runaway[t])
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range policy.Windows {
+			add(t, st[w], w)
+		}
+	}
+	for _, w := range slices.Sorted(maps.Keys(plain)) {
+		st, err := s.q.peaks(ctx, s.names, plain[w], scope, w)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range plain[w] {
+			add(t, st[t], w)
+		}
+	}
+	if err := s.q.refusedIn(ctx, scope, cands, runaway); err != nil {
+		return nil, err
+	}
+	for _, c := range cands { // in tool order, then window order
+		n := len(g.Limits)
+		switch {
+		case n == 0 || g.Limits[n-1].Tool != c.Tool:
+			g.Limits = append(g.Limits, c)
+		case c.Normal < g.Limits[n-1].Normal || (c.Normal == g.Limits[n-1].Normal && c.Refused > g.Limits[n-1].Refused):
+			g.Limits[n-1] = c
+		}
+	}
+	for _, l := range g.Limits {
+		setLimit(g.Policy.Tools[l.Tool], l.Limit)
+	}
+	return g, nil
+}
+
+// refusedIn counts, for each limit, the calls it would have counted in the
+// window, how many of them it would have refused (in time order, every call
+// past max in its window and scope key: a refused call consumes no quota),
+// and how many of those lie outside runaway loops.
+func (q query) refusedIn(ctx context.Context, scope string, limits []GatewayLimit, runaway []run) error {
+	if len(limits) == 0 {
+		return nil
+	}
+	conn, err := q.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("gateway-scope refusals: %w", err)
+	}
+	defer conn.Close()
+	if err := loadExcluded(ctx, conn, runaway); err != nil {
+		return err
+	}
+	var ids, ms, maxes []int64
+	var tools []string
+	for i, l := range limits {
+		ids = append(ids, int64(i))
+		tools = append(tools, l.Tool)
+		ms = append(ms, bucketMillis(l.Limit.Window))
+		maxes = append(maxes, int64(l.Limit.Max))
+	}
+	defer q.timed("gateway-scope refusals")()
+	rows, err := conn.QueryContext(ctx, `
+WITH l AS (
+	SELECT unnest($ids::BIGINT[]) AS id, unnest($tools::VARCHAR[]) AS t, unnest($ms::BIGINT[]) AS ms, unnest($maxes::BIGINT[]) AS mx
+), c AS (
+	SELECT l.id, l.mx, calls.ts, calls.id AS cid, `+scopeExpr(scope)+` AS k, epoch_ms(calls.ts) // l.ms AS w, x.skh IS NOT NULL AS runaway
+	FROM calls JOIN l ON calls.tool = l.t
+	LEFT JOIN excluded_runs x ON x.skh = hash(`+sessionKey+`) AND x.tool = calls.tool AND calls.ts BETWEEN x.t0 AND x.t1
+	WHERE `+inWindow+` AND decision IN ('allowed', 'rate_limited')
+), r AS (
+	SELECT id, runaway, row_number() OVER (PARTITION BY id, k, w ORDER BY ts, cid) > mx AS refused FROM c
+)
+SELECT id, count(*), count(*) FILTER (refused), count(*) FILTER (refused AND NOT runaway) FROM r GROUP BY id`,
+		q.args(sql.Named("ids", ids), sql.Named("tools", tools), sql.Named("ms", ms), sql.Named("maxes", maxes))...)
+	if err != nil {
+		return fmt.Errorf("gateway-scope refusals: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, calls, refused, normal int64
+		if err := rows.Scan(&id, &calls, &refused, &normal); err != nil {
+			return fmt.Errorf("gateway-scope refusals: %w", err)
+		}
+		limits[id].Calls, limits[id].Refused, limits[id].Normal = calls, refused, normal
+	}
+	return rows.Err()
+}
+
+// note is the comment written above a gateway-scope limit: its evidence.
+func (l GatewayLimit) note() string {
+	runaway := ""
+	if l.Runaway {
+		runaway = ", runaway loops left out"
+	}
+	share := 0.0
+	if l.Calls > 0 {
+		share = 100 * float64(l.Refused) / float64(l.Calls)
+	}
+	text := fmt.Sprintf("%d per %s per instance: p99 of per-instance peaks %s over %s%s (policy.json: %d per %s per %s).\n"+
+		"Over the window it would have refused %s of %s calls (%.2f%%)",
+		l.Limit.Max, l.Limit.Window, trimFloat(l.Stats.P99), plural(l.Instances, "instance", "instances"), runaway,
+		l.Proposed.Max, l.Proposed.Window, l.Proposed.EffectiveScope(),
+		GroupDigits(l.Refused), GroupDigits(l.Calls), share)
+	if l.Runaway {
+		text += fmt.Sprintf(", %s of them outside runaway loops", GroupDigits(l.Normal))
+	}
+	return text + "."
+}
+
+// LossyError is the refusal to write a format that cannot carry every rule
+// of the proposal; Dropped lists them.
+type LossyError struct {
+	Format  string
+	Dropped []policy.Dropped
+}
+
+func (e *LossyError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "the proposal cannot be written as %s without losing %d rule(s):\n", e.Format, len(e.Dropped))
+	for _, d := range e.Dropped {
+		fmt.Fprintf(&b, "  %s\n", d)
+	}
+	b.WriteString("--allow-lossy writes it without them (listed on stderr and in its header); or change them in the policy")
+	return b.String()
+}
+
+// WriteIntercept writes the proposal as Intercept YAML, with the limits of
+// r.Gateway when they were computed for Intercept. When a rule cannot be
+// carried over it fails with a *LossyError, unless allowLossy: then it
+// writes the YAML without those rules, lists them in its header and, when
+// stderr is not nil, on stderr.
+func WriteIntercept(w, stderr io.Writer, r *Report, allowLossy bool) error {
+	p := r.Policy
+	opts := policy.InterceptOptions{Header: []string{
+		"Scope: Intercept counts each rate_limit in its state store, shared by every call through it (one",
+		"gateway instance); limits of other scopes are not carried over.",
+	}}
+	if g := r.Gateway; g != nil && g.Format == FormatIntercept {
+		p, opts.Header = g.Policy, g.Header
+		opts.LimitNotes = map[string]string{}
+		for _, l := range g.Limits {
+			opts.LimitNotes[policy.LimitPointer(policy.ToolPointer(l.Tool), 0, l.Limit)] = l.note()
+		}
+	}
+	out, err := policy.Intercept(p, opts)
+	if err != nil {
+		return err
+	}
+	if len(out.Dropped) > 0 {
+		if !allowLossy {
+			return &LossyError{Format: FormatIntercept, Dropped: out.Dropped}
+		}
+		if stderr != nil {
+			for _, d := range out.Dropped {
+				fmt.Fprintf(stderr, "mcptrail: not carried over to Intercept (--allow-lossy): %s\n", d)
+			}
+		}
+	}
+	_, err = w.Write(out.YAML)
+	return err
+}
