@@ -50,19 +50,31 @@ func runChromium(t *testing.T, bin string, args ...string) []byte {
 	return stdout.Bytes()
 }
 
-// probe measures every chart as laid out: its box and how many of its
-// shapes have an area.
+// probe measures every chart as laid out: its box, how many of its shapes
+// have an area, how many hover titles it has, and the area on screen (px²)
+// painted in each fill colour; and the box of the last-accessed table.
 const probe = `<pre id="probe"></pre>
 <script>
-const out = [];
+const out = {charts: [], tables: {}};
 for (const svg of document.querySelectorAll('svg')) {
   const r = svg.getBoundingClientRect();
   let drawn = 0;
+  const fills = {};
   for (const el of svg.querySelectorAll('path, rect, text')) {
     const b = el.getBBox();
     if (b.width > 0 && b.height > 0) drawn++;
+    if (el.tagName === 'text') continue;
+    const s = el.getBoundingClientRect();
+    const f = getComputedStyle(el).fill;
+    fills[f] = (fills[f] || 0) + s.width * s.height;
   }
-  out.push({chart: svg.getAttribute('data-chart'), width: r.width, height: r.height, drawn: drawn});
+  out.charts.push({chart: svg.getAttribute('data-chart'), width: r.width, height: r.height, drawn: drawn,
+    titles: svg.querySelectorAll('title').length, fills: fills});
+}
+for (const t of document.querySelectorAll('table.access')) {
+  const r = t.getBoundingClientRect();
+  out.tables.access = {width: r.width, height: r.height, never: t.querySelectorAll('td.never').length,
+    recent: t.querySelectorAll('td.recent').length};
 }
 document.getElementById('probe').textContent = JSON.stringify(out);
 </script>
@@ -84,7 +96,7 @@ func TestHTMLReportInChromium(t *testing.T) {
 	html, err := os.ReadFile(page)
 	require.NoError(t, err)
 	charts := strings.Count(string(html), "<svg ")
-	require.Equal(t, 5, charts)
+	require.Equal(t, 11, charts)
 
 	t.Run("every chart has a size and shapes", func(t *testing.T) {
 		probed := filepath.Join(dir, "report", "probe.html")
@@ -92,18 +104,52 @@ func TestHTMLReportInChromium(t *testing.T) {
 		dom := runChromium(t, bin, "--window-size=1280,2000", "--dump-dom", "file://"+probed)
 		m := regexp.MustCompile(`(?s)<pre id="probe">(.*?)</pre>`).FindSubmatch(dom)
 		require.NotNil(t, m, "the probe ran: %.500s", dom)
-		var boxes []struct {
-			Chart         string
-			Width, Height float64
-			Drawn         int
+		var probed2 struct {
+			Charts []struct {
+				Chart         string
+				Width, Height float64
+				Drawn, Titles int
+				Fills         map[string]float64
+			}
+			Tables map[string]struct {
+				Width, Height float64
+				Never, Recent int
+			}
 		}
-		require.NoError(t, json.Unmarshal(bytes.ReplaceAll(m[1], []byte("&amp;"), []byte("&")), &boxes), "%s", m[1])
+		require.NoError(t, json.Unmarshal(bytes.ReplaceAll(m[1], []byte("&amp;"), []byte("&")), &probed2), "%s", m[1])
+		boxes := probed2.Charts
 		require.Len(t, boxes, charts)
-		for _, b := range boxes {
+		byName := map[string]int{}
+		for i, b := range boxes {
+			byName[b.Chart] = i
 			assert.Greater(t, b.Width, 600.0, "%s is laid out wide on a laptop screen", b.Chart)
 			assert.Greater(t, b.Height, 150.0, b.Chart)
 			assert.Greater(t, b.Drawn, 10, "%s drew its shapes", b.Chart)
 		}
+		for _, name := range []string{"refusals-over-time.svg", "errors-over-time.svg", "agent-tool.svg", "limits.svg", "limit-vm_agent_exec_status.svg"} {
+			assert.Contains(t, byName, name)
+		}
+		// At under 1 % refusals, denials and rate-limited calls are a few
+		// pixels in the calls-over-time chart and plainly visible on the
+		// refusals chart's own scale.
+		denied, limited := "rgb(228, 87, 86)", "rgb(245, 133, 24)"
+		calls, refusals := boxes[byName["calls-over-time.svg"]], boxes[byName["refusals-over-time.svg"]]
+		for _, c := range []string{denied, limited} {
+			assert.Greater(t, refusals.Fills[c], 1000.0, "%s bars are visible on the refusals chart", c)
+			assert.Greater(t, refusals.Fills[c], 10*calls.Fills[c], "%s: the refusals chart magnifies", c)
+		}
+		heat := boxes[byName["hour-by-tool.svg"]]
+		assert.Equal(t, 24*len(r.HourByTool.Tools), heat.Titles, "every heatmap cell has its value on hover")
+		matrix := boxes[byName["agent-tool.svg"]]
+		assert.GreaterOrEqual(t, matrix.Titles, len(r.AgentTools.Agents)*len(r.AgentTools.Tools))
+		assert.GreaterOrEqual(t, boxes[byName["limits.svg"]].Titles, 3*len(r.Limits), "every limit row has its numbers on hover")
+		assert.Greater(t, boxes[byName["limit-vm_agent_exec_status.svg"]].Fills["rgb(228, 87, 86)"], 50.0, "sessions over the limit drawn in red")
+		access, ok := probed2.Tables["access"]
+		require.True(t, ok, "the last-accessed table is on the page")
+		assert.Greater(t, access.Width, 600.0)
+		assert.Greater(t, access.Height, 300.0)
+		assert.Positive(t, access.Never, "grants only ever refused a tool are marked")
+		assert.Positive(t, access.Recent)
 	})
 
 	t.Run("the screenshot is not blank", func(t *testing.T) {

@@ -16,6 +16,9 @@ import (
 // DefaultTopN is how many tools and agents the tables and charts show.
 const DefaultTopN = 10
 
+// matrixTools bounds the tools of the agent × tool matrix.
+const matrixTools = 40
+
 // Options select what one report covers.
 type Options struct {
 	Server string
@@ -85,6 +88,12 @@ func Build(ctx context.Context, store *analytics.Store, opts Options) (*Report, 
 	if r.HourByTool, err = q.hourByTool(ctx, topN); err != nil {
 		return nil, err
 	}
+	if r.AgentTools, err = q.agentTools(ctx, topN, matrixTools); err != nil {
+		return nil, err
+	}
+	if r.LastAccess, err = q.lastAccess(ctx); err != nil {
+		return nil, err
+	}
 
 	ropts := opts.Recommend
 	ropts.Server, ropts.Now = opts.Server, now
@@ -104,6 +113,9 @@ func Build(ctx context.Context, store *analytics.Store, opts Options) (*Report, 
 	r.rec = rec
 	r.Recommendation = summarize(rec)
 	if r.Polling, err = polling(ctx, db, rec, ropts.Params); err != nil {
+		return nil, err
+	}
+	if r.Limits, err = limits(ctx, db, rec); err != nil {
 		return nil, err
 	}
 	since := q.from
@@ -206,4 +218,27 @@ func polling(ctx context.Context, db *sql.DB, rec *recommend.Report, p recommend
 	}
 	sort.SliceStable(loops, func(i, j int) bool { return loops[i].Tool < loops[j].Tool })
 	return loops, nil
+}
+
+// limits sets every proposed rate limit (of the unsuppressed polling_loop
+// and rate_limit findings) against the peaks observed in its unit over the
+// recommendation's window, by tool.
+func limits(ctx context.Context, db *sql.DB, rec *recommend.Report) ([]LimitPeak, error) {
+	out := []LimitPeak{}
+	seen := map[string]bool{}
+	for _, f := range rec.Findings {
+		l := f.Action.Limit
+		if f.Action.Op != recommend.OpRateLimit || l == nil || f.Suppressed != nil || f.Tool == "" || seen[f.Tool] {
+			continue
+		}
+		seen[f.Tool] = true
+		out = append(out, LimitPeak{Tool: f.Tool, FindingID: f.ID, Kind: f.Kind, Histogram: []PeakCount{},
+			Limit: Limit{Max: l.Max, Window: l.Window, Scope: l.EffectiveScope()}})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Tool < out[j].Tool })
+	q := querier{db: db, server: rec.Server, from: rec.Window.From, to: rec.Window.To}
+	if err := q.limitPeaks(ctx, out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -32,9 +32,10 @@ var decisionColors = map[string]charts.Color{
 }
 
 var (
-	colorOK   = charts.ColorFromHex("#4c78a8")
-	colorOver = charts.ColorFromHex("#e45756")
-	colorText = charts.ColorFromHex("#333333")
+	colorOK    = charts.ColorFromHex("#4c78a8")
+	colorOver  = charts.ColorFromHex("#e45756")
+	colorText  = charts.ColorFromHex("#333333")
+	colorError = charts.ColorFromHex("#9d755d")
 )
 
 const chartWidth = 960
@@ -65,15 +66,32 @@ func Charts(r *Report) ([]Chart, error) {
 	if err := add(volumeChart(r)); err != nil {
 		return nil, err
 	}
+	if err := add(refusalsChart(r)); err != nil {
+		return nil, err
+	}
+	if err := add(errorsChart(r)); err != nil {
+		return nil, err
+	}
 	if err := add(topToolsChart(r)); err != nil {
 		return nil, err
 	}
 	if err := add(heatmapChart(r)); err != nil {
 		return nil, err
 	}
+	if err := add(agentToolChart(r)); err != nil {
+		return nil, err
+	}
+	if err := add(limitsChart(r)); err != nil {
+		return nil, err
+	}
 	for _, pl := range r.Polling {
 		if err := add(pollsChart(pl)); err != nil {
 			return nil, err
+		}
+		if l := limitOf(r, pl.Tool); l != nil && pl.Limit != nil {
+			if err := add(limitChart(*l)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return out, nil
@@ -116,14 +134,7 @@ func volumeChart(r *Report) (*Chart, error) {
 	if len(rows) == 0 {
 		return nil, nil
 	}
-	labels := make([]string, len(rows))
-	for i, b := range rows {
-		if r.Volume.Bucket == "hour" {
-			labels[i] = b.Start.Format("02 15h")
-		} else {
-			labels[i] = b.Start.Format("Mon 02 Jan")
-		}
-	}
+	labels := volumeLabels(r)
 	var values [][]float64
 	var names []string
 	var colors []charts.Color
@@ -219,68 +230,37 @@ func heatmapChart(r *Report) (*Chart, error) {
 	if len(m.Tools) == 0 {
 		return nil, nil
 	}
-	values := make([][]float64, len(m.Tools))
-	for i := range m.Tools {
-		values[i] = make([]float64, 24)
-		for h := range 24 {
-			values[i][h] = float64(m.Counts[i][h])
-			if m.Counts[i][h] == 0 {
-				values[i][h] = charts.GetNullValue() // no cell: an hour without calls stays white
-			}
-		}
-	}
-	// Every other hour is labelled: 24 labels crowd the axis.
-	hours := make([]string, 24)
-	for h := 0; h < 24; h += 2 {
-		hours[h] = fmt.Sprintf("%02d", h)
-	}
-	opt := charts.NewHeatMapOptionWithData(values)
-	opt.Theme = theme(charts.ColorFromHex("#3b7dc4"))
-	opt.Padding = charts.NewBox(10, 10, 20, 10)
-	opt.XAxis = charts.HeatMapAxis{Title: "hour of the day (UTC)", TitleFontStyle: fontSize(10), Labels: hours, LabelFontStyle: fontSize(9.5), LabelCount: 24}
-	tools := make([]string, len(m.Tools))
-	for i, t := range m.Tools {
-		tools[i] = render.Terminal(t)
-	}
-	opt.YAxis = charts.HeatMapAxis{Labels: tools, LabelFontStyle: fontSize(10), LabelCount: len(m.Tools)}
-	zero := 0.0
-	opt.ScaleMinValue = &zero
-	opt.ValuesLabel = charts.SeriesLabel{Show: charts.Ptr(false)}
-	svg, err := svgChart(chartWidth, 80+34*len(m.Tools), func(p *charts.Painter) error { return p.HeatMapChart(opt) })
-	if err != nil {
-		return nil, fmt.Errorf("report: heatmap: %w", err)
-	}
 	return &Chart{File: "hour-by-tool.svg", Title: "When each tool is called (hour of the day, UTC)",
-		Alt: fmt.Sprintf("Heatmap of calls per UTC hour of the day for the %d busiest tools; darker is busier", len(m.Tools)), SVG: svg}, nil
+		Alt: fmt.Sprintf("Heatmap of calls per UTC hour of the day for the %d busiest tools; each row is shaded against its own busiest hour", len(m.Tools)),
+		SVG: heatmapSVG(m)}, nil
 }
 
-// pollBin is one bar of the polls-per-loop histogram: loops with lo to hi
-// polls, split at the proposed limit.
+// pollBin is one bar of a histogram: counts of lo to hi (polls per loop,
+// or peak calls per window), split at a threshold.
 type pollBin struct {
 	lo, hi       int64 // inclusive
 	within, over int64
 }
 
-// pollBins groups a loop-length histogram for display: one bar per poll
-// count over the loops the limit lets finish (at most 40 bars), one bar for
-// the rest of the way up to the limit, then bars of doubling width for the
-// loops beyond it. Without a limit, the runaway threshold splits instead.
-func pollBins(pl PollingLoop) []pollBin {
-	h := pl.Histogram
+// histBins groups a histogram (values with their counts, ascending) for
+// display, split at split (within: at most split; over: more): one bar per
+// value up to the split (at most 40 bars), then, when headroom is set (a
+// limit), one bar for the rest of the way up to it, then bars of doubling
+// width beyond it. A limit more than 24 above the lowest value gets 16
+// bars of equal width up to it instead. A split under every value splits nothing.
+func histBins(h []PollCount, split int64, headroom bool) []pollBin {
 	if len(h) == 0 {
 		return nil
 	}
 	lo, hi := h[0].Polls, h[len(h)-1].Polls
-	split := int64(math.Floor(pl.RunawayThreshold))
-	limit := int64(math.MaxInt64)
-	if pl.Limit != nil {
-		limit = int64(pl.Limit.Max)
-		split = limit
-	}
+	over := split
 	if split < lo {
 		split = hi
+		if !headroom {
+			over = hi
+		}
 	}
-	// The last poll count at or under the split that some loop has.
+	// The last value at or under the split that has a count.
 	top := lo
 	for _, pc := range h {
 		if pc.Polls <= split {
@@ -289,12 +269,20 @@ func pollBins(pl PollingLoop) []pollBin {
 	}
 	top = min(top, lo+39)
 	var bins []pollBin
-	for p := lo; p <= top; p++ {
-		bins = append(bins, pollBin{lo: p, hi: p})
-	}
-	// The stretch up to the limit, empty or not, shows the headroom.
-	if top < split && (split < hi || pl.Limit != nil) {
-		bins = append(bins, pollBin{lo: top + 1, hi: split})
+	if span := split - lo + 1; headroom && span > 24 {
+		// A wide way up to a limit: 16 bars of equal width end at it.
+		w := (span + 15) / 16
+		for p := split; p >= lo; p -= w {
+			bins = append([]pollBin{{lo: max(p-w+1, lo), hi: p}}, bins...)
+		}
+	} else {
+		for p := lo; p <= top; p++ {
+			bins = append(bins, pollBin{lo: p, hi: p})
+		}
+		// The stretch up to the limit, empty or not, shows the headroom.
+		if top < split && (split < hi || headroom) {
+			bins = append(bins, pollBin{lo: top + 1, hi: split})
+		}
 	}
 	next := bins[len(bins)-1].hi + 1
 	for w := max(next-1, 1); next <= hi; w *= 2 {
@@ -304,7 +292,7 @@ func pollBins(pl PollingLoop) []pollBin {
 	for _, pc := range h {
 		for i := range bins {
 			if pc.Polls >= bins[i].lo && pc.Polls <= bins[i].hi {
-				if pc.Polls > limit {
+				if pc.Polls > over {
 					bins[i].over += pc.Loops
 				} else {
 					bins[i].within += pc.Loops
@@ -316,11 +304,8 @@ func pollBins(pl PollingLoop) []pollBin {
 	return bins
 }
 
-func pollsChart(pl PollingLoop) (*Chart, error) {
-	bins := pollBins(pl)
-	if len(bins) == 0 {
-		return nil, nil
-	}
+// binsChart draws histogram bins as bars, the ones over the split in red.
+func binsChart(bins []pollBin, names []string, unit, axis string) (charts.BarChartOption, bool) {
 	labels := make([]string, len(bins))
 	within := make([]float64, len(bins))
 	over := make([]float64, len(bins))
@@ -336,18 +321,15 @@ func pollsChart(pl PollingLoop) (*Chart, error) {
 		maxBar = max(maxBar, within[i]+over[i])
 	}
 	values := [][]float64{within}
-	names := []string{"loops"}
 	colors := []charts.Color{colorOK}
-	if l := pl.Limit; l != nil {
-		names[0] = fmt.Sprintf("≤ %d polls: within the proposed limit (%d per %s per %s)", l.Max, l.Max, l.Window, l.Scope)
-		if anyOver {
-			values = append(values, over)
-			names = append(names, fmt.Sprintf("> %d polls: cut", l.Max))
-			colors = append(colors, colorOver)
-		}
+	if anyOver {
+		values = append(values, over)
+		colors = append(colors, colorOver)
+	} else {
+		names = names[:1]
 	}
-	opt := stackedBars(values, labels, names, colors, "loops")
-	opt.CategoryAxis.Title = "polls per loop"
+	opt := stackedBars(values, labels, names, colors, unit)
+	opt.CategoryAxis.Title = axis
 	opt.CategoryAxis.TitleFontStyle = fontSize(10)
 	// Label the bars too small to read (the formatter sees the series'
 	// index and the value, not the bar's).
@@ -363,16 +345,189 @@ func pollsChart(pl PollingLoop) (*Chart, error) {
 	if len(labels) <= 24 {
 		opt.CategoryAxis.LabelCount = len(labels)
 	}
+	return opt, anyOver
+}
+
+// pollsChart is the distribution of polls per loop, the runaway loops (more
+// than the runaway threshold) in red. A loop's polls are no limit's unit:
+// the proposed limit is drawn against its own unit in limitChart.
+func pollsChart(pl PollingLoop) (*Chart, error) {
+	split := int64(math.Floor(pl.RunawayThreshold))
+	if split <= 0 {
+		split = math.MaxInt64
+	}
+	bins := histBins(pl.Histogram, split, false)
+	if len(bins) == 0 {
+		return nil, nil
+	}
+	names := []string{"loops", fmt.Sprintf("runaway loops (more than %d polls)", split)}
+	if split != math.MaxInt64 {
+		names[0] = fmt.Sprintf("loops of at most %d polls", split)
+	}
+	opt, anyOver := binsChart(bins, names, "loops", "polls per loop")
 	svg, err := svgChart(chartWidth, 340, func(p *charts.Painter) error { return p.BarChart(opt) })
 	if err != nil {
 		return nil, fmt.Errorf("report: polls per loop chart of %s: %w", pl.Tool, err)
 	}
 	alt := render.Terminal(fmt.Sprintf("Histogram of polls per loop of %s after %s", pl.Tool, pl.StartTool))
-	if pl.Limit != nil {
-		alt += fmt.Sprintf("; loops with more than %d polls, in red, exceed the proposed limit", pl.Limit.Max)
+	if anyOver {
+		alt += fmt.Sprintf("; runaway loops, with more than %d polls, in red", split)
 	}
 	return &Chart{File: "polls-" + fileSafe(pl.Tool) + ".svg", Title: render.Terminal(fmt.Sprintf("Polls per loop: %s after %s", pl.Tool, pl.StartTool)),
 		Alt: alt, SVG: svg}, nil
+}
+
+// limitChart draws a polled tool against its proposed limit in the limit's
+// own unit: the scope values (sessions, grants or agents) by their peak
+// calls of the tool in one window, those over the limit in red.
+func limitChart(l LimitPeak) (*Chart, error) {
+	h := make([]PollCount, len(l.Histogram))
+	for i, pc := range l.Histogram {
+		h[i] = PollCount{Polls: pc.Peak, Loops: pc.Scopes}
+	}
+	bins := histBins(h, int64(l.Limit.Max), true)
+	if len(bins) == 0 {
+		return nil, nil
+	}
+	scopes := l.Limit.Scope + "s"
+	names := []string{fmt.Sprintf("%s within the proposed limit (%d %s)", scopes, l.Limit.Max, limitUnit(l.Limit)),
+		fmt.Sprintf("%s over it (more than %d calls in one %s)", scopes, l.Limit.Max, l.Limit.Window)}
+	opt, anyOver := binsChart(bins, names, scopes, fmt.Sprintf("peak calls of the tool in one %s per %s", l.Limit.Window, l.Limit.Scope))
+	svg, err := svgChart(chartWidth, 340, func(p *charts.Painter) error { return p.BarChart(opt) })
+	if err != nil {
+		return nil, fmt.Errorf("report: limit chart of %s: %w", l.Tool, err)
+	}
+	alt := render.Terminal(fmt.Sprintf("Histogram of the %s by their peak calls of %s %s, against the proposed limit of %d", scopes, l.Tool, limitUnit(l.Limit), l.Limit.Max))
+	if anyOver {
+		alt += fmt.Sprintf("; the %s over the limit in red", scopes)
+	}
+	return &Chart{File: limitFile(l.Tool), Title: render.Terminal(fmt.Sprintf("%s against its proposed limit", l.Tool)), Alt: alt, SVG: svg}, nil
+}
+
+func limitFile(tool string) string { return "limit-" + fileSafe(tool) + ".svg" }
+
+// limitOf is the limit measured for a tool, nil when none is proposed.
+func limitOf(r *Report, tool string) *LimitPeak {
+	for i := range r.Limits {
+		if r.Limits[i].Tool == tool {
+			return &r.Limits[i]
+		}
+	}
+	return nil
+}
+
+// refusalsChart draws the refused calls over time by decision, on a scale
+// of their own: beside the allowed calls a refusal rate of 0.5 % would not
+// show. Segments too thin to see carry their count.
+func refusalsChart(r *Report) (*Chart, error) {
+	if r.Totals.Calls == r.Totals.Allowed {
+		return nil, nil
+	}
+	var names []string
+	var colors []charts.Color
+	var fns []func(Bucket) int64
+	for _, d := range decisionOrder[1:] {
+		names = append(names, strings.ReplaceAll(d, "_", " "))
+		colors = append(colors, decisionColors[d])
+		fns = append(fns, func(b Bucket) int64 { return decisionValue(b, d) })
+	}
+	svg, err := countsOverTime(r, names, colors, fns)
+	if err != nil {
+		return nil, fmt.Errorf("report: refusals over time chart: %w", err)
+	}
+	return &Chart{File: "refusals-over-time.svg", Title: "Refused calls over time",
+		Alt: fmt.Sprintf("Stacked bars of the %s calls the gateway refused per %s (UTC), by decision, on their own scale",
+			num(r.Totals.Calls-r.Totals.Allowed), r.Volume.Bucket), SVG: svg}, nil
+}
+
+// errorsChart draws the allowed calls that failed upstream over time, on a
+// scale of their own.
+func errorsChart(r *Report) (*Chart, error) {
+	if r.Totals.Errors == 0 {
+		return nil, nil
+	}
+	svg, err := countsOverTime(r, []string{"upstream error (allowed call)"}, []charts.Color{colorError},
+		[]func(Bucket) int64{func(b Bucket) int64 { return b.Errors }})
+	if err != nil {
+		return nil, fmt.Errorf("report: errors over time chart: %w", err)
+	}
+	return &Chart{File: "errors-over-time.svg", Title: "Upstream errors over time",
+		Alt: fmt.Sprintf("Bars of the %s allowed calls that failed upstream per %s (UTC), on their own scale", num(r.Totals.Errors), r.Volume.Bucket), SVG: svg}, nil
+}
+
+// countsOverTime stacks some counts of every bucket, leaving out series
+// without any; a segment too thin to see is labelled with its count.
+func countsOverTime(r *Report, names []string, colors []charts.Color, fns []func(Bucket) int64) ([]byte, error) {
+	rows := r.Volume.Rows
+	var values [][]float64
+	var keptNames []string
+	var keptColors []charts.Color
+	var maxBar float64
+	bars := make([]float64, len(rows))
+	for k, fn := range fns {
+		var total int64
+		vals := make([]float64, len(rows))
+		for i, b := range rows {
+			total += fn(b)
+			vals[i] = float64(fn(b))
+			bars[i] += vals[i]
+			maxBar = max(maxBar, bars[i])
+		}
+		if total == 0 {
+			continue
+		}
+		values = append(values, vals)
+		keptNames = append(keptNames, names[k])
+		keptColors = append(keptColors, colors[k])
+	}
+	opt := stackedBars(values, volumeLabels(r), keptNames, keptColors, "calls")
+	if len(rows) > 12 {
+		opt.CategoryAxis.LabelCount = 12
+	}
+	opt.BarSize = 0.6
+	if len(values) > 1 {
+		for i := range opt.SeriesList {
+			opt.SeriesList[i].Label = charts.SeriesLabel{Show: charts.Ptr(true), FontStyle: fontSize(9.5),
+				LabelFormatter: func(_ int, _ string, v float64) (string, *charts.LabelStyle) {
+					if v > 0 && v < maxBar/12 {
+						return num(int64(v)), nil
+					}
+					return "", nil
+				}}
+		}
+	}
+	return svgChart(chartWidth, 270, func(p *charts.Painter) error { return p.BarChart(opt) })
+}
+
+func volumeLabels(r *Report) []string {
+	labels := make([]string, len(r.Volume.Rows))
+	for i, b := range r.Volume.Rows {
+		if r.Volume.Bucket == "hour" {
+			labels[i] = b.Start.Format("02 15h")
+		} else {
+			labels[i] = b.Start.Format("Mon 02 Jan")
+		}
+	}
+	return labels
+}
+
+func limitsChart(r *Report) (*Chart, error) {
+	if len(r.Limits) == 0 {
+		return nil, nil
+	}
+	return &Chart{File: "limits.svg", Title: "Proposed limits against observed peaks",
+		Alt: fmt.Sprintf("For each of the %d proposed rate limits, the observed peak calls per window per scope value against the limit, each on its own scale", len(r.Limits)),
+		SVG: limitsSVG(r.Limits)}, nil
+}
+
+func agentToolChart(r *Report) (*Chart, error) {
+	m := r.AgentTools
+	if len(m.Agents) == 0 || len(m.Tools) == 0 {
+		return nil, nil
+	}
+	return &Chart{File: "agent-tool.svg", Title: "Which agent calls which tool",
+		Alt: fmt.Sprintf("Matrix of the calls of %d agents (columns) to %d tools (rows), darker for more calls on a logarithmic scale; red corners mark refused calls", len(m.Agents), len(m.Tools)),
+		SVG: agentToolSVG(m)}, nil
 }
 
 // valueAxis is a count axis from zero with a few round labels.

@@ -327,3 +327,210 @@ ORDER BY tool, start_tool, polls`,
 	}
 	return out, rows.Err()
 }
+
+// lastAccess reads, for every tool and grant, the last allowed call up to
+// the window's end (the whole history, as IAM's last-accessed data reads
+// it) and the window's allowed and refused calls. Catalog tools that no
+// grant ever called come with an empty grant and no last access.
+func (q querier) lastAccess(ctx context.Context) ([]LastAccess, error) {
+	rows, err := q.query(ctx, "last access", `
+WITH u AS (
+	SELECT tool, coalesce("grant", '(none)') AS g,
+	       max(epoch_ms(ts)) FILTER (decision = 'allowed') AS last_ms,
+	       max(epoch_ms(ts)) FILTER (decision <> 'allowed') AS last_refused_ms,
+	       count(*) FILTER (decision = 'allowed' AND ts > $from) AS allowed,
+	       count(*) FILTER (decision <> 'allowed' AND ts > $from) AS refused
+	FROM calls WHERE server = $server AND ts <= $to AND tool IS NOT NULL
+	GROUP BY ALL
+)
+SELECT tool, g, last_ms, last_refused_ms, allowed, refused FROM u
+UNION ALL
+SELECT DISTINCT tool, '', NULL::BIGINT, NULL::BIGINT, 0, 0 FROM tools
+WHERE server = $server AND tool NOT IN (SELECT tool FROM u)
+ORDER BY tool, g`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []LastAccess{}
+	for rows.Next() {
+		var la LastAccess
+		var last, refused sql.NullInt64
+		if err := rows.Scan(&la.Tool, &la.Grant, &last, &refused, &la.Allowed, &la.Refused); err != nil {
+			return nil, fmt.Errorf("report: last access: %w", err)
+		}
+		la.LastAllowed, la.LastRefused = nullTime(last), nullTime(refused)
+		out = append(out, la)
+	}
+	return out, rows.Err()
+}
+
+func nullTime(ms sql.NullInt64) *time.Time {
+	if !ms.Valid {
+		return nil
+	}
+	t := time.UnixMilli(ms.Int64).UTC()
+	return &t
+}
+
+// agentTools counts the busiest agents' calls of the busiest tools, and how
+// many of them were refused.
+func (q querier) agentTools(ctx context.Context, agents, tools int) (AgentToolMatrix, error) {
+	m := AgentToolMatrix{Agents: []string{}, Tools: []string{}, Calls: [][]int64{}, Refused: [][]int64{}}
+	rows, err := q.query(ctx, "agents by tool", `
+WITH c AS (
+	SELECT coalesce(agent, '(none)') AS a, tool, decision FROM calls WHERE `+inWindow+` AND tool IS NOT NULL
+), ta AS (
+	SELECT a, count(*) AS n FROM c GROUP BY a ORDER BY n DESC, a LIMIT $agents
+), tt AS (
+	SELECT tool, count(*) AS n FROM c GROUP BY tool ORDER BY n DESC, tool LIMIT $tools
+)
+SELECT c.a, c.tool, count(*), count(*) FILTER (c.decision <> 'allowed'), any_value(ta.n) AS an, any_value(tt.n) AS tn
+FROM c JOIN ta USING (a) JOIN tt USING (tool)
+GROUP BY ALL
+ORDER BY an DESC, c.a, tn DESC, c.tool`, sql.Named("agents", agents), sql.Named("tools", tools))
+	if err != nil {
+		return m, err
+	}
+	defer rows.Close()
+	type cellv struct {
+		agent, tool    string
+		calls, refused int64
+	}
+	var cells []cellv
+	toolTotal := map[string]int64{}
+	agentIndex := map[string]int{}
+	for rows.Next() {
+		var c cellv
+		var an, tn int64
+		if err := rows.Scan(&c.agent, &c.tool, &c.calls, &c.refused, &an, &tn); err != nil {
+			return m, fmt.Errorf("report: agents by tool: %w", err)
+		}
+		if _, ok := agentIndex[c.agent]; !ok {
+			agentIndex[c.agent] = len(m.Agents)
+			m.Agents = append(m.Agents, c.agent)
+		}
+		toolTotal[c.tool] = tn
+		cells = append(cells, c)
+	}
+	if err := rows.Err(); err != nil {
+		return m, err
+	}
+	m.Tools = byCount(toolTotal)
+	toolIndex := map[string]int{}
+	for i, t := range m.Tools {
+		toolIndex[t] = i
+	}
+	for range m.Agents {
+		m.Calls = append(m.Calls, make([]int64, len(m.Tools)))
+		m.Refused = append(m.Refused, make([]int64, len(m.Tools)))
+	}
+	for _, c := range cells {
+		i, j := agentIndex[c.agent], toolIndex[c.tool]
+		m.Calls[i][j], m.Refused[i][j] = c.calls, c.refused
+	}
+	return m, nil
+}
+
+// limitScopeKey is the counter key of a limit's scope, as the policy
+// evaluator counts it (SPEC §4): a call without the scope's key counts under
+// its grant, and under the empty grant when that is missing too.
+func limitScopeKey(scope string) string {
+	grant := `'g:' || coalesce("grant", '')`
+	switch scope {
+	case "session":
+		return `CASE WHEN coalesce(session, '') <> '' THEN 's:' || session ELSE ` + grant + ` END`
+	case "agent":
+		return `CASE WHEN coalesce(agent, '') <> '' THEN 'a:' || agent ELSE ` + grant + ` END`
+	}
+	return grant
+}
+
+// limitWindowMillis is the length of a limit's fixed, calendar-aligned UTC window.
+func limitWindowMillis(window string) int64 {
+	switch window {
+	case "hour":
+		return msPerHour
+	case "day":
+		return msPerDay
+	}
+	return 60_000
+}
+
+// limitPeaks measures each proposed limit in its own unit: the calls of
+// its tool per window per scope value that the policy's other rules let
+// through (allowed or rate-limited, as the recommender counts them), each
+// scope value's peak, and how many windows and calls go over the limit.
+// The limits are grouped by scope and window, one query each.
+func (q querier) limitPeaks(ctx context.Context, limits []LimitPeak) error {
+	type unit struct{ scope, window string }
+	groups := map[unit][]int{}
+	var units []unit
+	for i, l := range limits {
+		u := unit{l.Limit.Scope, l.Limit.Window}
+		if _, ok := groups[u]; !ok {
+			units = append(units, u)
+		}
+		groups[u] = append(groups[u], i)
+	}
+	for _, u := range units {
+		var tools []string
+		var maxes []int64
+		byTool := map[string]*LimitPeak{}
+		for _, i := range groups[u] {
+			tools = append(tools, limits[i].Tool)
+			maxes = append(maxes, int64(limits[i].Limit.Max))
+			byTool[limits[i].Tool] = &limits[i]
+		}
+		if err := q.limitPeaksOf(ctx, u.scope, u.window, tools, maxes, byTool); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (q querier) limitPeaksOf(ctx context.Context, scope, window string, tools []string, maxes []int64, byTool map[string]*LimitPeak) error {
+	rows, err := q.query(ctx, "limits against peaks", `
+WITH lim AS (
+	SELECT unnest($tools::VARCHAR[]) AS tool, unnest($maxes::BIGINT[]) AS mx
+), per AS (
+	SELECT tool, `+limitScopeKey(scope)+` AS k, epoch_ms(ts) // $bucket AS w, count(*) AS n
+	FROM calls WHERE `+inWindow+` AND tool IN (SELECT tool FROM lim) AND decision IN ('allowed', 'rate_limited')
+	GROUP BY ALL
+), pk AS (
+	SELECT tool, k, max(n) AS peak FROM per GROUP BY ALL
+), ws AS (
+	SELECT tool, count(*) AS windows, count(*) FILTER (n > mx) AS over, coalesce(sum(n - mx) FILTER (n > mx), 0) AS excess
+	FROM per JOIN lim USING (tool) GROUP BY tool
+), ps AS (
+	SELECT tool, count(*) AS scopes, count(*) FILTER (peak > mx) AS scopes_over,
+	       quantile_cont(peak, 0.5) AS p50, quantile_cont(peak, 0.99) AS p99, max(peak) AS mxp
+	FROM pk JOIN lim USING (tool) GROUP BY tool
+), h AS (
+	SELECT tool, peak, count(*) AS n FROM pk GROUP BY ALL
+)
+SELECT h.tool, h.peak, h.n, ps.scopes, ps.scopes_over, round(ps.p50, 1), round(ps.p99, 1), ps.mxp, ws.windows, ws.over, ws.excess
+FROM h JOIN ps USING (tool) JOIN ws USING (tool)
+ORDER BY h.tool, h.peak`, sql.Named("tools", tools), sql.Named("maxes", maxes), sql.Named("bucket", limitWindowMillis(window)))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var tool string
+		var pc PeakCount
+		var s LimitPeak
+		if err := rows.Scan(&tool, &pc.Peak, &pc.Scopes, &s.Scopes, &s.ScopesOver, &s.PeakP50, &s.PeakP99, &s.PeakMax,
+			&s.Windows, &s.WindowsOver, &s.CallsOver); err != nil {
+			return fmt.Errorf("report: limits against peaks: %w", err)
+		}
+		l := byTool[tool]
+		if l == nil {
+			continue
+		}
+		l.Scopes, l.ScopesOver, l.PeakP50, l.PeakP99, l.PeakMax = s.Scopes, s.ScopesOver, s.PeakP50, s.PeakP99, s.PeakMax
+		l.Windows, l.WindowsOver, l.CallsOver = s.Windows, s.WindowsOver, s.CallsOver
+		l.Histogram = append(l.Histogram, pc)
+	}
+	return rows.Err()
+}

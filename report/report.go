@@ -42,9 +42,18 @@ type Report struct {
 	Agents []AgentStats `json:"agents"`
 	// HourByTool counts the busiest tools' calls per UTC hour of the day.
 	HourByTool HourMatrix `json:"hour_by_tool"`
+	// AgentTools counts the busiest agents' calls of the busiest tools.
+	AgentTools AgentToolMatrix `json:"agent_tools"`
+	// LastAccess is, per tool and grant, the last allowed call up to the
+	// window's end and the window's calls.
+	LastAccess []LastAccess `json:"last_access"`
 	// Polling is the distribution of polls per loop of each polling_loop
 	// finding, over the recommendation's window.
-	Polling        []PollingLoop  `json:"polling"`
+	Polling []PollingLoop `json:"polling"`
+	// Limits sets each proposed rate limit against the observed peaks in its
+	// own unit (calls per window per scope value), over the
+	// recommendation's window.
+	Limits         []LimitPeak    `json:"limits"`
 	Changes        Changes        `json:"changes"`
 	Recommendation Recommendation `json:"recommendation"`
 
@@ -128,6 +137,61 @@ type AgentStats struct {
 type HourMatrix struct {
 	Tools  []string    `json:"tools"`
 	Counts [][24]int64 `json:"counts"`
+}
+
+// AgentToolMatrix is calls per agent (rows) and tool (columns) in the
+// window; Refused counts those the gateway did not allow.
+type AgentToolMatrix struct {
+	Agents  []string  `json:"agents"`
+	Tools   []string  `json:"tools"`
+	Calls   [][]int64 `json:"calls"`
+	Refused [][]int64 `json:"refused"`
+}
+
+// LastAccess is when one grant last had a call of one tool allowed, over the
+// whole history up to the window's end. Grant is "(none)" for calls without
+// one, and "" for a catalog tool that no grant ever called.
+type LastAccess struct {
+	Tool  string `json:"tool"`
+	Grant string `json:"grant"`
+	// LastAllowed is the last allowed call, nil when none was ever allowed;
+	// LastRefused the last call refused.
+	LastAllowed *time.Time `json:"last_allowed"`
+	LastRefused *time.Time `json:"last_refused"`
+	// Allowed and Refused count the window's calls.
+	Allowed int64 `json:"allowed"`
+	Refused int64 `json:"refused"`
+}
+
+// LimitPeak is one proposed rate limit against the peaks observed in its
+// unit: calls of Tool per Limit.Window per scope value (session, grant or
+// agent), counting the calls the policy's other rules let through.
+type LimitPeak struct {
+	Tool      string `json:"tool"`
+	FindingID string `json:"finding_id"`
+	Kind      string `json:"kind"`
+	Limit     Limit  `json:"limit"`
+	// Scopes are the scope values with a call; ScopesOver those whose peak
+	// exceeds the limit.
+	Scopes     int64 `json:"scopes"`
+	ScopesOver int64 `json:"scopes_over"`
+	// PeakP50, PeakP99 and PeakMax summarise the scope values' peaks.
+	PeakP50 float64 `json:"peak_p50"`
+	PeakP99 float64 `json:"peak_p99"`
+	PeakMax float64 `json:"peak_max"`
+	// Windows are the (scope value, window) pairs with a call; WindowsOver
+	// those over the limit, and CallsOver the calls beyond the limit in them.
+	Windows     int64 `json:"windows"`
+	WindowsOver int64 `json:"windows_over"`
+	CallsOver   int64 `json:"calls_over"`
+	// Histogram counts the scope values by their peak.
+	Histogram []PeakCount `json:"histogram"`
+}
+
+// PeakCount is how many scope values peaked at exactly Peak calls in one window.
+type PeakCount struct {
+	Peak   int64 `json:"peak"`
+	Scopes int64 `json:"scopes"`
 }
 
 // PollingLoop is the shape of one polling_loop finding's loops.

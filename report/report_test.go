@@ -32,8 +32,9 @@ func TestGoldenReport(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), Stamp(fixedNow))
 	files, err := WriteFolder(dir, r, Formats)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"charts/calls-over-time.svg", "charts/hour-by-tool.svg", "charts/polls-get_task_status.svg",
-		"charts/polls-vm_agent_exec_status.svg", "charts/top-tools.svg", "pr/", HTMLFile, JSONFile, MarkdownFile}, files)
+	assert.Equal(t, []string{"charts/agent-tool.svg", "charts/calls-over-time.svg", "charts/errors-over-time.svg", "charts/hour-by-tool.svg",
+		"charts/limit-get_task_status.svg", "charts/limit-vm_agent_exec_status.svg", "charts/limits.svg", "charts/polls-get_task_status.svg",
+		"charts/polls-vm_agent_exec_status.svg", "charts/refusals-over-time.svg", "charts/top-tools.svg", "pr/", HTMLFile, JSONFile, MarkdownFile}, files)
 	js, err := os.ReadFile(filepath.Join(dir, JSONFile))
 	require.NoError(t, err)
 	md, err := os.ReadFile(filepath.Join(dir, MarkdownFile))
@@ -120,8 +121,9 @@ func TestGoldenReport(t *testing.T) {
 			assert.NoError(t, xml.Unmarshal(c.SVG, new(struct{})), "%s is well-formed XML", c.File)
 			assert.NotContains(t, string(c.SVG), "http://www.w3.org/1999/xlink\" href", "nothing fetched")
 		}
-		assert.Equal(t, []string{"calls-over-time.svg", "top-tools.svg", "hour-by-tool.svg",
-			"polls-get_task_status.svg", "polls-vm_agent_exec_status.svg"}, names)
+		assert.Equal(t, []string{"calls-over-time.svg", "refusals-over-time.svg", "errors-over-time.svg", "top-tools.svg", "hour-by-tool.svg",
+			"agent-tool.svg", "limits.svg", "polls-get_task_status.svg", "limit-get_task_status.svg",
+			"polls-vm_agent_exec_status.svg", "limit-vm_agent_exec_status.svg"}, names)
 	})
 
 	t.Run("HTML is one self-contained page", func(t *testing.T) {
@@ -353,9 +355,8 @@ func TestParseFormats(t *testing.T) {
 }
 
 func TestPollBins(t *testing.T) {
-	pl := PollingLoop{Limit: &Limit{Max: 20, Window: "hour", Scope: "session"}, RunawayThreshold: 30,
-		Histogram: []PollCount{{3, 10}, {4, 20}, {6, 5}, {40, 1}, {150, 2}}}
-	bins := pollBins(pl)
+	h := []PollCount{{3, 10}, {4, 20}, {6, 5}, {40, 1}, {150, 2}}
+	bins := histBins(h, 20, true)
 	var labels []string
 	var within, over int64
 	for _, b := range bins {
@@ -367,16 +368,23 @@ func TestPollBins(t *testing.T) {
 	assert.Equal(t, int64(35), within)
 	assert.Equal(t, int64(3), over)
 
-	// Loops far under the limit: the bars run on to it.
-	pl = PollingLoop{Limit: &Limit{Max: 24}, RunawayThreshold: 18, Histogram: []PollCount{{3, 35}, {6, 24}}}
-	bins = pollBins(pl)
+	// Values far under the limit: the bars run on to it.
+	bins = histBins([]PollCount{{3, 35}, {6, 24}}, 24, true)
 	require.Len(t, bins, 5)
 	assert.Equal(t, pollBin{lo: 7, hi: 24}, bins[4])
-	// No limit: unit bars up to the runaway threshold, then doubling.
-	pl = PollingLoop{RunawayThreshold: 10, Histogram: []PollCount{{3, 5}, {4, 2}, {30, 1}}}
-	bins = pollBins(pl)
+	// Polls per loop, split at the runaway threshold: unit bars up to
+	// it, then doubling, the runaway loops over.
+	bins = histBins([]PollCount{{3, 5}, {4, 2}, {30, 1}}, 10, false)
 	assert.Equal(t, pollBin{lo: 5, hi: 10, within: 0}, bins[2])
-	assert.Equal(t, int64(1), bins[len(bins)-1].within)
+	assert.Equal(t, int64(1), bins[len(bins)-1].over)
+	// A limit under every value: all over.
+	bins = histBins([]PollCount{{30, 2}, {31, 1}}, 20, true)
+	var o int64
+	for _, b := range bins {
+		o += b.over
+		assert.Zero(t, b.within)
+	}
+	assert.Equal(t, int64(3), o)
 }
 
 func itoa(n int64) string { return num(n) }
