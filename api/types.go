@@ -101,6 +101,7 @@ type Settings struct {
 	MinLimit        int      `json:"min_limit"`
 	RareMaxCalls    int      `json:"rare_max_calls"`
 	RareMaxDays     int      `json:"rare_max_days"`
+	RareMaxShare    float64  `json:"rare_max_session_share"`
 	PollMinCalls    int      `json:"poll_min_calls"`
 	PollMaxInterval Duration `json:"poll_max_interval"`
 	PollMaxCV       float64  `json:"poll_max_cv"`

@@ -72,6 +72,7 @@ var Defaults = map[string]any{
 	"recommend.min_limit":                 5,
 	"recommend.rare_max_calls":            5,
 	"recommend.rare_max_days":             3,
+	"recommend.rare_max_session_share":    0.01,
 	"recommend.poll_min_calls":            3,
 	"recommend.poll_max_interval":         "60s",
 	"recommend.poll_max_cv":               0.5,
@@ -165,19 +166,20 @@ type Query struct {
 
 // Recommend is recommend.*.
 type Recommend struct {
-	Window          time.Duration
-	MinDays         int
-	MinSessions     int
-	Headroom        float64
-	MinLimit        int
-	RareMaxCalls    int
-	RareMaxDays     int
-	PollMinCalls    int
-	PollMaxInterval time.Duration
-	PollMaxCV       float64
-	RunawayFactor   float64
-	Grace           time.Duration
-	Overrides       string
+	Window              time.Duration
+	MinDays             int
+	MinSessions         int
+	Headroom            float64
+	MinLimit            int
+	RareMaxCalls        int
+	RareMaxDays         int
+	RareMaxSessionShare float64
+	PollMinCalls        int
+	PollMaxInterval     time.Duration
+	PollMaxCV           float64
+	RunawayFactor       float64
+	Grace               time.Duration
+	Overrides           string
 }
 
 // Error is a configuration error: exit code 2.
@@ -278,7 +280,8 @@ func Load(v *viper.Viper) (*Config, error) {
 		Window: p.duration("recommend.window"), MinDays: p.integer("recommend.min_days", 0, 3650),
 		MinSessions: p.integer("recommend.min_sessions", 0, 1<<30), Headroom: p.float("recommend.headroom", 1, 100),
 		MinLimit: p.integer("recommend.min_limit", 1, 1<<30), RareMaxCalls: p.integer("recommend.rare_max_calls", 0, 1<<30),
-		RareMaxDays: p.integer("recommend.rare_max_days", 0, 3650), PollMinCalls: p.integer("recommend.poll_min_calls", 2, 1<<20),
+		RareMaxDays: p.integer("recommend.rare_max_days", 0, 3650), RareMaxSessionShare: p.float("recommend.rare_max_session_share", 0, 1),
+		PollMinCalls:    p.integer("recommend.poll_min_calls", 2, 1<<20),
 		PollMaxInterval: p.duration("recommend.poll_max_interval"), PollMaxCV: p.float("recommend.poll_max_cv", 0.0001, 10),
 		RunawayFactor: p.float("recommend.runaway_factor", 1, 1000), Grace: p.duration("recommend.grace"),
 		Overrides: p.str("recommend.overrides", nil),

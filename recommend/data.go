@@ -83,17 +83,31 @@ FROM calls WHERE `+inWindow, q.args()...).Scan(&w.Calls, &w.Sessions, &w.Agents,
 	return w, activeDays, nil
 }
 
+// allowedSessions counts the scope's sessions with an allowed call in the
+// window: what a tool's share of use is measured against.
+func (q query) allowedSessions(ctx context.Context) (int64, error) {
+	var n int64
+	err := q.db.QueryRowContext(ctx, `
+SELECT count(DISTINCT hash(`+sessionKey+`)) FILTER (`+sessionKey+` <> '' AND decision = 'allowed')
+FROM calls WHERE `+inWindow, q.args()...).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("sessions with allowed calls: %w", err)
+	}
+	return n, nil
+}
+
 // usage is one tool's use: in the window, and over the whole history.
 type usage struct {
-	Tool           string
-	Calls          int64 // any decision, in the window
-	Allowed        int64 // allowed calls in the window
-	AllowedDays    int64 // distinct days with an allowed call in the window
-	Refused        int64 // calls not allowed in the window
-	Sessions       int64
-	WithSession    int64      // calls in the window that carry a session
-	LastAllowed    *time.Time // last allowed call ever (up to now)
-	EarlierPeriods int64      // window-length periods before the window with an allowed call
+	Tool            string
+	Calls           int64      // any decision, in the window
+	Allowed         int64      // allowed calls in the window
+	AllowedDays     int64      // distinct days with an allowed call in the window
+	Refused         int64      // calls not allowed in the window
+	Sessions        int64      // sessions with a call of the tool in the window, any decision
+	AllowedSessions int64      // sessions with an allowed call of the tool in the window
+	WithSession     int64      // calls in the window that carry a session
+	LastAllowed     *time.Time // last allowed call ever (up to now)
+	EarlierPeriods  int64      // window-length periods before the window with an allowed call
 }
 
 // toolUsage reads every tool's use in one scan of the server's history.
@@ -105,6 +119,7 @@ SELECT tool,
        count(DISTINCT epoch_ms(ts) // 86400000) FILTER (ts > $from AND decision = 'allowed'),
        count(*) FILTER (ts > $from AND decision <> 'allowed'),
        count(DISTINCT hash(`+sessionKey+`)) FILTER (ts > $from),
+       count(DISTINCT hash(`+sessionKey+`)) FILTER (ts > $from AND decision = 'allowed'),
        count(*) FILTER (ts > $from AND coalesce(session, '') <> ''),
        max(ts) FILTER (decision = 'allowed'),
        count(DISTINCT (epoch_ms($from) - epoch_ms(ts)) // $period_ms) FILTER (ts <= $from AND decision = 'allowed')
@@ -119,7 +134,7 @@ GROUP BY tool`, sql.Named("period_ms", window.Milliseconds()))
 	for rows.Next() {
 		u := &usage{}
 		var last sql.NullTime
-		if err := rows.Scan(&u.Tool, &u.Calls, &u.Allowed, &u.AllowedDays, &u.Refused, &u.Sessions, &u.WithSession, &last, &u.EarlierPeriods); err != nil {
+		if err := rows.Scan(&u.Tool, &u.Calls, &u.Allowed, &u.AllowedDays, &u.Refused, &u.Sessions, &u.AllowedSessions, &u.WithSession, &last, &u.EarlierPeriods); err != nil {
 			return nil, fmt.Errorf("tool usage: %w", err)
 		}
 		if last.Valid {

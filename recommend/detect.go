@@ -17,7 +17,11 @@ import (
 // results (loops before rate limits, probes before allow candidates).
 func (s *state) detect(ctx context.Context) error {
 	lap := s.q.timed("risky and unused tools")
-	s.detectRisky()
+	scope, err := s.q.allowedSessions(ctx)
+	if err != nil {
+		return err
+	}
+	s.detectRisky(scope)
 	s.detectUnused()
 	storms := s.detectRetryStorms()
 	lap()
@@ -46,36 +50,69 @@ func isRisky(c catalog.Category) bool {
 
 // detectRisky reports allowed exec, destructive and admin tools. Rarely used
 // ones go behind approval; regularly used ones stay allowed and are reported.
-func (s *state) detectRisky() {
+// scopeSessions are the sessions of the scope (the grant, or the server)
+// with an allowed call in the window.
+func (s *state) detectRisky(scopeSessions int64) {
 	for _, t := range sortedKeys(s.usage) {
 		u := s.usage[t]
 		c := s.classes[t]
 		if u.Allowed == 0 || !isRisky(c.Category) {
 			continue
 		}
-		rare := u.Allowed <= int64(s.p.RareMaxCalls) && u.AllowedDays <= int64(s.p.RareMaxDays)
+		r := s.rarity(u, scopeSessions)
 		ev := map[string]any{
 			"category": string(c.Category), "risk_source": string(c.Source), "why": c.Why,
-			"allowed_calls": u.Allowed, "allowed_days": u.AllowedDays, "sessions": u.Sessions,
-			"last_called": u.LastAllowed, "rarely_used": rare,
+			"allowed_calls": u.Allowed, "allowed_days": u.AllowedDays, "sessions": u.AllowedSessions,
+			"scope_sessions": scopeSessions, "session_share": r.share, "rarity_rule": r.rule,
+			"last_called": u.LastAllowed, "rarely_used": r.rare,
 		}
 		f := Finding{Kind: KindRiskyTool, Tool: t, Evidence: ev, Confidence: s.confid}
-		if rare {
+		if r.rare {
 			if hasApproval(s.currentRule(t)) {
 				continue // already behind approval: nothing to change
 			}
 			s.approval[t] = true
 			f.Severity = s.riskSeverity(c)
 			f.Action = Action{Op: OpRequireApproval}
-			f.Summary = fmt.Sprintf("%s is %s tool used only %s on %s: put it behind human approval",
-				t, article(string(c.Category)), plural(u.Allowed, "time", "times"), plural(u.AllowedDays, "day", "days"))
+			f.Summary = fmt.Sprintf("%s is %s tool used rarely (%s): put it behind human approval",
+				t, article(string(c.Category)), r.said)
 		} else {
 			f.Severity = string(catalog.SeverityInfo)
 			f.Action = Action{Op: OpNone}
-			f.Summary = fmt.Sprintf("%s is %s tool in regular use (%s on %s): it stays allowed; review who needs it",
-				t, article(string(c.Category)), plural(u.Allowed, "call", "calls"), plural(u.AllowedDays, "day", "days"))
+			f.Summary = fmt.Sprintf("%s is %s tool in regular use (%s): it stays allowed; review who needs it",
+				t, article(string(c.Category)), r.said)
 		}
 		s.add(f)
+	}
+}
+
+// verdict is a rarity decision with the numbers behind it.
+type verdict struct {
+	rare  bool
+	share float64 // the tool's sessions / the scope's sessions (0 under the count rule)
+	rule  string  // "session_share", or "counts" where the scope is too small for shares
+	said  string  // the numbers, for the summary
+}
+
+// rarity decides whether a risky tool is rarely used relative to its scope's
+// traffic: at most recommend.rare_max_session_share of the scope's sessions
+// with allowed calls used it. The share does not move when the same agents'
+// traffic grows, where a count would flip its verdict. A scope with fewer
+// than recommend.min_sessions such sessions is too small for a share to mean
+// anything: there the absolute counts decide (rare_max_calls on at most
+// rare_max_days days).
+func (s *state) rarity(u *usage, scopeSessions int64) verdict {
+	if scopeSessions >= int64(max(s.p.MinSessions, 1)) {
+		share := float64(u.AllowedSessions) / float64(scopeSessions)
+		return verdict{
+			rare: share <= s.p.RareMaxSessionShare, share: share, rule: "session_share",
+			said: fmt.Sprintf("%s of %s, %.2f%%; rare up to %.2f%%", plural(u.AllowedSessions, "session", "sessions"),
+				GroupDigits(scopeSessions), 100*share, 100*s.p.RareMaxSessionShare),
+		}
+	}
+	return verdict{
+		rare: u.Allowed <= int64(s.p.RareMaxCalls) && u.AllowedDays <= int64(s.p.RareMaxDays), rule: "counts",
+		said: fmt.Sprintf("%s on %s; too few sessions for a share", plural(u.Allowed, "call", "calls"), plural(u.AllowedDays, "day", "days")),
 	}
 }
 

@@ -18,25 +18,28 @@ import (
 
 // Params are the thresholds of SPEC §5 (config keys recommend.*).
 type Params struct {
-	Window          time.Duration
-	MinDays         int
-	MinSessions     int
-	Headroom        float64
-	MinLimit        int
-	RareMaxCalls    int
-	RareMaxDays     int
-	PollMinCalls    int
-	PollMaxInterval time.Duration
-	PollMaxCV       float64
-	RunawayFactor   float64
-	Grace           time.Duration
+	Window       time.Duration
+	MinDays      int
+	MinSessions  int
+	Headroom     float64
+	MinLimit     int
+	RareMaxCalls int
+	RareMaxDays  int
+	// RareMaxSessionShare: a risky tool used by at most this share of the
+	// scope's sessions (with allowed calls) is rarely used.
+	RareMaxSessionShare float64
+	PollMinCalls        int
+	PollMaxInterval     time.Duration
+	PollMaxCV           float64
+	RunawayFactor       float64
+	Grace               time.Duration
 }
 
 // DefaultParams are the defaults of SPEC §7.
 func DefaultParams() Params {
 	return Params{
 		Window: 30 * 24 * time.Hour, MinDays: 7, MinSessions: 20, Headroom: 1.5, MinLimit: 5,
-		RareMaxCalls: 5, RareMaxDays: 3, PollMinCalls: 3, PollMaxInterval: 60 * time.Second,
+		RareMaxCalls: 5, RareMaxDays: 3, RareMaxSessionShare: 0.01, PollMinCalls: 3, PollMaxInterval: 60 * time.Second,
 		PollMaxCV: 0.5, RunawayFactor: 3, Grace: 14 * 24 * time.Hour,
 	}
 }

@@ -188,7 +188,7 @@ func (a *app) settings() (*api.Settings, error) {
 	r := a.cfg.Recommend
 	s := &api.Settings{
 		Window: api.Duration(r.Window), MinDays: r.MinDays, MinSessions: r.MinSessions, Headroom: r.Headroom,
-		MinLimit: r.MinLimit, RareMaxCalls: r.RareMaxCalls, RareMaxDays: r.RareMaxDays, PollMinCalls: r.PollMinCalls,
+		MinLimit: r.MinLimit, RareMaxCalls: r.RareMaxCalls, RareMaxDays: r.RareMaxDays, RareMaxShare: r.RareMaxSessionShare, PollMinCalls: r.PollMinCalls,
 		PollMaxInterval: api.Duration(r.PollMaxInterval), PollMaxCV: r.PollMaxCV, RunawayFactor: r.RunawayFactor,
 		Grace: api.Duration(r.Grace),
 	}
@@ -210,6 +210,7 @@ func (a *app) applySettings(s *api.Settings) {
 	r := &a.cfg.Recommend
 	r.Window, r.MinDays, r.MinSessions, r.Headroom = time.Duration(s.Window), s.MinDays, s.MinSessions, s.Headroom
 	r.MinLimit, r.RareMaxCalls, r.RareMaxDays, r.PollMinCalls = s.MinLimit, s.RareMaxCalls, s.RareMaxDays, s.PollMinCalls
+	r.RareMaxSessionShare = s.RareMaxShare
 	r.PollMaxInterval, r.PollMaxCV, r.RunawayFactor, r.Grace = time.Duration(s.PollMaxInterval), s.PollMaxCV, s.RunawayFactor, time.Duration(s.Grace)
 	a.overridesDoc = s.Overrides
 	if s.Overrides == nil {

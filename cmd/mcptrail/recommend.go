@@ -155,7 +155,7 @@ func (a *app) recommendParams() recommend.Params {
 	r := a.cfg.Recommend
 	return recommend.Params{
 		Window: r.Window, MinDays: r.MinDays, MinSessions: r.MinSessions, Headroom: r.Headroom, MinLimit: r.MinLimit,
-		RareMaxCalls: r.RareMaxCalls, RareMaxDays: r.RareMaxDays, PollMinCalls: r.PollMinCalls,
+		RareMaxCalls: r.RareMaxCalls, RareMaxDays: r.RareMaxDays, RareMaxSessionShare: r.RareMaxSessionShare, PollMinCalls: r.PollMinCalls,
 		PollMaxInterval: r.PollMaxInterval, PollMaxCV: r.PollMaxCV, RunawayFactor: r.RunawayFactor, Grace: r.Grace,
 	}
 }
