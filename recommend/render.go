@@ -168,6 +168,9 @@ func ReplaySentence(r *Replay) string {
 	}
 	s += fmt.Sprintf("; %s the gateway allowed would change (%s, %s)",
 		plural(r.Changed, "call", "calls"), plural(r.SessionsAffected, "session", "sessions"), plural(r.AgentsAffected, "agent", "agents"))
+	if r.NewlyAllowed > 0 {
+		s += fmt.Sprintf("; %s the gateway refused would pass", plural(r.NewlyAllowed, "call", "calls"))
+	}
 	return s
 }
 
@@ -381,16 +384,17 @@ func Markdown(r *Report) string {
 		GroupDigits(r.Replay.Hidden), GroupDigits(r.Replay.Denied), GroupDigits(r.Replay.Calls))
 	var changed []string
 	for t, tr := range r.Replay.ByTool {
-		if tr.Changed > 0 {
+		if tr.Changed > 0 || tr.NewlyAllowed > 0 {
 			changed = append(changed, t)
 		}
 	}
 	sort.Strings(changed)
 	if len(changed) > 0 {
-		b.WriteString("| Tool | Calls | Changed | Sessions affected |\n|---|---:|---:|---:|\n")
+		b.WriteString("| Tool | Calls | Allowed then, refused now | Refused then, allowed now | Sessions affected |\n|---|---:|---:|---:|---:|\n")
 		for _, t := range changed {
 			tr := r.Replay.ByTool[t]
-			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(t), GroupDigits(tr.Calls), GroupDigits(tr.Changed), GroupDigits(tr.SessionsAffected))
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", cell(t), GroupDigits(tr.Calls), GroupDigits(tr.Changed),
+				GroupDigits(tr.NewlyAllowed), GroupDigits(tr.SessionsAffected))
 		}
 		b.WriteString("\n")
 	}

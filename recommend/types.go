@@ -155,8 +155,12 @@ type Suppressed struct {
 type Replay struct {
 	ReplayTotals
 	ByTool map[string]*ToolReplay `json:"by_tool"`
-	// FirstAffected are the earliest calls whose decision the policy changes.
+	// FirstAffected are the earliest calls the gateway allowed that the
+	// policy would refuse.
 	FirstAffected []AffectedCall `json:"first_affected"`
+	// FirstNewlyAllowed are the earliest calls the gateway refused that the
+	// policy would allow (at most a few per tool).
+	FirstNewlyAllowed []AffectedCall `json:"first_newly_allowed"`
 }
 
 // ReplayTotals are a replay's counts over all tools; reports quote them.
@@ -168,7 +172,10 @@ type ReplayTotals struct {
 	RateLimited      int64 `json:"rate_limited"`
 	ApprovalRequired int64 `json:"approval_required"`
 	// Changed counts calls the gateway allowed that this policy would not.
-	Changed          int64 `json:"changed"`
+	Changed int64 `json:"changed"`
+	// NewlyAllowed counts calls the gateway refused (denied, hidden,
+	// rate-limited or held for approval) that this policy would allow.
+	NewlyAllowed     int64 `json:"newly_allowed"`
 	SessionsAffected int64 `json:"sessions_affected"`
 	AgentsAffected   int64 `json:"agents_affected"`
 	// RateLimitedSessions are the sessions with a call the policy's limits
@@ -186,6 +193,7 @@ type ToolReplay struct {
 	RateLimited      int64 `json:"rate_limited"`
 	ApprovalRequired int64 `json:"approval_required"`
 	Changed          int64 `json:"changed"`
+	NewlyAllowed     int64 `json:"newly_allowed"`
 	SessionsAffected int64 `json:"sessions_affected"`
 }
 
