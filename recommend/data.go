@@ -90,6 +90,10 @@ type usage struct {
 	Refused        int64 // calls not allowed in the window
 	Sessions       int64
 	WithSession    int64      // calls in the window that carry a session
+	Denied         int64      // calls denied in the window
+	Hidden         int64      // calls refused as hidden in the window
+	RateLimited    int64      // calls refused by a rate limit in the window
+	Approval       int64      // calls held for approval in the window
 	LastAllowed    *time.Time // last allowed call ever (up to now)
 	EarlierPeriods int64      // window-length periods before the window with an allowed call
 }
@@ -104,6 +108,8 @@ SELECT tool,
        count(*) FILTER (ts > $from AND decision <> 'allowed'),
        count(DISTINCT hash(`+sessionKey+`)) FILTER (ts > $from),
        count(*) FILTER (ts > $from AND coalesce(session, '') <> ''),
+       count(*) FILTER (ts > $from AND decision = 'denied'), count(*) FILTER (ts > $from AND decision = 'hidden'),
+       count(*) FILTER (ts > $from AND decision = 'rate_limited'), count(*) FILTER (ts > $from AND decision = 'approval_required'),
        max(ts) FILTER (decision = 'allowed'),
        count(DISTINCT (epoch_ms($from) - epoch_ms(ts)) // $period_ms) FILTER (ts <= $from AND decision = 'allowed')
 FROM calls
@@ -117,7 +123,8 @@ GROUP BY tool`, sql.Named("period_ms", window.Milliseconds()))
 	for rows.Next() {
 		u := &usage{}
 		var last sql.NullTime
-		if err := rows.Scan(&u.Tool, &u.Calls, &u.Allowed, &u.AllowedDays, &u.Refused, &u.Sessions, &u.WithSession, &last, &u.EarlierPeriods); err != nil {
+		if err := rows.Scan(&u.Tool, &u.Calls, &u.Allowed, &u.AllowedDays, &u.Refused, &u.Sessions, &u.WithSession,
+			&u.Denied, &u.Hidden, &u.RateLimited, &u.Approval, &last, &u.EarlierPeriods); err != nil {
 			return nil, fmt.Errorf("tool usage: %w", err)
 		}
 		if last.Valid {

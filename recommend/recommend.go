@@ -107,6 +107,9 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 		return nil, err
 	}
 	lap("replay")
+	ruleChanges := s.detectLoosenings(proposed, replay)
+	s.applySuppressions()
+	sortFindings(s.findings)
 	patch, err := policy.Patch(opts.Current, proposed)
 	if err != nil {
 		return nil, fmt.Errorf("patch: %w", err)
@@ -119,7 +122,7 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 		Server: opts.Server, Grant: opts.Grant, GeneratedAt: time.Now().UTC(),
 		Window: s.window, Confidence: s.confid, Draft: s.confid == Low, Gates: gates,
 		Findings: s.findings, Policy: proposed, Current: opts.Current, Patch: patch, Replay: *replay,
-		SuppressionChanges: changes,
+		RuleChanges: ruleChanges, SuppressionChanges: changes,
 	}, nil
 }
 
@@ -238,7 +241,7 @@ func (s *state) applySuppressions() {
 	}
 }
 
-var kindOrder = []string{KindRiskyTool, KindPollingLoop, KindDeniedProbe, KindRetryStorm, KindUnusedTool,
+var kindOrder = []string{KindLoosening, KindRiskyTool, KindPollingLoop, KindDeniedProbe, KindRetryStorm, KindUnusedTool,
 	KindRateLimit, KindUnknownTool, KindAllowCandidate}
 
 func sortFindings(fs []Finding) {

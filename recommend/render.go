@@ -115,7 +115,7 @@ func WriteFolder(dir string, r *Report) error {
 
 // Counts of the changes the proposal makes.
 type changeCounts struct {
-	hide, approval, limits, reported, suppressed int
+	hide, approval, limits, reported, suppressed, widen int
 }
 
 func countChanges(r *Report) changeCounts {
@@ -132,6 +132,8 @@ func countChanges(r *Report) changeCounts {
 			c.approval++
 		case OpRateLimit:
 			c.limits++
+		case OpWiden:
+			c.widen++
 		default:
 			c.reported++
 		}
@@ -292,6 +294,9 @@ func Text(r *Report, color bool) string {
 	fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, "Proposed policy"))
 	fmt.Fprintf(&b, "  default deny; %d tools allowed; hide %d; %d behind approval; %d rate limits; %d reported only\n",
 		len(r.Policy.Tools), len(r.Policy.Hide), c.approval, c.limits, c.reported)
+	if c.widen > 0 {
+		fmt.Fprintf(&b, "  %s\n", paint(severityColor["high"], fmt.Sprintf("WIDENS ACCESS for %s (loosening findings above)", plural(int64(c.widen), "tool", "tools"))))
+	}
 	fmt.Fprintf(&b, "  replay: %s\n", ReplaySentence(&r.Replay))
 	if len(r.SuppressionChanges) > 0 {
 		fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, "Suppression changes in the window"))
@@ -339,11 +344,42 @@ func Markdown(r *Report) string {
 		plural(int64(c.limits), "rate limit", "rate limits"))
 	fmt.Fprintf(&b, "**Replay:** over the same window the proposed policy %s.\n\n", ReplaySentence(&r.Replay))
 
+	var widen []Finding
+	for _, f := range r.Findings {
+		if f.Suppressed == nil && f.Kind == KindLoosening {
+			widen = append(widen, f)
+		}
+	}
+	if len(widen) > 0 {
+		fmt.Fprintf(&b, "### ⚠️ Access widened for %s\n\n", plural(int64(len(widen)), "tool", "tools"))
+		b.WriteString("> The proposal lets this grant do what it could not do before. Review every row; `mcptrail suppress ID` accepts one.\n\n")
+		b.WriteString("| Tool | Current | Proposed | What widens | Refused then, allowed now | Severity |\n|---|---|---|---|---:|---|\n")
+		for _, f := range widen {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", cell(f.Tool), text(evidenceValue(f.Evidence["before"])), text(evidenceValue(f.Evidence["after"])),
+				text(changesText(f)), evidenceValue(f.Evidence["newly_allowed"]), f.Severity)
+		}
+		b.WriteString("\n")
+	}
+	if len(r.RuleChanges) > 0 {
+		b.WriteString("### Rule changes (current → proposed)\n\n")
+		if r.Current == nil {
+			b.WriteString("No current policy is known: the current column shows the window's decisions.\n\n")
+		}
+		b.WriteString("| Tool | Current | Proposed | Widens |\n|---|---|---|---|\n")
+		for _, ch := range r.RuleChanges {
+			mark := ""
+			if ch.Widens {
+				mark = "⚠️ yes"
+			}
+			fmt.Fprintf(&b, "| %s | %s | → %s | %s |\n", cell(ch.Tool), text(ch.Current), text(ch.Proposed), mark)
+		}
+		b.WriteString("\n")
+	}
 	b.WriteString("### Changes\n\n")
 	b.WriteString("| Change | Tool | Why | Evidence | Confidence |\n|---|---|---|---|---|\n")
 	var hides []Finding
 	for _, f := range r.Findings {
-		if f.Suppressed != nil || f.Action.Op == OpNone || f.Action.Op == OpAllow {
+		if f.Suppressed != nil || f.Action.Op == OpNone || f.Action.Op == OpAllow || f.Action.Op == OpWiden {
 			continue
 		}
 		if f.Action.Op == OpHide {
@@ -478,4 +514,12 @@ func evidenceValue(v any) string {
 		return strings.Join(x, " ")
 	}
 	return fmt.Sprint(v)
+}
+
+// changesText lists what a loosening widens.
+func changesText(f Finding) string {
+	if c, ok := f.Evidence["changes"].([]string); ok {
+		return strings.Join(c, "; ")
+	}
+	return ""
 }

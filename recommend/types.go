@@ -76,6 +76,10 @@ type Report struct {
 	Current     *policy.Policy  `json:"current"`
 	Patch       json.RawMessage `json:"patch"`
 	Replay      Replay          `json:"replay"`
+	// RuleChanges lists, for every tool the proposal changes, the current
+	// rule (or, with no current policy, the window's decisions) and the
+	// proposed one.
+	RuleChanges []RuleChange `json:"rule_changes"`
 	// SuppressionChanges are the changes to suppressions made in the window.
 	SuppressionChanges []analytics.SuppressionChange `json:"suppression_changes"`
 }
@@ -107,6 +111,11 @@ const (
 	KindDeniedProbe    = "denied_probe"
 	KindUnknownTool    = "unknown_tool"
 	KindAllowCandidate = "allow_candidate"
+	// KindLoosening is a tool whose access the proposal widens: refused →
+	// approval or allowed, approval → allowed, a limit raised, removed or
+	// counted over a broader scope, conditions dropped, or calls the gateway
+	// refused that would pass.
+	KindLoosening = "loosening"
 )
 
 // Action ops.
@@ -116,6 +125,9 @@ const (
 	OpRateLimit       = "rate_limit"
 	OpAllow           = "allow"
 	OpNone            = "none"
+	// OpWiden marks a loosening: the proposal widens the tool's access as
+	// its evidence says (applied, and loud about it).
+	OpWiden = "widen"
 )
 
 // Confidence levels.

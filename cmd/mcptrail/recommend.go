@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
@@ -38,10 +39,8 @@ evidence and confidence; the proposed policy is replayed over the same window.`,
 			if _, err := parseSince(since, 0, "30d, 2w or 72h"); err != nil {
 				return err
 			}
-			if failOn != "" {
-				if _, err := catalog.ParseSeverity(failOn); err != nil {
-					return usageErrorf("--fail-on: %v", err)
-				}
+			if _, err := parseFailOn(failOn); err != nil {
+				return err
 			}
 			req := &api.RecommendRequest{Server: server, Grant: grant, Since: since, Format: format, Out: out,
 				FailOn: failOn, Color: a.colorOut()}
@@ -72,7 +71,7 @@ evidence and confidence; the proposed policy is replayed over the same window.`,
 	fl.StringVar(&policyFile, "policy", "", "the server's current policy.json (recorded, then used)")
 	fl.StringVar(&format, "format", "text", "output: text, json, markdown, policy, diff or intercept")
 	fl.StringVar(&out, "out", "", "also write the PR folder (policy.json, policy.diff, PR.md, recommendations.json) here")
-	fl.StringVar(&failOn, "fail-on", "", "exit 3 when a finding reaches this severity: info, low, medium, high, critical")
+	fl.StringVar(&failOn, "fail-on", "", "exit 3 when a finding reaches this severity (info, low, medium, high, critical) or, with widen, when the proposal widens access; both: high,widen")
 	return cmd
 }
 
@@ -90,11 +89,9 @@ func (a *app) runRecommend(ctx context.Context, store *analytics.Store, req *api
 	if params.Window, err = parseSince(req.Since, params.Window, "30d, 2w or 72h"); err != nil {
 		return err
 	}
-	var threshold catalog.Severity
-	if req.FailOn != "" {
-		if threshold, err = catalog.ParseSeverity(req.FailOn); err != nil {
-			return usageErrorf("--fail-on: %v", err)
-		}
+	gate, err := parseFailOn(req.FailOn)
+	if err != nil {
+		return err
 	}
 	opts, err := a.recommendInputs(ctx, store, req.Server, req.Grant, req.Catalog, req.Policy)
 	if err != nil {
@@ -121,12 +118,65 @@ func (a *app) runRecommend(ctx context.Context, store *analytics.Store, req *api
 	if err := recommend.Write(a.stdout, report, f, req.Color); err != nil {
 		return err
 	}
-	if threshold != "" {
-		if n := reached(report, threshold); n > 0 {
-			return &exitError{code: exitFailOn, err: fmt.Errorf("%d finding(s) at or above %s (--fail-on)", n, threshold)}
+	return gate.check(report)
+}
+
+// failOn is what --fail-on stops CI for: findings at or above a severity,
+// and (widen) any proposal that widens access.
+type failOn struct {
+	threshold catalog.Severity
+	widen     bool
+}
+
+// parseFailOn reads --fail-on: a severity, widen, or both separated by a comma.
+func parseFailOn(s string) (failOn, error) {
+	var f failOn
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		switch {
+		case item == "":
+		case strings.EqualFold(item, "widen"):
+			f.widen = true
+		default:
+			sev, err := catalog.ParseSeverity(item)
+			if err != nil {
+				return f, usageErrorf("--fail-on: %v, or widen", err)
+			}
+			f.threshold = sev
 		}
 	}
-	return nil
+	return f, nil
+}
+
+// check returns the --fail-on exit error when the reports reach it.
+func (f failOn) check(reports ...*recommend.Report) error {
+	var msgs []string
+	if f.threshold != "" {
+		n := 0
+		for _, r := range reports {
+			n += reached(r, f.threshold)
+		}
+		if n > 0 {
+			msgs = append(msgs, fmt.Sprintf("%d finding(s) at or above %s", n, f.threshold))
+		}
+	}
+	if f.widen {
+		n := 0
+		for _, r := range reports {
+			for _, fd := range r.Findings {
+				if fd.Suppressed == nil && fd.Kind == recommend.KindLoosening {
+					n++
+				}
+			}
+		}
+		if n > 0 {
+			msgs = append(msgs, fmt.Sprintf("%d unsuppressed loosening(s): the proposal widens access", n))
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return &exitError{code: exitFailOn, err: fmt.Errorf("%s (--fail-on)", strings.Join(msgs, "; "))}
 }
 
 func (a *app) recommendParams() recommend.Params {

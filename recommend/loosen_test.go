@@ -1,0 +1,108 @@
+package recommend_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/policy"
+	"github.com/mcptrail/mcptrail/recommend"
+)
+
+func parsePolicy(t *testing.T, doc string) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse([]byte(doc), "p.json")
+	require.NoError(t, err)
+	return p
+}
+
+// Every way a proposal can widen a tool's access is named; tightening and
+// unchanged rules are not.
+func TestLooseningKinds(t *testing.T) {
+	cur := parsePolicy(t, `{"version": "1", "default": "deny", "hide": ["delete_vm", "get_hidden"],
+  "all_tools": {"limits": [{"counter": "all", "window": "minute", "max": 60, "scope": "grant"}]},
+  "tools": {
+    "get_a": {"limits": [{"counter": "a", "window": "minute", "max": 10, "scope": "session"}]},
+    "get_b": {"limits": [{"counter": "b", "window": "minute", "max": 10, "scope": "session"}]},
+    "get_c": {"limits": [{"counter": "c", "window": "minute", "max": 100, "scope": "grant"}]},
+    "get_d": {"limits": [{"counter": "d", "window": "minute", "max": 100, "scope": "grant"}]},
+    "get_e": {"deny_if": [{"conditions": [], "on_deny": "Requires human approval."}]},
+    "get_f": {"deny_if": [{"conditions": [{"path": "args.x", "op": "eq", "value": 1}], "on_deny": "no"}]}
+  }}`)
+	prop := parsePolicy(t, `{"version": "1", "default": "deny", "hide": ["get_d"],
+  "tools": {
+    "delete_vm": {"deny_if": [{"conditions": [], "on_deny": "Requires human approval."}]},
+    "get_hidden": {},
+    "get_denied": {},
+    "get_a": {"limits": [{"counter": "a", "window": "minute", "max": 20, "scope": "session"}]},
+    "get_b": {},
+    "get_c": {"limits": [{"counter": "c", "window": "day", "max": 56, "scope": "session"}]},
+    "get_e": {},
+    "get_f": {}
+  }}`)
+	for tool, want := range map[string][]string{
+		"delete_vm":  {"hidden → approval"},
+		"get_hidden": {"hidden → allowed"},
+		"get_denied": {"denied → allowed"},
+		"get_a":      {"limit removed: all tools 60/minute per grant", "limit raised: 10/minute per session → 20/minute per session"},
+		"get_b":      {"limit removed: 10/minute per session", "limit removed: all tools 60/minute per grant"},
+		"get_c":      {"limit removed: all tools 60/minute per grant", "scope broadened: 100/minute per grant → 56/day per session"},
+		"get_d":      nil, // allowed → hidden narrows
+		"get_e":      {"approval → allowed"},
+		"get_f":      {"conditions removed", "limit removed: all tools 60/minute per grant"},
+	} {
+		got := recommend.Loosenings(cur, prop, tool)
+		assert.ElementsMatch(t, want, got, tool)
+	}
+	// The same cap kept, or a stricter one beside it, is no loosening.
+	same := cur.Clone()
+	same.Tools["get_c"].Limits = append(same.Tools["get_c"].Limits, policy.Limit{Counter: "c2", Window: "day", Max: 56, Scope: "session"})
+	assert.Empty(t, recommend.Loosenings(cur, same, "get_c"))
+	assert.Equal(t, "allowed, 100/minute per grant; all tools 60/minute per grant", recommend.RuleText(cur, "get_c"))
+	assert.Equal(t, "allowed with conditions, all tools 60/minute per grant", recommend.RuleText(cur, "get_f"))
+	assert.Equal(t, "hidden", recommend.RuleText(cur, "delete_vm"))
+}
+
+// A proposal that widens access says so: a loosening finding with the rule
+// before and after and the calls that would newly pass, counted by the
+// replay, and a row in the rule changes.
+func TestLooseningFindings(t *testing.T) {
+	store := storeEvents(t, func(add func(tool string, d audit.Decision, n int)) {
+		add("get_a", audit.Allowed, 3)
+		add("get_a", audit.Denied, 2)
+		add("list_vms", audit.Allowed, 4)
+	})
+	ctx := context.Background()
+	t.Run("no current policy: from the window's decisions", func(t *testing.T) {
+		r, err := recommend.Recommend(ctx, store.DB(), recommend.Options{Server: "srv", Now: now, Params: recommend.DefaultParams(),
+			Catalog: classes("get_a", "list_vms")})
+		require.NoError(t, err)
+		f, ok := findings(r, recommend.KindLoosening)["get_a"]
+		require.True(t, ok, "refused calls that would pass are a loosening")
+		assert.Equal(t, recommend.OpWiden, f.Action.Op)
+		assert.Equal(t, "medium", f.Severity)
+		assert.Equal(t, int64(2), f.Evidence["newly_allowed"])
+		assert.Equal(t, []string{"denied → allowed"}, f.Evidence["changes"])
+		assert.Equal(t, "observed: allowed 3, denied 2", f.Evidence["before"])
+		assert.Len(t, f.Evidence["first_newly_allowed"], 2)
+		assert.Equal(t, int64(2), r.Replay.NewlyAllowed)
+		assert.NotContains(t, findings(r, recommend.KindLoosening), "list_vms")
+		md := recommend.Markdown(r)
+		assert.Contains(t, md, "Access widened for 1 tool")
+		assert.Contains(t, md, "| `get_a` | observed: allowed 3, denied 2 | → allowed, 5/minute per session | ⚠️ yes |")
+	})
+	t.Run("current policy: hidden → allowed", func(t *testing.T) {
+		cur := parsePolicy(t, `{"version": "1", "default": "deny", "hide": ["list_vms"], "tools": {"get_a": {}}}`)
+		r, err := recommend.Recommend(ctx, store.DB(), recommend.Options{Server: "srv", Now: now, Params: recommend.DefaultParams(),
+			Catalog: classes("get_a", "list_vms"), Current: cur})
+		require.NoError(t, err)
+		f, ok := findings(r, recommend.KindLoosening)["list_vms"]
+		require.True(t, ok)
+		assert.Equal(t, "hidden", f.Evidence["before"])
+		assert.Contains(t, f.Evidence["changes"], "hidden → allowed")
+		assert.Contains(t, r.RuleChanges, recommend.RuleChange{Tool: "list_vms", Current: "hidden", Proposed: "allowed, 5/minute per session", Widens: true})
+	})
+}
