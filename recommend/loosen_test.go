@@ -3,6 +3,7 @@ package recommend_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -105,4 +106,27 @@ func TestLooseningFindings(t *testing.T) {
 		assert.Contains(t, f.Evidence["changes"], "hidden → allowed")
 		assert.Contains(t, r.RuleChanges, recommend.RuleChange{Tool: "list_vms", Current: "hidden", Proposed: "allowed, 5/minute per session", Widens: true})
 	})
+}
+
+// A tool the grant was refused (denied or hidden) and never allowed in the
+// window is not allowed by the proposal, even when the current policy lists
+// it and no hide is proposed (here: the tool is in its grace period).
+func TestRefusedOnlyToolIsNotAllowed(t *testing.T) {
+	store := storeEvents(t, func(add func(tool string, d audit.Decision, n int)) {
+		add("list_vms", audit.Allowed, 4)
+		add("vm_agent_exec", audit.Denied, 3)
+		add("get_secret", audit.Hidden, 2)
+	})
+	cur := parsePolicy(t, `{"version": "1", "default": "deny", "tools": {"list_vms": {}, "vm_agent_exec": {}, "get_secret": {}}}`)
+	r, err := recommend.Recommend(context.Background(), store.DB(), recommend.Options{Server: "srv", Grant: "g", Now: now,
+		Params: recommend.DefaultParams(), Current: cur, Catalog: classes("list_vms", "vm_agent_exec", "get_secret"),
+		ToolAdded: map[string]time.Time{"vm_agent_exec": now.Add(-time.Hour), "get_secret": now.Add(-time.Hour)}})
+	require.NoError(t, err)
+	ev := policy.NewEvaluator(r.Policy)
+	for _, tool := range []string{"vm_agent_exec", "get_secret"} {
+		assert.NotEqual(t, policy.Allowed, ev.Evaluate(policy.Call{Tool: tool, Grant: "g"}).Decision, tool)
+		assert.Zero(t, r.Replay.ByTool[tool].NewlyAllowed, tool)
+	}
+	assert.Contains(t, r.Policy.Tools, "list_vms")
+	assert.Empty(t, findings(r, recommend.KindLoosening))
 }

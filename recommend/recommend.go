@@ -281,6 +281,14 @@ func (s *state) propose() *policy.Policy {
 		}
 		p.Hide = slices.DeleteFunc(p.Hide, func(h string) bool { return h == t })
 	}
+	// A tool this scope was refused (denied or hidden) and never allowed in
+	// the window is not allowed by the proposal, whatever the current policy
+	// lists: allowing it would widen access (allow_candidate only reports).
+	for t, u := range s.usage {
+		if u.Allowed == 0 && u.Denied+u.Hidden > 0 {
+			delete(p.Tools, t)
+		}
+	}
 	for _, f := range s.findings {
 		if f.Suppressed != nil {
 			continue

@@ -93,21 +93,25 @@ func (a *app) runRecommend(ctx context.Context, store *analytics.Store, req *api
 	if err != nil {
 		return err
 	}
-	opts, err := a.recommendInputs(ctx, store, req.Server, req.Grant, req.Catalog, req.Policy)
+	report, set, err := a.recommendAll(ctx, store, req.Server, req.Grant, req.Catalog, req.Policy, params)
 	if err != nil {
 		return err
 	}
-	opts.Params = params
-	opts.Log = a.log
-	report, err := recommend.Recommend(ctx, store.DB(), opts)
-	if err != nil {
-		if errors.Is(err, recommend.ErrNoCalls) {
+	if set != nil {
+		if f == "policy" || f == "intercept" {
+			return usageErrorf("--format %s prints one policy, and %s has %d grants in the window (%s): pass --grant G, or --out DIR for every grant's policy.json",
+				f, req.Server, len(set.Grants), strings.Join(set.Grants, ", "))
+		}
+		if req.Out != "" {
+			if err := recommend.WriteSetFolder(a.outPath(req.Out), set); err != nil {
+				return err
+			}
+			a.log.Info("wrote the PR folder", "dir", req.Out, "grants", len(set.Grants))
+		}
+		if err := recommend.WriteSet(a.stdout, set, f, req.Color); err != nil {
 			return err
 		}
-		return fmt.Errorf("recommend: %w", err)
-	}
-	if a.nowIsFixed() {
-		report.GeneratedAt = a.now
+		return gate.check(set.Reports()...)
 	}
 	if req.Out != "" {
 		if err := recommend.WriteFolder(a.outPath(req.Out), report); err != nil {
@@ -119,6 +123,68 @@ func (a *app) runRecommend(ctx context.Context, store *analytics.Store, req *api
 		return err
 	}
 	return gate.check(report)
+}
+
+// recommendAll proposes a server's policy: for one grant (or a server whose
+// calls carry none) a single report, otherwise one report per grant seen in
+// the window (a set). --catalog and --policy files are recorded once, the
+// policy for the grant asked or, without one, for the whole server.
+func (a *app) recommendAll(ctx context.Context, store *analytics.Store, server, grant string, catalogFile, policyFile *api.File,
+	params recommend.Params) (*recommend.Report, *recommend.Set, error) {
+	one := func(g string, cat, pol *api.File) (*recommend.Report, error) {
+		opts, err := a.recommendInputs(ctx, store, server, g, cat, pol)
+		if err != nil {
+			return nil, err
+		}
+		opts.Params = params
+		opts.Log = a.log
+		r, err := recommend.Recommend(ctx, store.DB(), opts)
+		if err != nil {
+			if errors.Is(err, recommend.ErrNoCalls) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("recommend: %w", err)
+		}
+		if a.nowIsFixed() {
+			r.GeneratedAt = a.now
+		}
+		return r, nil
+	}
+	var grants []string
+	var ungranted int64
+	if grant == "" {
+		var err error
+		if grants, ungranted, err = recommend.Grants(ctx, store.DB(), server, a.now.Add(-params.Window), a.now); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(grants) == 0 {
+		r, err := one(grant, catalogFile, policyFile)
+		return r, nil, err
+	}
+	set := &recommend.Set{Server: server, Grants: grants, UngrantedCalls: ungranted, Policies: map[string]*recommend.Report{}}
+	for i, g := range grants {
+		cat, pol := catalogFile, policyFile
+		if i > 0 {
+			cat, pol = nil, nil // recorded by the first grant's inputs
+		} else if pol != nil {
+			// The given policy is the server's (for every grant without
+			// one of its own): record it so, before any grant reads it.
+			if _, err := a.recommendInputs(ctx, store, server, "", nil, pol); err != nil {
+				return nil, nil, err
+			}
+			pol = nil
+		}
+		r, err := one(g, cat, pol)
+		if err != nil {
+			return nil, nil, err
+		}
+		set.Policies[g] = r
+		set.GeneratedAt = r.GeneratedAt
+	}
+	var err error
+	set.Window, err = recommend.ServerWindow(ctx, store.DB(), server, a.now.Add(-params.Window), a.now)
+	return nil, set, err
 }
 
 // failOn is what --fail-on stops CI for: findings at or above a severity,
