@@ -130,3 +130,29 @@ func TestRefusedOnlyToolIsNotAllowed(t *testing.T) {
 	assert.Contains(t, r.Policy.Tools, "list_vms")
 	assert.Empty(t, findings(r, recommend.KindLoosening))
 }
+
+// A current cap that agents hit is kept: a limit sized on traffic it capped
+// says its peaks are censored, and goes beside the cap instead of replacing
+// it with a per-session one (which would widen access).
+func TestHitCapIsKept(t *testing.T) {
+	store := storeEvents(t, func(add func(tool string, d audit.Decision, n int)) {
+		add("get_a", audit.Allowed, 3)
+		add("get_a", audit.RateLimited, 2)
+	})
+	cur := parsePolicy(t, `{"version": "1", "default": "deny",
+  "tools": {"get_a": {"limits": [{"counter": "get_a_rate", "window": "minute", "max": 3, "scope": "grant"}]}}}`)
+	r, err := recommend.Recommend(context.Background(), store.DB(), recommend.Options{Server: "srv", Grant: "g", Now: now,
+		Params: recommend.DefaultParams(), Current: cur, Catalog: classes("get_a")})
+	require.NoError(t, err)
+	f, ok := findings(r, recommend.KindRateLimit)["get_a"]
+	require.True(t, ok)
+	assert.Equal(t, true, f.Evidence["censored"])
+	assert.Equal(t, int64(2), f.Evidence["rate_limited_calls"])
+	assert.Equal(t, "3/minute per grant", f.Evidence["kept_current_cap"])
+	assert.Contains(t, f.Summary, "censored")
+	limits := r.Policy.Tools["get_a"].Limits
+	require.Len(t, limits, 2)
+	assert.Equal(t, policy.Limit{Counter: "get_a_rate", Window: "minute", Max: 3, Scope: "grant"}, limits[0], "the cap agents hit stays")
+	assert.Equal(t, "get_a_rate_session_minute", limits[1].Counter)
+	assert.Empty(t, recommend.Loosenings(cur, r.Policy, "get_a"))
+}

@@ -289,7 +289,8 @@ func (s *state) propose() *policy.Policy {
 			delete(p.Tools, t)
 		}
 	}
-	for _, f := range s.findings {
+	for i := range s.findings {
+		f := &s.findings[i]
 		if f.Suppressed != nil {
 			continue
 		}
@@ -319,7 +320,7 @@ func (s *state) propose() *policy.Policy {
 				r = &policy.ToolRule{}
 				p.Tools[f.Tool] = r
 			}
-			setLimit(r, *f.Action.Limit)
+			setLimit(r, s.keepHitCap(f))
 		}
 	}
 	sort.Strings(p.Hide)
@@ -352,6 +353,25 @@ func setLimit(r *policy.ToolRule, l policy.Limit) {
 		}
 	}
 	r.Limits = append(r.Limits, l)
+}
+
+// keepHitCap returns the limit a finding sets. A current cap with the same
+// counter that agents hit in the window is an input, not noise: when the
+// finding's limit would raise it or count it over a broader scope, the cap
+// stays and the new limit goes beside it under a counter of its own (both
+// apply), as the finding's action and evidence then say.
+func (s *state) keepHitCap(f *Finding) policy.Limit {
+	l := *f.Action.Limit
+	cur := s.currentLimit(f.Tool, l.Counter)
+	u := s.usage[f.Tool]
+	if cur == nil || u == nil || u.RateLimited == 0 || covers(l, *cur) {
+		return l
+	}
+	l.Counter = fmt.Sprintf("%s_%s_%s", l.Counter, l.EffectiveScope(), l.Window)
+	f.Action.Limit = &l
+	f.Evidence["kept_current_cap"] = LimitText(*cur)
+	f.Summary += fmt.Sprintf("; the current cap %s, which refused %s, is kept beside it", LimitText(*cur), plural(u.RateLimited, "call", "calls"))
+	return l
 }
 
 // currentLimit returns the current policy's limit for a tool's counter.
