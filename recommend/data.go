@@ -106,6 +106,10 @@ type usage struct {
 	Sessions        int64      // sessions with a call of the tool in the window, any decision
 	AllowedSessions int64      // sessions with an allowed call of the tool in the window
 	WithSession     int64      // calls in the window that carry a session
+	Denied          int64      // calls denied in the window
+	Hidden          int64      // calls refused as hidden in the window
+	RateLimited     int64      // calls refused by a rate limit in the window
+	Approval        int64      // calls held for approval in the window
 	LastAllowed     *time.Time // last allowed call ever (up to now)
 	EarlierPeriods  int64      // window-length periods before the window with an allowed call
 }
@@ -121,6 +125,8 @@ SELECT tool,
        count(DISTINCT hash(`+sessionKey+`)) FILTER (ts > $from),
        count(DISTINCT hash(`+sessionKey+`)) FILTER (ts > $from AND decision = 'allowed'),
        count(*) FILTER (ts > $from AND coalesce(session, '') <> ''),
+       count(*) FILTER (ts > $from AND decision = 'denied'), count(*) FILTER (ts > $from AND decision = 'hidden'),
+       count(*) FILTER (ts > $from AND decision = 'rate_limited'), count(*) FILTER (ts > $from AND decision = 'approval_required'),
        max(ts) FILTER (decision = 'allowed'),
        count(DISTINCT (epoch_ms($from) - epoch_ms(ts)) // $period_ms) FILTER (ts <= $from AND decision = 'allowed')
 FROM calls
@@ -134,7 +140,8 @@ GROUP BY tool`, sql.Named("period_ms", window.Milliseconds()))
 	for rows.Next() {
 		u := &usage{}
 		var last sql.NullTime
-		if err := rows.Scan(&u.Tool, &u.Calls, &u.Allowed, &u.AllowedDays, &u.Refused, &u.Sessions, &u.AllowedSessions, &u.WithSession, &last, &u.EarlierPeriods); err != nil {
+		if err := rows.Scan(&u.Tool, &u.Calls, &u.Allowed, &u.AllowedDays, &u.Refused, &u.Sessions, &u.AllowedSessions, &u.WithSession,
+			&u.Denied, &u.Hidden, &u.RateLimited, &u.Approval, &last, &u.EarlierPeriods); err != nil {
 			return nil, fmt.Errorf("tool usage: %w", err)
 		}
 		if last.Valid {

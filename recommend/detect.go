@@ -400,6 +400,7 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []run) error 
 	} else {
 		f.Action = Action{Op: OpNone}
 	}
+	censor(&f, s.usage[k.tool])
 	s.add(f)
 	return nil
 }
@@ -430,6 +431,19 @@ func (s *state) scopeFor(tool string) string {
 		return policy.ScopeGrant
 	}
 	return policy.ScopeSession
+}
+
+// censor notes on a limit derived from peaks that the traffic was capped:
+// calls the gateway rate-limited mean that the observed peaks are censored
+// at the limit then in force, so they understate what agents wanted.
+func censor(f *Finding, u *usage) {
+	if u == nil || u.RateLimited == 0 || f.Action.Op != OpRateLimit {
+		return
+	}
+	f.Evidence["rate_limited_calls"] = u.RateLimited
+	f.Evidence["censored"] = true
+	f.Summary += fmt.Sprintf(" (peaks censored: the gateway rate-limited %s, so the observed peak is capped at the limit then in force)",
+		plural(u.RateLimited, "call", "calls"))
 }
 
 // limitValue is ceil(p99 × headroom) with the configured floor.
@@ -491,6 +505,7 @@ func (s *state) detectRateLimits(ctx context.Context) error {
 			Summary: fmt.Sprintf("%s: %d per %s per %s (p99 of per-%s peaks %s × %g headroom, over %s)",
 				t, l.Max, l.Window, scope, scope, trimFloat(st.P99), s.p.Headroom, plural(st.Scopes, scope, scope+"s")),
 		}
+		censor(&f, u)
 		if cur := s.currentLimit(t, l.Counter); cur != nil {
 			f.Evidence["current_max"] = cur.Max
 			if cur.Max == l.Max && cur.Window == l.Window && cur.EffectiveScope() == scope {

@@ -109,6 +109,9 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 		return nil, err
 	}
 	lap("replay")
+	ruleChanges := s.detectLoosenings(proposed, replay)
+	s.applySuppressions()
+	sortFindings(s.findings)
 	patch, err := policy.Patch(opts.Current, proposed)
 	if err != nil {
 		return nil, fmt.Errorf("patch: %w", err)
@@ -126,7 +129,7 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 		Server: opts.Server, Grant: opts.Grant, GeneratedAt: time.Now().UTC(),
 		Window: s.window, Confidence: s.confid, Draft: s.confid == Low, Gates: gates,
 		Findings: s.findings, Policy: proposed, Current: opts.Current, Patch: patch, Replay: *replay,
-		SuppressionChanges: changes, Gateway: gateway,
+		RuleChanges: ruleChanges, SuppressionChanges: changes, Gateway: gateway,
 	}, nil
 }
 
@@ -245,7 +248,7 @@ func (s *state) applySuppressions() {
 	}
 }
 
-var kindOrder = []string{KindRiskyTool, KindPollingLoop, KindDeniedProbe, KindRetryStorm, KindUnusedTool,
+var kindOrder = []string{KindLoosening, KindRiskyTool, KindPollingLoop, KindDeniedProbe, KindRetryStorm, KindUnusedTool,
 	KindRateLimit, KindUnknownTool, KindAllowCandidate}
 
 func sortFindings(fs []Finding) {
@@ -285,7 +288,16 @@ func (s *state) propose() *policy.Policy {
 		}
 		p.Hide = slices.DeleteFunc(p.Hide, func(h string) bool { return h == t })
 	}
-	for _, f := range s.findings {
+	// A tool this scope was refused (denied or hidden) and never allowed in
+	// the window is not allowed by the proposal, whatever the current policy
+	// lists: allowing it would widen access (allow_candidate only reports).
+	for t, u := range s.usage {
+		if u.Allowed == 0 && u.Denied+u.Hidden > 0 {
+			delete(p.Tools, t)
+		}
+	}
+	for i := range s.findings {
+		f := &s.findings[i]
 		if f.Suppressed != nil {
 			continue
 		}
@@ -315,7 +327,7 @@ func (s *state) propose() *policy.Policy {
 				r = &policy.ToolRule{}
 				p.Tools[f.Tool] = r
 			}
-			setLimit(r, *f.Action.Limit)
+			setLimit(r, s.keepHitCap(f))
 		}
 	}
 	sort.Strings(p.Hide)
@@ -348,6 +360,25 @@ func setLimit(r *policy.ToolRule, l policy.Limit) {
 		}
 	}
 	r.Limits = append(r.Limits, l)
+}
+
+// keepHitCap returns the limit a finding sets. A current cap with the same
+// counter that agents hit in the window is an input, not noise: when the
+// finding's limit would raise it or count it over a broader scope, the cap
+// stays and the new limit goes beside it under a counter of its own (both
+// apply), as the finding's action and evidence then say.
+func (s *state) keepHitCap(f *Finding) policy.Limit {
+	l := *f.Action.Limit
+	cur := s.currentLimit(f.Tool, l.Counter)
+	u := s.usage[f.Tool]
+	if cur == nil || u == nil || u.RateLimited == 0 || covers(l, *cur) {
+		return l
+	}
+	l.Counter = fmt.Sprintf("%s_%s_%s", l.Counter, l.EffectiveScope(), l.Window)
+	f.Action.Limit = &l
+	f.Evidence["kept_current_cap"] = LimitText(*cur)
+	f.Summary += fmt.Sprintf("; the current cap %s, which refused %s, is kept beside it", LimitText(*cur), plural(u.RateLimited, "call", "calls"))
+	return l
 }
 
 // currentLimit returns the current policy's limit for a tool's counter.

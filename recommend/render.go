@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -58,12 +56,14 @@ func Write(w io.Writer, r *Report, f string, color bool) error {
 	return err
 }
 
-func writeJSON(w io.Writer, r *Report) error {
+func writeJSON(w io.Writer, r *Report) error { return encodeJSON(w, r) }
+
+func encodeJSON(w io.Writer, v any) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(r); err != nil {
+	if err := enc.Encode(v); err != nil {
 		return fmt.Errorf("encode recommendation: %w", err)
 	}
 	_, err := w.Write(buf.Bytes())
@@ -72,16 +72,15 @@ func writeJSON(w io.Writer, r *Report) error {
 
 // Diff is the unified diff of the current policy's canonical JSON against
 // the proposed one ("current" is empty when unknown).
-func Diff(r *Report) string {
-	return policy.UnifiedDiff(r.Current, r.Policy, "current/policy.json", "proposed/policy.json")
+func Diff(r *Report) string { return diffOf(r, "current/policy.json", "proposed/policy.json") }
+
+func diffOf(r *Report, from, to string) string {
+	return policy.UnifiedDiff(r.Current, r.Policy, from, to)
 }
 
 // WriteFolder writes the PR-ready folder: policy.json, policy.diff, PR.md and
 // recommendations.json.
 func WriteFolder(dir string, r *Report) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
-	}
 	pol, err := r.Policy.Canonical()
 	if err != nil {
 		return err
@@ -90,27 +89,17 @@ func WriteFolder(dir string, r *Report) error {
 	if err := writeJSON(&js, r); err != nil {
 		return err
 	}
-	files := []struct {
-		name string
-		data []byte
-	}{
+	return writeFiles(dir, []folderFile{
 		{"policy.json", pol},
 		{"policy.diff", []byte(Diff(r))},
 		{"PR.md", []byte(Markdown(r))},
 		{"recommendations.json", js.Bytes()},
-	}
-	for _, f := range files {
-		p := filepath.Join(dir, f.name)
-		if err := os.WriteFile(p, f.data, 0o644); err != nil {
-			return fmt.Errorf("write %s: %w", p, err)
-		}
-	}
-	return nil
+	})
 }
 
 // Counts of the changes the proposal makes.
 type changeCounts struct {
-	hide, approval, limits, reported, suppressed int
+	hide, approval, limits, reported, suppressed, widen int
 }
 
 func countChanges(r *Report) changeCounts {
@@ -127,6 +116,8 @@ func countChanges(r *Report) changeCounts {
 			c.approval++
 		case OpRateLimit:
 			c.limits++
+		case OpWiden:
+			c.widen++
 		default:
 			c.reported++
 		}
@@ -163,6 +154,9 @@ func ReplaySentence(r *Replay) string {
 	}
 	s += fmt.Sprintf("; %s the gateway allowed would change (%s, %s)",
 		plural(r.Changed, "call", "calls"), plural(r.SessionsAffected, "session", "sessions"), plural(r.AgentsAffected, "agent", "agents"))
+	if r.NewlyAllowed > 0 {
+		s += fmt.Sprintf("; %s the gateway refused would pass", plural(r.NewlyAllowed, "call", "calls"))
+	}
 	return s
 }
 
@@ -284,6 +278,9 @@ func Text(r *Report, color bool) string {
 	fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, "Proposed policy"))
 	fmt.Fprintf(&b, "  default deny; %d tools allowed; hide %d; %d behind approval; %d rate limits; %d reported only\n",
 		len(r.Policy.Tools), len(r.Policy.Hide), c.approval, c.limits, c.reported)
+	if c.widen > 0 {
+		fmt.Fprintf(&b, "  %s\n", paint(severityColor["high"], fmt.Sprintf("WIDENS ACCESS for %s (loosening findings above)", plural(int64(c.widen), "tool", "tools"))))
+	}
 	fmt.Fprintf(&b, "  replay: %s\n", ReplaySentence(&r.Replay))
 	if len(r.SuppressionChanges) > 0 {
 		fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, "Suppression changes in the window"))
@@ -311,11 +308,16 @@ func suppressionDetail(ch analytics.SuppressionChange) string {
 // Markdown is the PR body. Every value that comes from events or from people
 // goes through render.MarkdownText or a render.MarkdownCode span, so that no
 // name can end a table cell, open a link or put raw HTML in the PR.
-func Markdown(r *Report) string {
+func Markdown(r *Report) string { return markdown(r, 2) }
+
+// markdown writes the PR body with its title at heading level h (its
+// sections one level down).
+func markdown(r *Report, h int) string {
 	code, cell, text := render.MarkdownCode, render.MarkdownCodeCell, render.MarkdownText
 	var b strings.Builder
+	h1, h2 := strings.Repeat("#", h)+" ", strings.Repeat("#", h+1)+" "
 	c := countChanges(r)
-	fmt.Fprintf(&b, "## mcptrail: least-privilege policy for %s", code(r.Server))
+	fmt.Fprintf(&b, "%smcptrail: least-privilege policy for %s", h1, code(r.Server))
 	if r.Grant != "" {
 		fmt.Fprintf(&b, " (grant %s)", code(r.Grant))
 	}
@@ -331,11 +333,42 @@ func Markdown(r *Report) string {
 		plural(int64(c.limits), "rate limit", "rate limits"))
 	fmt.Fprintf(&b, "**Replay:** over the same window the proposed policy %s.\n\n", ReplaySentence(&r.Replay))
 
-	b.WriteString("### Changes\n\n")
+	var widen []Finding
+	for _, f := range r.Findings {
+		if f.Suppressed == nil && f.Kind == KindLoosening {
+			widen = append(widen, f)
+		}
+	}
+	if len(widen) > 0 {
+		fmt.Fprintf(&b, h2+"⚠️ Access widened for %s\n\n", plural(int64(len(widen)), "tool", "tools"))
+		b.WriteString("> The proposal lets this grant do what it could not do before. Review every row; `mcptrail suppress ID` accepts one.\n\n")
+		b.WriteString("| Tool | Current | Proposed | What widens | Refused then, allowed now | Severity |\n|---|---|---|---|---:|---|\n")
+		for _, f := range widen {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", cell(f.Tool), text(evidenceValue(f.Evidence["before"])), text(evidenceValue(f.Evidence["after"])),
+				text(changesText(f)), evidenceValue(f.Evidence["newly_allowed"]), f.Severity)
+		}
+		b.WriteString("\n")
+	}
+	if len(r.RuleChanges) > 0 {
+		b.WriteString(h2 + "Rule changes (current → proposed)\n\n")
+		if r.Current == nil {
+			b.WriteString("No current policy is known: the current column shows the window's decisions.\n\n")
+		}
+		b.WriteString("| Tool | Current | Proposed | Widens |\n|---|---|---|---|\n")
+		for _, ch := range r.RuleChanges {
+			mark := ""
+			if ch.Widens {
+				mark = "⚠️ yes"
+			}
+			fmt.Fprintf(&b, "| %s | %s | → %s | %s |\n", cell(ch.Tool), text(ch.Current), text(ch.Proposed), mark)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString(h2 + "Changes\n\n")
 	b.WriteString("| Change | Tool | Why | Evidence | Confidence |\n|---|---|---|---|---|\n")
 	var hides []Finding
 	for _, f := range r.Findings {
-		if f.Suppressed != nil || f.Action.Op == OpNone || f.Action.Op == OpAllow {
+		if f.Suppressed != nil || f.Action.Op == OpNone || f.Action.Op == OpAllow || f.Action.Op == OpWiden {
 			continue
 		}
 		if f.Action.Op == OpHide {
@@ -364,32 +397,33 @@ func Markdown(r *Report) string {
 		}
 	}
 	if len(review) > 0 {
-		b.WriteString("### For review (not applied)\n\n| Severity | Finding | Subject | What we saw | Evidence |\n|---|---|---|---|---|\n")
+		b.WriteString(h2 + "For review (not applied)\n\n| Severity | Finding | Subject | What we saw | Evidence |\n|---|---|---|---|---|\n")
 		for _, f := range review {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", f.Severity, f.Kind, cell(f.Tool), text(f.Summary), evidenceText(f))
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("### Replay impact\n\n")
+	b.WriteString(h2 + "Replay impact\n\n")
 	fmt.Fprintf(&b, "| Decision | Calls |\n|---|---:|\n| allowed | %s |\n| rate limited | %s |\n| approval required | %s |\n| hidden | %s |\n| denied | %s |\n| **total** | **%s** |\n\n",
 		GroupDigits(r.Replay.Allowed), GroupDigits(r.Replay.RateLimited), GroupDigits(r.Replay.ApprovalRequired),
 		GroupDigits(r.Replay.Hidden), GroupDigits(r.Replay.Denied), GroupDigits(r.Replay.Calls))
 	var changed []string
 	for t, tr := range r.Replay.ByTool {
-		if tr.Changed > 0 {
+		if tr.Changed > 0 || tr.NewlyAllowed > 0 {
 			changed = append(changed, t)
 		}
 	}
 	sort.Strings(changed)
 	if len(changed) > 0 {
-		b.WriteString("| Tool | Calls | Changed | Sessions affected |\n|---|---:|---:|---:|\n")
+		b.WriteString("| Tool | Calls | Allowed then, refused now | Refused then, allowed now | Sessions affected |\n|---|---:|---:|---:|---:|\n")
 		for _, t := range changed {
 			tr := r.Replay.ByTool[t]
-			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(t), GroupDigits(tr.Calls), GroupDigits(tr.Changed), GroupDigits(tr.SessionsAffected))
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", cell(t), GroupDigits(tr.Calls), GroupDigits(tr.Changed),
+				GroupDigits(tr.NewlyAllowed), GroupDigits(tr.SessionsAffected))
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("### Confidence and data gates\n\n")
+	b.WriteString(h2 + "Confidence and data gates\n\n")
 	fmt.Fprintf(&b, "Overall confidence: **%s**.\n\n| Gate | | Detail |\n|---|---|---|\n", r.Confidence)
 	for _, g := range r.Gates {
 		mark := "✅"
@@ -406,14 +440,14 @@ func Markdown(r *Report) string {
 		}
 	}
 	if len(sup) > 0 {
-		b.WriteString("### Suppressed findings\n\n| Finding | Reason | By | Until |\n|---|---|---|---|\n")
+		b.WriteString(h2 + "Suppressed findings\n\n| Finding | Reason | By | Until |\n|---|---|---|---|\n")
 		for _, f := range sup {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(f.ID), text(f.Suppressed.Reason), text(f.Suppressed.By), f.Suppressed.Until.Format("2006-01-02"))
 		}
 		b.WriteString("\n")
 	}
 	if len(r.SuppressionChanges) > 0 {
-		b.WriteString("### Suppression changes\n\n| When | Action | Finding | Detail |\n|---|---|---|---|\n")
+		b.WriteString(h2 + "Suppression changes\n\n| When | Action | Finding | Detail |\n|---|---|---|---|\n")
 		for _, ch := range r.SuppressionChanges {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", ch.At.Format("2006-01-02"), ch.Action, cell(ch.FindingID), text(suppressionDetail(ch)))
 		}
@@ -469,4 +503,12 @@ func evidenceValue(v any) string {
 		return strings.Join(x, " ")
 	}
 	return fmt.Sprint(v)
+}
+
+// changesText lists what a loosening widens.
+func changesText(f Finding) string {
+	if c, ok := f.Evidence["changes"].([]string); ok {
+		return strings.Join(c, "; ")
+	}
+	return ""
 }

@@ -46,7 +46,8 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 		return nil, err
 	}
 	r := &Replay{ByTool: map[string]*ToolReplay{}}
-	acc := &affected{sessions: map[string]bool{}, agents: map[string]bool{}, perTool: map[string]map[string]bool{}, limited: map[string]bool{}}
+	acc := &affected{sessions: map[string]bool{}, agents: map[string]bool{}, perTool: map[string]map[string]bool{}, limited: map[string]bool{},
+		newly: map[string][]AffectedCall{}}
 	probe := policy.NewEvaluator(o.Policy)
 	allLimited := o.Policy != nil && o.Policy.AllTools != nil && len(o.Policy.AllTools.Limits) > 0
 	var static []string
@@ -70,15 +71,25 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 			exact = append(exact, t)
 		}
 	}
+	var newlyStatic []string
 	for _, t := range static {
 		info := tools[t]
 		tr := r.tool(t)
 		tr.add(staticVerdict[t].Decision, info.calls)
+		if staticVerdict[t].Decision == policy.Allowed && info.calls > info.allowed {
+			tr.NewlyAllowed += info.calls - info.allowed
+			newlyStatic = append(newlyStatic, t)
+		}
 		if staticVerdict[t].Decision != policy.Allowed && info.allowed > 0 {
 			tr.Changed += info.allowed
 			if err := q.affectedStatic(ctx, t, staticVerdict[t], acc, o.FirstN); err != nil {
 				return nil, err
 			}
+		}
+	}
+	if len(newlyStatic) > 0 {
+		if err := q.newlyAllowed(ctx, q.db, newlyStatic, "", acc); err != nil {
+			return nil, err
 		}
 	}
 	if len(fast) > 0 {
@@ -95,6 +106,8 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 			tr.add(policy.RateLimited, limited[t].total)
 			tr.add(policy.Allowed, tools[t].calls-limited[t].total)
 			tr.Changed += limited[t].changed
+			// Refused then, and not past the limit now: allowed.
+			tr.NewlyAllowed += (tools[t].calls - tools[t].allowed) - (limited[t].total - limited[t].changed)
 		}
 	}
 	if len(exact) > 0 {
@@ -110,6 +123,7 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 		r.RateLimited += tr.RateLimited
 		r.ApprovalRequired += tr.ApprovalRequired
 		r.Changed += tr.Changed
+		r.NewlyAllowed += tr.NewlyAllowed
 		tr.SessionsAffected = int64(len(acc.perTool[t]))
 	}
 	r.SessionsAffected = int64(len(acc.sessions))
@@ -120,12 +134,7 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 		}
 	}
 	r.AgentsAffected = int64(len(acc.agents))
-	sort.Slice(acc.first, func(i, j int) bool {
-		if !acc.first[i].TS.Equal(acc.first[j].TS) {
-			return acc.first[i].TS.Before(acc.first[j].TS)
-		}
-		return acc.first[i].ID < acc.first[j].ID
-	})
+	sortCalls(acc.first)
 	if len(acc.first) > o.FirstN {
 		acc.first = acc.first[:o.FirstN]
 	}
@@ -133,7 +142,62 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 	if r.FirstAffected == nil {
 		r.FirstAffected = []AffectedCall{}
 	}
+	r.FirstNewlyAllowed = []AffectedCall{}
+	for _, t := range sortedKeys(acc.newly) {
+		r.FirstNewlyAllowed = append(r.FirstNewlyAllowed, acc.newly[t]...)
+	}
+	sortCalls(r.FirstNewlyAllowed)
 	return r, nil
+}
+
+// sortCalls orders calls by time, then id.
+func sortCalls(cs []AffectedCall) {
+	sort.Slice(cs, func(i, j int) bool {
+		if !cs[i].TS.Equal(cs[j].TS) {
+			return cs[i].TS.Before(cs[j].TS)
+		}
+		return cs[i].ID < cs[j].ID
+	})
+}
+
+// newlyPerTool is how many of a tool's newly allowed calls a replay lists.
+const newlyPerTool = 3
+
+// noteNewly keeps a tool's earliest newly allowed calls (fed in time order).
+func (a *affected) noteNewly(c AffectedCall) {
+	if len(a.newly[c.Tool]) < newlyPerTool {
+		a.newly[c.Tool] = append(a.newly[c.Tool], c)
+	}
+}
+
+// newlyAllowed lists the earliest refused calls of each tool that the policy
+// allows. exclude is a condition naming calls the policy still refuses (the
+// overflow of a limit), or "".
+func (q query) newlyAllowed(ctx context.Context, db interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, tools []string, exclude string, acc *affected) error {
+	if exclude != "" {
+		exclude = " AND NOT (" + exclude + ")"
+	}
+	defer q.timed("replay newly allowed")()
+	rows, err := db.QueryContext(ctx, `
+SELECT tool, id, ts, coalesce(session, ''), coalesce(agent, ''), decision FROM (
+	SELECT *, row_number() OVER (PARTITION BY tool ORDER BY ts, id) AS rn
+	FROM calls WHERE `+inWindow+` AND list_contains($tools, tool) AND decision <> 'allowed'`+exclude+`
+) WHERE rn <= $n ORDER BY tool, ts, id`, q.args(sql.Named("tools", tools), sql.Named("n", newlyPerTool))...)
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		c := AffectedCall{Replayed: policy.Allowed}
+		if err := rows.Scan(&c.Tool, &c.ID, &c.TS, &c.Session, &c.Agent, &c.Recorded); err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+		c.TS = c.TS.UTC()
+		acc.noteNewly(c)
+	}
+	return rows.Err()
 }
 
 func toolRule(p *policy.Policy, tool string) *policy.ToolRule {
@@ -184,6 +248,7 @@ type affected struct {
 	perTool          map[string]map[string]bool
 	limited          map[string]bool // sessions with a rate-limited call
 	first            []AffectedCall
+	newly            map[string][]AffectedCall // per tool, the earliest newly allowed calls
 }
 
 func (a *affected) add(c AffectedCall, sk string, firstN int) {
@@ -351,6 +416,9 @@ FROM o JOIN replay_limits USING (lid) WHERE rn > b_lim`, q.args()...); err != ni
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
+	if err := q.newlyAllowed(ctx, conn, sortedKeys(limits), "id IN (SELECT id FROM overflow_calls WHERE decision <> 'allowed')", acc); err != nil {
+		return nil, err
+	}
 	// The calls whose recorded "allowed" the limit changes: their sessions
 	// and agents (rows without a call), then the earliest of them in time
 	// order (affected keeps the earliest firstN*4 it is given).
@@ -411,6 +479,10 @@ FROM calls WHERE `+inWindow+` AND list_contains($tools, tool) ORDER BY ts, id`, 
 		v := ev.Evaluate(call)
 		tr := r.tool(tool)
 		tr.add(v.Decision, 1)
+		if recorded != policy.Allowed && v.Decision == policy.Allowed {
+			tr.NewlyAllowed++
+			acc.noteNewly(AffectedCall{TS: ts.UTC(), ID: id, Tool: tool, Session: session, Agent: agent, Recorded: recorded, Replayed: v.Decision})
+		}
 		if recorded == policy.Allowed && v.Decision != policy.Allowed {
 			tr.Changed++
 			acc.add(AffectedCall{TS: ts.UTC(), ID: id, Tool: tool, Session: session, Agent: agent,

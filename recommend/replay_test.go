@@ -2,11 +2,17 @@ package recommend_test
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
 	"github.com/mcptrail/mcptrail/policy"
 	"github.com/mcptrail/mcptrail/recommend"
 	"github.com/mcptrail/mcptrail/simulate"
@@ -29,13 +35,7 @@ func TestReplayFastPathMatchesEvaluator(t *testing.T) {
 					"list_vms":             {},
 				}}
 				require.NoError(t, p.Validate())
-				opts := recommend.ReplayOptions{Server: "proxmox-mcp", From: from, To: now, Policy: p}
-				fast, err := recommend.Run(context.Background(), store.DB(), opts)
-				require.NoError(t, err)
-				opts.Exact = true
-				exact, err := recommend.Run(context.Background(), store.DB(), opts)
-				require.NoError(t, err)
-				assert.Equal(t, exact, fast)
+				fast, _ := fastAndExact(t, store, recommend.ReplayOptions{Server: "proxmox-mcp", From: from, To: now, Policy: p})
 				assert.Positive(t, fast.RateLimited, "the limits bite")
 				assert.Positive(t, fast.ApprovalRequired)
 				assert.Positive(t, fast.Denied, "unlisted tools are denied by default")
@@ -61,4 +61,71 @@ func TestReplayAllToolsLimit(t *testing.T) {
 	for i := 1; i < len(r.FirstAffected); i++ {
 		assert.False(t, r.FirstAffected[i].TS.Before(r.FirstAffected[i-1].TS), "first affected calls are in time order")
 	}
+}
+
+// The replay is two-sided: next to the calls the gateway allowed that the
+// policy refuses (changed), it counts the calls the gateway refused that the
+// policy lets through (newly_allowed), on every path of the replay.
+func TestReplayCountsNewlyAllowed(t *testing.T) {
+	store := storeEvents(t, func(add func(tool string, d audit.Decision, n int)) {
+		add("get_a", audit.Denied, 3)
+		add("get_a", audit.Hidden, 2)
+		add("get_b", audit.RateLimited, 4)
+		add("get_b", audit.Allowed, 2)
+		add("get_c", audit.Allowed, 5)
+		add("get_d", audit.ApprovalRequired, 1)
+	})
+	p := &policy.Policy{Version: "1", Default: policy.DefaultDeny, Hide: []string{"get_c"}, Tools: map[string]*policy.ToolRule{
+		"get_a": {},
+		"get_b": {Limits: []policy.Limit{{Counter: "b", Window: policy.WindowMinute, Max: 100}}},
+		"get_d": {DenyIf: []policy.DenyRule{{OnDeny: "Requires human approval."}}},
+	}}
+	fast, exact := fastAndExact(t, store, recommend.ReplayOptions{Server: "srv", From: now.Add(-24 * time.Hour), To: now, Policy: p})
+	for _, r := range []*recommend.Replay{fast, exact} {
+		assert.Equal(t, int64(5), r.ByTool["get_a"].NewlyAllowed, "denied and hidden calls now allowed")
+		assert.Equal(t, int64(4), r.ByTool["get_b"].NewlyAllowed, "rate-limited calls under a higher limit")
+		assert.Zero(t, r.ByTool["get_c"].NewlyAllowed)
+		assert.Equal(t, int64(5), r.ByTool["get_c"].Changed)
+		assert.Zero(t, r.ByTool["get_d"].NewlyAllowed, "still held for approval")
+		assert.Equal(t, int64(9), r.NewlyAllowed)
+		assert.Equal(t, int64(5), r.Changed)
+		require.Len(t, r.FirstNewlyAllowed, 6, "at most 3 per tool")
+		for _, c := range r.FirstNewlyAllowed {
+			assert.Equal(t, "allowed", c.Replayed)
+			assert.NotEqual(t, "allowed", c.Recorded)
+		}
+	}
+}
+
+// storeEvents stores calls made by add: n calls of a tool with a decision,
+// one second apart, in sessions of their own.
+func storeEvents(t *testing.T, fill func(add func(tool string, d audit.Decision, n int))) *analytics.Store {
+	t.Helper()
+	store, err := analytics.Open(context.Background(), filepath.Join(t.TempDir(), "e.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	var evs []audit.Event
+	fill(func(tool string, d audit.Decision, n int) {
+		for i := 0; i < n; i++ {
+			k := len(evs)
+			evs = append(evs, audit.Event{ID: fmt.Sprintf("e%03d", k), TS: now.Add(-time.Hour + time.Duration(k)*time.Second),
+				Server: "srv", Tool: tool, Method: "tools/call", Decision: d, Grant: "g", Agent: "a", Session: fmt.Sprintf("s%d", k)})
+		}
+	})
+	_, err = store.Append(context.Background(), ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	return store
+}
+
+// fastAndExact replays twice, with the SQL fast path and through the
+// evaluator only, and holds the two equal.
+func fastAndExact(t *testing.T, store *analytics.Store, opts recommend.ReplayOptions) (fast, exact *recommend.Replay) {
+	t.Helper()
+	fast, err := recommend.Run(context.Background(), store.DB(), opts)
+	require.NoError(t, err)
+	opts.Exact = true
+	exact, err = recommend.Run(context.Background(), store.DB(), opts)
+	require.NoError(t, err)
+	assert.Equal(t, exact, fast)
+	return fast, exact
 }

@@ -82,6 +82,10 @@ type Report struct {
 	Current     *policy.Policy  `json:"current"`
 	Patch       json.RawMessage `json:"patch"`
 	Replay      Replay          `json:"replay"`
+	// RuleChanges lists, for every tool the proposal changes, the current
+	// rule (or, with no current policy, the window's decisions) and the
+	// proposed one.
+	RuleChanges []RuleChange `json:"rule_changes"`
 	// SuppressionChanges are the changes to suppressions made in the window.
 	SuppressionChanges []analytics.SuppressionChange `json:"suppression_changes"`
 	// Gateway is the proposal in the scope of Options.Target's gateway; nil
@@ -116,6 +120,11 @@ const (
 	KindDeniedProbe    = "denied_probe"
 	KindUnknownTool    = "unknown_tool"
 	KindAllowCandidate = "allow_candidate"
+	// KindLoosening is a tool whose access the proposal widens: refused →
+	// approval or allowed, approval → allowed, a limit raised, removed or
+	// counted over a broader scope, conditions dropped, or calls the gateway
+	// refused that would pass.
+	KindLoosening = "loosening"
 )
 
 // Action ops.
@@ -125,6 +134,9 @@ const (
 	OpRateLimit       = "rate_limit"
 	OpAllow           = "allow"
 	OpNone            = "none"
+	// OpWiden marks a loosening: the proposal widens the tool's access as
+	// its evidence says (applied, and loud about it).
+	OpWiden = "widen"
 )
 
 // Confidence levels.
@@ -164,8 +176,12 @@ type Suppressed struct {
 type Replay struct {
 	ReplayTotals
 	ByTool map[string]*ToolReplay `json:"by_tool"`
-	// FirstAffected are the earliest calls whose decision the policy changes.
+	// FirstAffected are the earliest calls the gateway allowed that the
+	// policy would refuse.
 	FirstAffected []AffectedCall `json:"first_affected"`
+	// FirstNewlyAllowed are the earliest calls the gateway refused that the
+	// policy would allow (at most a few per tool).
+	FirstNewlyAllowed []AffectedCall `json:"first_newly_allowed"`
 }
 
 // ReplayTotals are a replay's counts over all tools; reports quote them.
@@ -177,7 +193,10 @@ type ReplayTotals struct {
 	RateLimited      int64 `json:"rate_limited"`
 	ApprovalRequired int64 `json:"approval_required"`
 	// Changed counts calls the gateway allowed that this policy would not.
-	Changed          int64 `json:"changed"`
+	Changed int64 `json:"changed"`
+	// NewlyAllowed counts calls the gateway refused (denied, hidden,
+	// rate-limited or held for approval) that this policy would allow.
+	NewlyAllowed     int64 `json:"newly_allowed"`
 	SessionsAffected int64 `json:"sessions_affected"`
 	AgentsAffected   int64 `json:"agents_affected"`
 	// RateLimitedSessions are the sessions with a call the policy's limits
@@ -195,6 +214,7 @@ type ToolReplay struct {
 	RateLimited      int64 `json:"rate_limited"`
 	ApprovalRequired int64 `json:"approval_required"`
 	Changed          int64 `json:"changed"`
+	NewlyAllowed     int64 `json:"newly_allowed"`
 	SessionsAffected int64 `json:"sessions_affected"`
 }
 

@@ -156,6 +156,8 @@ func summarize(rec *recommend.Report) Recommendation {
 			s.Counts.Approval++
 		case recommend.OpRateLimit:
 			s.Counts.RateLimits++
+		case recommend.OpWiden:
+			s.Counts.Widen++
 		default:
 			s.Counts.Reported++
 		}

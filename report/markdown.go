@@ -235,15 +235,27 @@ func tightenSentence(s Recommendation) string {
 	return fmt.Sprintf("The proposed policy denies by default, keeps every used tool allowed (%s), hides %s, puts %s behind human approval and sets %s; %s for review only, %s suppressed.",
 		plural(int64(s.PolicyTools), "tool", "tools"), plural(int64(s.Counts.Hide), "unused tool", "unused tools"),
 		plural(int64(s.Counts.Approval), "risky tool", "risky tools"), plural(int64(s.Counts.RateLimits), "rate limit", "rate limits"),
-		plural(int64(s.Counts.Reported), "finding is", "findings are"), plural(int64(s.Counts.Suppressed), "finding", "findings"))
+		plural(int64(s.Counts.Reported), "finding is", "findings are"), plural(int64(s.Counts.Suppressed), "finding", "findings")) +
+		widenSentence(s)
+}
+
+// widenSentence says, when it does, that the proposal widens access: the
+// loosening findings are counted here and listed in the PR folder.
+func widenSentence(s Recommendation) string {
+	if s.Counts.Widen == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" It widens access for %s: the PR folder lists each loosening with its evidence.",
+		plural(int64(s.Counts.Widen), "tool", "tools"))
 }
 
 // keyFindings are the findings a reader acts on: everything except the many
-// alike hides and peak-derived rate limits, which are counted.
+// alike hides and peak-derived rate limits, and the loosenings, which are
+// counted (widenSentence).
 func keyFindings(s Recommendation) []Finding {
 	var out []Finding
 	for _, f := range s.Findings {
-		if (f.Kind == recommend.KindUnusedTool || f.Kind == recommend.KindRateLimit) && !f.Suppressed {
+		if (f.Kind == recommend.KindUnusedTool || f.Kind == recommend.KindRateLimit || f.Kind == recommend.KindLoosening) && !f.Suppressed {
 			continue
 		}
 		out = append(out, f)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -82,16 +81,7 @@ func ServerDir(outDir, server string) string { return filepath.Join(outDir, serv
 // spaces are encoded, and distinct names give distinct folders), with a
 // leading dot encoded too (%2E), so that it is never ".", ".." or hidden.
 // An empty name gives "%".
-func serverFolder(server string) string {
-	if server == "" {
-		return "%"
-	}
-	s := url.PathEscape(server)
-	if strings.HasPrefix(s, ".") {
-		s = "%2E" + s[1:]
-	}
-	return s
-}
+func serverFolder(server string) string { return recommend.PathSegment(server) }
 
 // WriteFolder writes the report into dir: report.json always (the next
 // report compares with it), report.md with its charts under charts/ and

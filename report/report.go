@@ -314,6 +314,9 @@ type Counts struct {
 	RateLimits int `json:"rate_limits"`
 	Reported   int `json:"reported"`
 	Suppressed int `json:"suppressed"`
+	// Widen counts the unsuppressed loosening findings: tools whose access
+	// the proposal widens (listed in the PR folder).
+	Widen int `json:"widen"`
 }
 
 // Finding is one finding of the recommendation, without its evidence.

@@ -151,30 +151,34 @@ func (a *app) runDemo(ctx context.Context, dir string, days int) error {
 	}
 	step("imported the Proxmox MCP catalog", "tools", tools)
 
-	inputs, err := a.recommendInputs(ctx, store, catalog.ProxmoxServer, "", nil, nil)
-	if err != nil {
-		_ = stop()
-		return err
-	}
-	inputs.Params = a.recommendParams()
-	report, err := recommend.Recommend(ctx, store.DB(), inputs)
+	report, set, err := a.recommendAll(ctx, store, catalog.ProxmoxServer, "", nil, nil, a.recommendParams(), "text")
 	if err != nil {
 		_ = stop()
 		return err
 	}
 	prDir := filepath.Join(dir, "pr")
-	if err := recommend.WriteFolder(prDir, report); err != nil {
+	if set != nil {
+		err = recommend.WriteSetFolder(prDir, set)
+	} else {
+		err = recommend.WriteFolder(prDir, report)
+	}
+	if err != nil {
 		_ = stop()
 		return err
 	}
-	step("recommended a policy for proxmox-mcp")
+	step("recommended a policy per grant for proxmox-mcp")
 	if err := stop(); err != nil {
 		return fmt.Errorf("stop the daemon: %w", err)
 	}
 	step("stopped the embedded NATS server and the ingest pipeline")
 
-	fmt.Fprint(a.stdout, recommend.Text(report, a.colorOut()))
-	fmt.Fprintf(a.stdout, "\nPR folder: %s (policy.json, policy.diff, PR.md, recommendations.json)\n", prDir)
+	if set != nil {
+		fmt.Fprint(a.stdout, recommend.SetText(set, a.colorOut()))
+		fmt.Fprintf(a.stdout, "\nPR folder: %s (PR.md, recommendations.json, and <grant>/policy.json and policy.diff for each grant)\n", prDir)
+	} else {
+		fmt.Fprint(a.stdout, recommend.Text(report, a.colorOut()))
+		fmt.Fprintf(a.stdout, "\nPR folder: %s (policy.json, policy.diff, PR.md, recommendations.json)\n", prDir)
+	}
 	fmt.Fprintf(a.stdout, "Database:  %s — try: mcptrail query calls_by_tool --db %s\n", dbPath, dbPath)
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
@@ -39,10 +40,8 @@ evidence and confidence; the proposed policy is replayed over the same window.`,
 			if _, err := parseSince(since, 0, "30d, 2w or 72h"); err != nil {
 				return err
 			}
-			if failOn != "" {
-				if _, err := catalog.ParseSeverity(failOn); err != nil {
-					return usageErrorf("--fail-on: %v", err)
-				}
+			if _, err := parseFailOn(failOn); err != nil {
+				return err
 			}
 			req := &api.RecommendRequest{Server: server, Grant: grant, Since: since, Format: format, Out: out,
 				FailOn: failOn, Color: a.colorOut(), AllowLossy: allowLossy}
@@ -79,7 +78,7 @@ evidence and confidence; the proposed policy is replayed over the same window.`,
 	fl.StringVar(&format, "format", "text", "output: text, json, markdown, policy, diff or intercept")
 	fl.StringVar(&out, "out", "", "also write the PR folder (policy.json, policy.diff, PR.md, recommendations.json) here")
 	fl.BoolVar(&allowLossy, "allow-lossy", false, "with --format intercept: write the policy even when some rules cannot be carried over (listed on stderr and in its header)")
-	fl.StringVar(&failOn, "fail-on", "", "exit 3 when a finding reaches this severity: info, low, medium, high, critical")
+	fl.StringVar(&failOn, "fail-on", "", "exit 3 when a finding reaches this severity (info, low, medium, high, critical) or, with widen, when the proposal widens access; both: high,widen")
 	fl.StringVar(&baselineFile, "baseline", "", "a previous recommendations.json: --fail-on counts only findings new or worse than there")
 	return cmd
 }
@@ -98,37 +97,37 @@ func (a *app) runRecommend(ctx context.Context, store *analytics.Store, req *api
 	if params.Window, err = parseSince(req.Since, params.Window, "30d, 2w or 72h"); err != nil {
 		return err
 	}
-	var threshold catalog.Severity
-	if req.FailOn != "" {
-		if threshold, err = catalog.ParseSeverity(req.FailOn); err != nil {
-			return usageErrorf("--fail-on: %v", err)
-		}
+	gate, err := parseFailOn(req.FailOn)
+	if err != nil {
+		return err
 	}
-	var base *baseline
 	if req.Baseline != nil {
 		if req.FailOn == "" {
 			return usageErrorf("--baseline only changes what --fail-on counts: give --fail-on too")
 		}
-		if base, err = parseBaseline(req.Baseline, req.Server); err != nil {
+		if gate.base, err = parseBaseline(req.Baseline, req.Server); err != nil {
 			return err
 		}
 	}
-	opts, err := a.recommendInputs(ctx, store, req.Server, req.Grant, req.Catalog, req.Policy)
+	report, set, err := a.recommendAll(ctx, store, req.Server, req.Grant, req.Catalog, req.Policy, params, f)
 	if err != nil {
 		return err
 	}
-	opts.Params = params
-	opts.Log = a.log
-	opts.Target = f // limits in the target gateway's scope (recommend/intercept.go)
-	report, err := recommend.Recommend(ctx, store.DB(), opts)
-	if err != nil {
-		if errors.Is(err, recommend.ErrNoCalls) {
+	if set != nil {
+		if f == "policy" || f == "intercept" {
+			return usageErrorf("--format %s prints one policy, and %s has %d grants in the window (%s): pass --grant G, or --out DIR for every grant's policy.json",
+				f, req.Server, len(set.Grants), strings.Join(set.Grants, ", "))
+		}
+		if req.Out != "" {
+			if err := recommend.WriteSetFolder(a.outPath(req.Out), set); err != nil {
+				return err
+			}
+			a.log.Info("wrote the PR folder", "dir", req.Out, "grants", len(set.Grants))
+		}
+		if err := recommend.WriteSet(a.stdout, set, f, req.Color); err != nil {
 			return err
 		}
-		return fmt.Errorf("recommend: %w", err)
-	}
-	if a.nowIsFixed() {
-		report.GeneratedAt = a.now
+		return gate.check(set.Reports()...)
 	}
 	if req.Out != "" {
 		if err := recommend.WriteFolder(a.outPath(req.Out), report); err != nil {
@@ -143,12 +142,130 @@ func (a *app) runRecommend(ctx context.Context, store *analytics.Store, req *api
 	if err := write(); err != nil {
 		return err
 	}
-	if threshold != "" {
-		if n := reached(base.newOrWorse(report.Findings), threshold); n > 0 {
-			return &exitError{code: exitFailOn, err: fmt.Errorf("%d finding(s) at or above %s%s (--fail-on)", n, threshold, base.describe())}
+	return gate.check(report)
+}
+
+// recommendAll proposes a server's policy: for one grant (or a server whose
+// calls carry none) a single report, otherwise one report per grant seen in
+// the window (a set). --catalog and --policy files are recorded once, the
+// policy for the grant asked or, without one, for the whole server.
+func (a *app) recommendAll(ctx context.Context, store *analytics.Store, server, grant string, catalogFile, policyFile *api.File,
+	params recommend.Params, target string) (*recommend.Report, *recommend.Set, error) {
+	one := func(g string, cat, pol *api.File) (*recommend.Report, error) {
+		opts, err := a.recommendInputs(ctx, store, server, g, cat, pol)
+		if err != nil {
+			return nil, err
+		}
+		opts.Params = params
+		opts.Log = a.log
+		opts.Target = target // limits in the target gateway's scope (recommend/intercept.go)
+		r, err := recommend.Recommend(ctx, store.DB(), opts)
+		if err != nil {
+			if errors.Is(err, recommend.ErrNoCalls) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("recommend: %w", err)
+		}
+		if a.nowIsFixed() {
+			r.GeneratedAt = a.now
+		}
+		return r, nil
+	}
+	var grants []string
+	var ungranted int64
+	if grant == "" {
+		var err error
+		if grants, ungranted, err = recommend.Grants(ctx, store.DB(), server, a.now.Add(-params.Window), a.now); err != nil {
+			return nil, nil, err
 		}
 	}
-	return nil
+	if len(grants) == 0 {
+		r, err := one(grant, catalogFile, policyFile)
+		return r, nil, err
+	}
+	set := &recommend.Set{Server: server, Grants: grants, UngrantedCalls: ungranted, Policies: map[string]*recommend.Report{}}
+	for i, g := range grants {
+		cat, pol := catalogFile, policyFile
+		if i > 0 {
+			cat, pol = nil, nil // recorded by the first grant's inputs
+		} else if pol != nil {
+			// The given policy is the server's (for every grant without
+			// one of its own): record it so, before any grant reads it.
+			if _, err := a.recommendInputs(ctx, store, server, "", nil, pol); err != nil {
+				return nil, nil, err
+			}
+			pol = nil
+		}
+		r, err := one(g, cat, pol)
+		if err != nil {
+			return nil, nil, err
+		}
+		set.Policies[g] = r
+		set.GeneratedAt = r.GeneratedAt
+	}
+	var err error
+	set.Window, err = recommend.ServerWindow(ctx, store.DB(), server, a.now.Add(-params.Window), a.now)
+	return nil, set, err
+}
+
+// failOn is what --fail-on stops CI for: findings at or above a severity,
+// and (widen) any proposal that widens access; with a baseline, only those
+// new or worse than there.
+type failOn struct {
+	threshold catalog.Severity
+	widen     bool
+	base      *baseline
+}
+
+// parseFailOn reads --fail-on: a severity, widen, or both separated by a comma.
+func parseFailOn(s string) (failOn, error) {
+	var f failOn
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		switch {
+		case item == "":
+		case strings.EqualFold(item, "widen"):
+			f.widen = true
+		default:
+			sev, err := catalog.ParseSeverity(item)
+			if err != nil {
+				return f, usageErrorf("--fail-on: %v, or widen", err)
+			}
+			f.threshold = sev
+		}
+	}
+	return f, nil
+}
+
+// check returns the --fail-on exit error when the reports reach it.
+func (f failOn) check(reports ...*recommend.Report) error {
+	var msgs []string
+	if f.threshold != "" {
+		n := 0
+		for _, r := range reports {
+			n += reached(f.base.newOrWorse(r.Findings), f.threshold)
+		}
+		if n > 0 {
+			msgs = append(msgs, fmt.Sprintf("%d finding(s) at or above %s", n, f.threshold))
+		}
+	}
+	if f.widen {
+		n := 0
+		for _, r := range reports {
+			for _, fd := range f.base.newOrWorse(r.Findings) {
+				if fd.Suppressed == nil && fd.Kind == recommend.KindLoosening {
+					n++
+				}
+			}
+		}
+		if n > 0 {
+			msgs = append(msgs, fmt.Sprintf("%d unsuppressed loosening(s): the proposal widens access", n))
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return &exitError{code: exitFailOn, err: fmt.Errorf("%s%s (--fail-on)", strings.Join(msgs, "; "), f.base.describe())}
 }
 
 func (a *app) recommendParams() recommend.Params {

@@ -120,8 +120,8 @@ func writeReplayText(a *app, server, grant, policyFile string, from time.Time, r
 	}
 	sort.Slice(tools, func(i, j int) bool {
 		a, b := r.ByTool[tools[i]], r.ByTool[tools[j]]
-		if a.Changed != b.Changed {
-			return a.Changed > b.Changed
+		if a.Changed+a.NewlyAllowed != b.Changed+b.NewlyAllowed {
+			return a.Changed+a.NewlyAllowed > b.Changed+b.NewlyAllowed
 		}
 		if a.Calls != b.Calls {
 			return a.Calls > b.Calls
@@ -129,12 +129,12 @@ func writeReplayText(a *app, server, grant, policyFile string, from time.Time, r
 		return tools[i] < tools[j]
 	})
 	tw := render.New(render.Table, w)
-	_ = tw.Header([]string{"tool", "calls", "allowed", "rate_limited", "approval_required", "hidden", "denied", "changed", "sessions_affected"})
+	_ = tw.Header([]string{"tool", "calls", "allowed", "rate_limited", "approval_required", "hidden", "denied", "changed", "newly_allowed", "sessions_affected"})
 	for _, t := range tools {
 		c := r.ByTool[t]
-		_ = tw.Row([]any{t, c.Calls, c.Allowed, c.RateLimited, c.ApprovalRequired, c.Hidden, c.Denied, c.Changed, c.SessionsAffected})
+		_ = tw.Row([]any{t, c.Calls, c.Allowed, c.RateLimited, c.ApprovalRequired, c.Hidden, c.Denied, c.Changed, c.NewlyAllowed, c.SessionsAffected})
 	}
-	_ = tw.Row([]any{"total", r.Calls, r.Allowed, r.RateLimited, r.ApprovalRequired, r.Hidden, r.Denied, r.Changed, r.SessionsAffected})
+	_ = tw.Row([]any{"total", r.Calls, r.Allowed, r.RateLimited, r.ApprovalRequired, r.Hidden, r.Denied, r.Changed, r.NewlyAllowed, r.SessionsAffected})
 	if err := tw.Close(); err != nil {
 		return err
 	}

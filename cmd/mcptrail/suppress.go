@@ -111,7 +111,7 @@ func (a *app) checkSuppress(req *api.SuppressRequest) (time.Time, error) {
 var findingKinds = map[string]bool{
 	recommend.KindUnusedTool: true, recommend.KindRiskyTool: true, recommend.KindPollingLoop: true,
 	recommend.KindRateLimit: true, recommend.KindRetryStorm: true, recommend.KindDeniedProbe: true,
-	recommend.KindUnknownTool: true, recommend.KindAllowCandidate: true,
+	recommend.KindUnknownTool: true, recommend.KindAllowCandidate: true, recommend.KindLoosening: true,
 }
 
 func sortedKinds() []string {

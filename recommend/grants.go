@@ -1,0 +1,214 @@
+package recommend
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mcptrail/mcptrail/render"
+)
+
+// Grants lists the grants of a server's calls in the window (from, to],
+// sorted; calls without a grant are counted apart (ungranted).
+func Grants(ctx context.Context, db *sql.DB, server string, from, to time.Time) (grants []string, ungranted int64, err error) {
+	q := query{db: db, server: server, from: from, to: to}
+	rows, err := q.rows(ctx, "grants", `
+SELECT coalesce("grant", ''), count(*) FROM calls WHERE `+inWindow+` GROUP BY ALL ORDER BY 1`)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var g string
+		var n int64
+		if err := rows.Scan(&g, &n); err != nil {
+			return nil, 0, fmt.Errorf("grants: %w", err)
+		}
+		if g == "" {
+			ungranted = n
+			continue
+		}
+		grants = append(grants, g)
+	}
+	return grants, ungranted, rows.Err()
+}
+
+// ServerWindow describes the window's calls of a server, every grant together.
+func ServerWindow(ctx context.Context, db *sql.DB, server string, from, to time.Time) (Window, error) {
+	w, _, err := query{db: db, server: server, from: from, to: to}.windowStats(ctx)
+	return w, err
+}
+
+// Set is the recommendation for a server whose calls carry grants: one
+// proposal per grant, because a policy is attached to a grant (SPEC §5).
+type Set struct {
+	Server      string    `json:"server"`
+	GeneratedAt time.Time `json:"generated_at"`
+	Window      Window    `json:"window"`
+	Grants      []string  `json:"grants"`
+	// UngrantedCalls are the window's calls that carry no grant: no
+	// per-grant policy covers them.
+	UngrantedCalls int64              `json:"ungranted_calls"`
+	Policies       map[string]*Report `json:"policies"`
+}
+
+// Reports returns the per-grant recommendations in grant order.
+func (s *Set) Reports() []*Report {
+	out := make([]*Report, 0, len(s.Grants))
+	for _, g := range s.Grants {
+		out = append(out, s.Policies[g])
+	}
+	return out
+}
+
+// PathSegment is a name as one folder name: percent-encoded as a URL path
+// segment (so /, \, control characters, % and spaces are encoded, and
+// distinct names give distinct folders), with a leading dot encoded too
+// (%2E), so that it is never ".", ".." or hidden. An empty name gives "%".
+func PathSegment(name string) string {
+	if name == "" {
+		return "%"
+	}
+	s := url.PathEscape(name)
+	if strings.HasPrefix(s, ".") {
+		s = "%2E" + s[1:]
+	}
+	return s
+}
+
+// WriteSet renders a set in format f: json, text, markdown or diff (a policy
+// document, or Intercept YAML, is one grant's: --grant chooses it).
+func WriteSet(w interface{ Write([]byte) (int, error) }, s *Set, f string, color bool) error {
+	var out string
+	switch f {
+	case "json":
+		var buf bytes.Buffer
+		if err := encodeJSON(&buf, s); err != nil {
+			return err
+		}
+		out = buf.String()
+	case "markdown":
+		out = SetMarkdown(s)
+	case "diff":
+		out = SetDiff(s)
+	case "text":
+		out = SetText(s, color)
+	default:
+		return fmt.Errorf("--format %s prints one policy, and %s has %d grants (%s): pass --grant G, or --out DIR for every grant's policy.json",
+			f, s.Server, len(s.Grants), strings.Join(s.Grants, ", "))
+	}
+	_, err := w.Write([]byte(out))
+	return err
+}
+
+// SetDiff is every grant's unified diff, one file per grant folder.
+func SetDiff(s *Set) string {
+	var b strings.Builder
+	for _, r := range s.Reports() {
+		seg := PathSegment(r.Grant)
+		b.WriteString(diffOf(r, "current/"+seg+"/policy.json", "proposed/"+seg+"/policy.json"))
+	}
+	return b.String()
+}
+
+type setRow struct {
+	calls, findings, widen, allowed, hidden, changed, newly int64
+}
+
+func rowOf(r *Report) setRow {
+	c := countChanges(r)
+	return setRow{calls: r.Window.Calls, findings: int64(len(r.Findings)), widen: int64(c.widen),
+		allowed: int64(len(r.Policy.Tools)), hidden: int64(len(r.Policy.Hide)), changed: r.Replay.Changed, newly: r.Replay.NewlyAllowed}
+}
+
+// SetText is the terminal summary: a line per grant, then each grant's.
+func SetText(s *Set, color bool) string {
+	t := render.Terminal
+	var b strings.Builder
+	fmt.Fprintf(&b, "mcptrail recommendations for %s: one policy per grant (%s)\n", t(s.Server), plural(int64(len(s.Grants)), "grant", "grants"))
+	fmt.Fprintf(&b, "  %-24s %9s %9s %7s %8s %7s %9s %14s\n", "grant", "calls", "findings", "widens", "allowed", "hidden", "changed", "newly_allowed")
+	for _, g := range s.Grants {
+		r := rowOf(s.Policies[g])
+		fmt.Fprintf(&b, "  %-24s %9d %9d %7d %8d %7d %9d %14d\n", t(g), r.calls, r.findings, r.widen, r.allowed, r.hidden, r.changed, r.newly)
+	}
+	if s.UngrantedCalls > 0 {
+		fmt.Fprintf(&b, "  %s carry no grant: no per-grant policy covers them\n", plural(s.UngrantedCalls, "call", "calls"))
+	}
+	for _, r := range s.Reports() {
+		b.WriteString("\n")
+		b.WriteString(Text(r, color))
+	}
+	return b.String()
+}
+
+// SetMarkdown is the PR body for every grant: a summary table, then each
+// grant's recommendation one heading level down.
+func SetMarkdown(s *Set) string {
+	code, cell := render.MarkdownCode, render.MarkdownCodeCell
+	var b strings.Builder
+	fmt.Fprintf(&b, "## mcptrail: least-privilege policies for %s, one per grant\n\n", code(s.Server))
+	b.WriteString("PolicyLayer attaches a policy to a grant, so each grant gets its own proposal, in its folder (`<grant>/policy.json`).\n\n")
+	b.WriteString("| Grant | Calls | Findings | Widens access | Tools allowed | Hidden | Allowed then, refused now | Refused then, allowed now |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, g := range s.Grants {
+		r := rowOf(s.Policies[g])
+		widen := GroupDigits(r.widen)
+		if r.widen > 0 {
+			widen = "⚠️ " + widen
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", cell(g), GroupDigits(r.calls), GroupDigits(r.findings), widen,
+			GroupDigits(r.allowed), GroupDigits(r.hidden), GroupDigits(r.changed), GroupDigits(r.newly))
+	}
+	b.WriteString("\n")
+	if s.UngrantedCalls > 0 {
+		fmt.Fprintf(&b, "%s carry no grant: no per-grant policy covers them.\n\n", plural(s.UngrantedCalls, "call", "calls"))
+	}
+	for _, r := range s.Reports() {
+		b.WriteString(markdown(r, 3))
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// WriteSetFolder writes the PR-ready folder of a set: DIR/<grant>/policy.json
+// and policy.diff per grant, and one PR.md and recommendations.json for all.
+func WriteSetFolder(dir string, s *Set) error {
+	var js bytes.Buffer
+	if err := encodeJSON(&js, s); err != nil {
+		return err
+	}
+	files := []folderFile{{"PR.md", []byte(SetMarkdown(s))}, {"recommendations.json", js.Bytes()}}
+	for _, r := range s.Reports() {
+		pol, err := r.Policy.Canonical()
+		if err != nil {
+			return err
+		}
+		seg := PathSegment(r.Grant)
+		files = append(files, folderFile{filepath.Join(seg, "policy.json"), pol},
+			folderFile{filepath.Join(seg, "policy.diff"), []byte(diffOf(r, "current/"+seg+"/policy.json", "proposed/"+seg+"/policy.json"))})
+	}
+	return writeFiles(dir, files)
+}
+
+type folderFile struct {
+	name string
+	data []byte
+}
+
+func writeFiles(dir string, files []folderFile) error {
+	for _, f := range files {
+		p := filepath.Join(dir, f.name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", filepath.Dir(p), err)
+		}
+		if err := os.WriteFile(p, f.data, 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", p, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,316 @@
+package recommend
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/mcptrail/mcptrail/catalog"
+	"github.com/mcptrail/mcptrail/policy"
+)
+
+// Access levels of a tool under a policy, from the narrowest.
+const (
+	accHidden = iota
+	accDenied
+	accApproval
+	accAllowed
+)
+
+var accessWords = []string{"hidden", "denied", "approval", "allowed"}
+
+// access is what a policy lets a tool do: its level, and for a tool that
+// passes its rules the limits that count its calls (its own and all_tools').
+type access struct {
+	level       int
+	limits      []namedLimit
+	conditional bool // require, or deny_if with conditions
+}
+
+// namedLimit is a limit with the pointer that names it in its policy.
+type namedLimit struct {
+	pointer string
+	policy.Limit
+}
+
+func accessOf(p *policy.Policy, tool string) access {
+	if p.Hidden(tool) {
+		return access{level: accHidden}
+	}
+	r, listed := p.Tools[tool]
+	if !listed && p.Default != policy.DefaultAllow {
+		return access{level: accDenied}
+	}
+	a := access{level: accAllowed}
+	for _, rule := range []struct {
+		base string
+		r    *policy.ToolRule
+	}{{policy.ToolPointer(tool), r}, {"/all_tools", p.AllTools}} {
+		if rule.r == nil {
+			continue
+		}
+		if hasApproval(rule.r) {
+			a.level = accApproval
+		}
+		if len(rule.r.Require) > 0 || hasConditionalDeny(rule.r) {
+			a.conditional = true
+		}
+		for _, l := range rule.r.Limits {
+			a.limits = append(a.limits, namedLimit{pointer: rule.base + "/limits/" + l.Counter, Limit: l})
+		}
+	}
+	if a.level != accAllowed {
+		a.limits = nil
+	}
+	return a
+}
+
+// LimitText writes a limit as "100/minute per grant".
+func LimitText(l policy.Limit) string {
+	return fmt.Sprintf("%d/%s per %s", l.Max, l.Window, l.EffectiveScope())
+}
+
+// RuleText describes what a policy does with a tool: "hidden", "denied",
+// "approval", "allowed", with its limits ("allowed, 100/minute per grant;
+// all tools 60/minute per grant") and conditions. A nil policy gives "".
+func RuleText(p *policy.Policy, tool string) string {
+	if p == nil {
+		return ""
+	}
+	a := accessOf(p, tool)
+	s := accessWords[a.level]
+	if a.conditional && a.level >= accApproval {
+		s += " with conditions"
+	}
+	var parts []string
+	for _, l := range a.limits {
+		t := LimitText(l.Limit)
+		if strings.HasPrefix(l.pointer, "/all_tools/") {
+			t = "all tools " + t
+		}
+		parts = append(parts, t)
+	}
+	if len(parts) > 0 {
+		s += ", " + strings.Join(parts, "; ")
+	}
+	return s
+}
+
+// scopeBreadth orders scopes from the narrowest counter (one per grant) to
+// the broadest (one per session: every session gets its own quota).
+func scopeBreadth(scope string) int {
+	switch scope {
+	case policy.ScopeAgent:
+		return 1
+	case policy.ScopeSession:
+		return 2
+	}
+	return 0
+}
+
+var windowSeconds = map[string]int64{policy.WindowMinute: 60, policy.WindowHour: 3600, policy.WindowDay: 86400}
+
+// capacity is the most calls a limit lets through in a span of w seconds.
+func capacity(l policy.Limit, w int64) int64 {
+	lw := windowSeconds[l.Window]
+	if lw == 0 || lw >= w {
+		return int64(l.Max)
+	}
+	return int64(l.Max) * (w / lw)
+}
+
+// raised reports whether b lets more calls through than a in some span.
+func raised(a, b policy.Limit) bool {
+	for _, w := range windowSeconds {
+		if capacity(b, w) > capacity(a, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// covers reports whether b is at least as strict as a: no broader scope and
+// no more calls in any span.
+func covers(b, a policy.Limit) bool {
+	return scopeBreadth(b.EffectiveScope()) <= scopeBreadth(a.EffectiveScope()) && !raised(a, b)
+}
+
+// Loosenings lists how the proposed policy widens a tool's access compared
+// with the current one: a refusal turned into approval or allowance, a limit
+// raised, removed or counted over a broader scope, conditions dropped. Both
+// policies must be known.
+func Loosenings(current, proposed *policy.Policy, tool string) []string {
+	if current == nil || proposed == nil {
+		return nil
+	}
+	a, b := accessOf(current, tool), accessOf(proposed, tool)
+	var out []string
+	if b.level > a.level {
+		out = append(out, accessWords[a.level]+" → "+accessWords[b.level])
+	}
+	if a.conditional && !b.conditional && b.level >= accApproval && a.level >= accApproval {
+		out = append(out, "conditions removed")
+	}
+	if a.level != accAllowed || b.level != accAllowed {
+		return out
+	}
+	for _, old := range a.limits {
+		i := slices.IndexFunc(b.limits, func(n namedLimit) bool { return n.pointer == old.pointer })
+		if i < 0 {
+			if !slices.ContainsFunc(b.limits, func(n namedLimit) bool { return covers(n.Limit, old.Limit) }) {
+				out = append(out, "limit removed: "+limitName(old))
+			}
+			continue
+		}
+		nl := b.limits[i].Limit
+		if raised(old.Limit, nl) {
+			out = append(out, fmt.Sprintf("limit raised: %s → %s", limitName(old), LimitText(nl)))
+		}
+		if scopeBreadth(nl.EffectiveScope()) > scopeBreadth(old.EffectiveScope()) {
+			out = append(out, fmt.Sprintf("scope broadened: %s → %s", limitName(old), LimitText(nl)))
+		}
+	}
+	return out
+}
+
+func limitName(l namedLimit) string {
+	if strings.HasPrefix(l.pointer, "/all_tools/") {
+		return "all tools " + LimitText(l.Limit)
+	}
+	return LimitText(l.Limit)
+}
+
+// observedText describes a tool's calls in the window, for when the current
+// policy is unknown: "observed: allowed 4, denied 71".
+func observedText(u *usage) string {
+	if u == nil || u.Calls == 0 {
+		return "no calls"
+	}
+	var parts []string
+	for _, c := range []struct {
+		n    int64
+		word string
+	}{{u.Allowed, "allowed"}, {u.Approval, "approval"}, {u.RateLimited, "rate-limited"}, {u.Denied, "denied"}, {u.Hidden, "hidden"}} {
+		if c.n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s", c.word, GroupDigits(c.n)))
+		}
+	}
+	return "observed: " + strings.Join(parts, ", ")
+}
+
+// observedLoosenings infers from the window's calls how the proposal widens
+// a tool's access when the current policy is unknown.
+func observedLoosenings(u *usage, proposed *policy.Policy, tool string, newly int64) []string {
+	if u == nil {
+		return nil
+	}
+	b := accessOf(proposed, tool)
+	var out []string
+	if b.level >= accApproval {
+		if u.Hidden > 0 {
+			out = append(out, "hidden → "+accessWords[b.level])
+		}
+		if u.Denied > 0 {
+			out = append(out, "denied → "+accessWords[b.level])
+		}
+	}
+	if b.level == accAllowed && u.Approval > 0 {
+		out = append(out, "approval → allowed")
+	}
+	if b.level == accAllowed && u.RateLimited > 0 && newly > 0 {
+		out = append(out, "rate-limited calls pass: a limit raised or removed")
+	}
+	return out
+}
+
+// RuleChange is what the proposal does to one tool, before and after.
+type RuleChange struct {
+	Tool     string `json:"tool"`
+	Current  string `json:"current"`
+	Proposed string `json:"proposed"`
+	Widens   bool   `json:"widens"`
+}
+
+// detectLoosenings compares the proposal with the current policy (or, when
+// that is unknown, with the window's decisions) and the replay: every tool
+// whose access widens is a finding of its own.
+func (s *state) detectLoosenings(proposed *policy.Policy, replay *Replay) []RuleChange {
+	cur := s.opts.Current
+	set := map[string]bool{}
+	for t := range s.usage {
+		set[t] = true
+	}
+	for _, p := range []*policy.Policy{cur, proposed} {
+		if p == nil {
+			continue
+		}
+		for t := range p.Tools {
+			set[t] = true
+		}
+		for _, t := range p.Hide {
+			if t != policy.HideAll {
+				set[t] = true
+			}
+		}
+	}
+	changes := []RuleChange{}
+	for _, t := range sortedKeys(set) {
+		u := s.usage[t]
+		var newly int64
+		if tr := replay.ByTool[t]; tr != nil {
+			newly = tr.NewlyAllowed
+		}
+		before := RuleText(cur, t)
+		widen := Loosenings(cur, proposed, t)
+		if cur == nil {
+			before = observedText(u)
+			widen = observedLoosenings(u, proposed, t, newly)
+		}
+		if newly > 0 && len(widen) == 0 {
+			widen = append(widen, "calls refused then pass")
+		}
+		after := RuleText(proposed, t)
+		// A refused tool that the proposal hides stays refused: the hidden
+		// tools are listed apart.
+		quiet := before == accessWords[accDenied] && after == accessWords[accHidden]
+		if before != after && !quiet && !(cur == nil && sameAsObserved(u, after)) {
+			changes = append(changes, RuleChange{Tool: t, Current: before, Proposed: after, Widens: len(widen) > 0})
+		}
+		if len(widen) == 0 {
+			continue
+		}
+		c := s.classes[t]
+		sev := string(catalog.SeverityMedium)
+		if isRisky(c.Category) && accessOf(proposed, t).level == accAllowed {
+			sev = string(catalog.SeverityHigh)
+		}
+		ev := map[string]any{"before": before, "after": after, "changes": widen, "newly_allowed": newly,
+			"category": string(c.Category)}
+		var calls []string
+		for _, call := range replay.FirstNewlyAllowed {
+			if call.Tool == t {
+				calls = append(calls, fmt.Sprintf("%s %s (%s)", call.TS.Format("2006-01-02T15:04:05Z"), call.ID, call.Recorded))
+			}
+		}
+		if len(calls) > 0 {
+			ev["first_newly_allowed"] = calls
+		}
+		summary := fmt.Sprintf("%s: the proposal widens access (%s)", t, strings.Join(widen, "; "))
+		if newly > 0 {
+			summary += fmt.Sprintf("; %s the gateway refused would pass", plural(newly, "call", "calls"))
+		}
+		s.add(Finding{Kind: KindLoosening, Tool: t, Severity: sev, Confidence: s.confid, Summary: summary,
+			Evidence: ev, Action: Action{Op: OpWiden}})
+	}
+	return changes
+}
+
+// sameAsObserved reports whether a tool's calls were all decided the way the
+// proposal decides them (or there were none), so that no change is shown.
+func sameAsObserved(u *usage, after string) bool {
+	if u == nil {
+		return true
+	}
+	return (u.Hidden == u.Calls && after == accessWords[accHidden]) || (u.Denied == u.Calls && after == accessWords[accDenied]) ||
+		(u.Approval == u.Calls && after == accessWords[accApproval])
+}

@@ -1,0 +1,158 @@
+package recommend_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/policy"
+	"github.com/mcptrail/mcptrail/recommend"
+)
+
+func parsePolicy(t *testing.T, doc string) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse([]byte(doc), "p.json")
+	require.NoError(t, err)
+	return p
+}
+
+// Every way a proposal can widen a tool's access is named; tightening and
+// unchanged rules are not.
+func TestLooseningKinds(t *testing.T) {
+	cur := parsePolicy(t, `{"version": "1", "default": "deny", "hide": ["delete_vm", "get_hidden"],
+  "all_tools": {"limits": [{"counter": "all", "window": "minute", "max": 60, "scope": "grant"}]},
+  "tools": {
+    "get_a": {"limits": [{"counter": "a", "window": "minute", "max": 10, "scope": "session"}]},
+    "get_b": {"limits": [{"counter": "b", "window": "minute", "max": 10, "scope": "session"}]},
+    "get_c": {"limits": [{"counter": "c", "window": "minute", "max": 100, "scope": "grant"}]},
+    "get_d": {"limits": [{"counter": "d", "window": "minute", "max": 100, "scope": "grant"}]},
+    "get_e": {"deny_if": [{"conditions": [], "on_deny": "Requires human approval."}]},
+    "get_f": {"deny_if": [{"conditions": [{"path": "args.x", "op": "eq", "value": 1}], "on_deny": "no"}]}
+  }}`)
+	prop := parsePolicy(t, `{"version": "1", "default": "deny", "hide": ["get_d"],
+  "tools": {
+    "delete_vm": {"deny_if": [{"conditions": [], "on_deny": "Requires human approval."}]},
+    "get_hidden": {},
+    "get_denied": {},
+    "get_a": {"limits": [{"counter": "a", "window": "minute", "max": 20, "scope": "session"}]},
+    "get_b": {},
+    "get_c": {"limits": [{"counter": "c", "window": "day", "max": 56, "scope": "session"}]},
+    "get_e": {},
+    "get_f": {}
+  }}`)
+	for tool, want := range map[string][]string{
+		"delete_vm":  {"hidden → approval"},
+		"get_hidden": {"hidden → allowed"},
+		"get_denied": {"denied → allowed"},
+		"get_a":      {"limit removed: all tools 60/minute per grant", "limit raised: 10/minute per session → 20/minute per session"},
+		"get_b":      {"limit removed: 10/minute per session", "limit removed: all tools 60/minute per grant"},
+		"get_c":      {"limit removed: all tools 60/minute per grant", "scope broadened: 100/minute per grant → 56/day per session"},
+		"get_d":      nil, // allowed → hidden narrows
+		"get_e":      {"approval → allowed"},
+		"get_f":      {"conditions removed", "limit removed: all tools 60/minute per grant"},
+	} {
+		got := recommend.Loosenings(cur, prop, tool)
+		assert.ElementsMatch(t, want, got, tool)
+	}
+	// The same cap kept, or a stricter one beside it, is no loosening.
+	same := cur.Clone()
+	same.Tools["get_c"].Limits = append(same.Tools["get_c"].Limits, policy.Limit{Counter: "c2", Window: "day", Max: 56, Scope: "session"})
+	assert.Empty(t, recommend.Loosenings(cur, same, "get_c"))
+	assert.Equal(t, "allowed, 100/minute per grant; all tools 60/minute per grant", recommend.RuleText(cur, "get_c"))
+	assert.Equal(t, "allowed with conditions, all tools 60/minute per grant", recommend.RuleText(cur, "get_f"))
+	assert.Equal(t, "hidden", recommend.RuleText(cur, "delete_vm"))
+}
+
+// A proposal that widens access says so: a loosening finding with the rule
+// before and after and the calls that would newly pass, counted by the
+// replay, and a row in the rule changes.
+func TestLooseningFindings(t *testing.T) {
+	store := storeEvents(t, func(add func(tool string, d audit.Decision, n int)) {
+		add("get_a", audit.Allowed, 3)
+		add("get_a", audit.Denied, 2)
+		add("list_vms", audit.Allowed, 4)
+	})
+	ctx := context.Background()
+	t.Run("no current policy: from the window's decisions", func(t *testing.T) {
+		r, err := recommend.Recommend(ctx, store.DB(), recommend.Options{Server: "srv", Now: now, Params: recommend.DefaultParams(),
+			Catalog: classes("get_a", "list_vms")})
+		require.NoError(t, err)
+		f, ok := findings(r, recommend.KindLoosening)["get_a"]
+		require.True(t, ok, "refused calls that would pass are a loosening")
+		assert.Equal(t, recommend.OpWiden, f.Action.Op)
+		assert.Equal(t, "medium", f.Severity)
+		assert.Equal(t, int64(2), f.Evidence["newly_allowed"])
+		assert.Equal(t, []string{"denied → allowed"}, f.Evidence["changes"])
+		assert.Equal(t, "observed: allowed 3, denied 2", f.Evidence["before"])
+		assert.Len(t, f.Evidence["first_newly_allowed"], 2)
+		assert.Equal(t, int64(2), r.Replay.NewlyAllowed)
+		assert.NotContains(t, findings(r, recommend.KindLoosening), "list_vms")
+		md := recommend.Markdown(r)
+		assert.Contains(t, md, "Access widened for 1 tool")
+		assert.Contains(t, md, "| `get_a` | observed: allowed 3, denied 2 | → allowed, 5/minute per session | ⚠️ yes |")
+	})
+	t.Run("current policy: hidden → allowed", func(t *testing.T) {
+		cur := parsePolicy(t, `{"version": "1", "default": "deny", "hide": ["list_vms"], "tools": {"get_a": {}}}`)
+		r, err := recommend.Recommend(ctx, store.DB(), recommend.Options{Server: "srv", Now: now, Params: recommend.DefaultParams(),
+			Catalog: classes("get_a", "list_vms"), Current: cur})
+		require.NoError(t, err)
+		f, ok := findings(r, recommend.KindLoosening)["list_vms"]
+		require.True(t, ok)
+		assert.Equal(t, "hidden", f.Evidence["before"])
+		assert.Contains(t, f.Evidence["changes"], "hidden → allowed")
+		assert.Contains(t, r.RuleChanges, recommend.RuleChange{Tool: "list_vms", Current: "hidden", Proposed: "allowed, 5/minute per session", Widens: true})
+	})
+}
+
+// A tool the grant was refused (denied or hidden) and never allowed in the
+// window is not allowed by the proposal, even when the current policy lists
+// it and no hide is proposed (here: the tool is in its grace period).
+func TestRefusedOnlyToolIsNotAllowed(t *testing.T) {
+	store := storeEvents(t, func(add func(tool string, d audit.Decision, n int)) {
+		add("list_vms", audit.Allowed, 4)
+		add("vm_agent_exec", audit.Denied, 3)
+		add("get_secret", audit.Hidden, 2)
+	})
+	cur := parsePolicy(t, `{"version": "1", "default": "deny", "tools": {"list_vms": {}, "vm_agent_exec": {}, "get_secret": {}}}`)
+	r, err := recommend.Recommend(context.Background(), store.DB(), recommend.Options{Server: "srv", Grant: "g", Now: now,
+		Params: recommend.DefaultParams(), Current: cur, Catalog: classes("list_vms", "vm_agent_exec", "get_secret"),
+		ToolAdded: map[string]time.Time{"vm_agent_exec": now.Add(-time.Hour), "get_secret": now.Add(-time.Hour)}})
+	require.NoError(t, err)
+	ev := policy.NewEvaluator(r.Policy)
+	for _, tool := range []string{"vm_agent_exec", "get_secret"} {
+		assert.NotEqual(t, policy.Allowed, ev.Evaluate(policy.Call{Tool: tool, Grant: "g"}).Decision, tool)
+		assert.Zero(t, r.Replay.ByTool[tool].NewlyAllowed, tool)
+	}
+	assert.Contains(t, r.Policy.Tools, "list_vms")
+	assert.Empty(t, findings(r, recommend.KindLoosening))
+}
+
+// A current cap that agents hit is kept: a limit sized on traffic it capped
+// says its peaks are censored, and goes beside the cap instead of replacing
+// it with a per-session one (which would widen access).
+func TestHitCapIsKept(t *testing.T) {
+	store := storeEvents(t, func(add func(tool string, d audit.Decision, n int)) {
+		add("get_a", audit.Allowed, 3)
+		add("get_a", audit.RateLimited, 2)
+	})
+	cur := parsePolicy(t, `{"version": "1", "default": "deny",
+  "tools": {"get_a": {"limits": [{"counter": "get_a_rate", "window": "minute", "max": 3, "scope": "grant"}]}}}`)
+	r, err := recommend.Recommend(context.Background(), store.DB(), recommend.Options{Server: "srv", Grant: "g", Now: now,
+		Params: recommend.DefaultParams(), Current: cur, Catalog: classes("get_a")})
+	require.NoError(t, err)
+	f, ok := findings(r, recommend.KindRateLimit)["get_a"]
+	require.True(t, ok)
+	assert.Equal(t, true, f.Evidence["censored"])
+	assert.Equal(t, int64(2), f.Evidence["rate_limited_calls"])
+	assert.Equal(t, "3/minute per grant", f.Evidence["kept_current_cap"])
+	assert.Contains(t, f.Summary, "censored")
+	limits := r.Policy.Tools["get_a"].Limits
+	require.Len(t, limits, 2)
+	assert.Equal(t, policy.Limit{Counter: "get_a_rate", Window: "minute", Max: 3, Scope: "grant"}, limits[0], "the cap agents hit stays")
+	assert.Equal(t, "get_a_rate_session_minute", limits[1].Counter)
+	assert.Empty(t, recommend.Loosenings(cur, r.Policy, "get_a"))
+}
