@@ -83,6 +83,17 @@ FROM calls WHERE `+inWindow, q.args()...).Scan(&w.Calls, &w.Sessions, &w.Agents,
 	return w, activeDays, nil
 }
 
+// allowedCalls counts the scope's allowed calls in the window.
+func (q query) allowedCalls(ctx context.Context) (int64, error) {
+	var n int64
+	err := q.db.QueryRowContext(ctx, `
+SELECT count(*) FROM calls WHERE `+inWindow+` AND decision = 'allowed'`, q.args()...).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("allowed calls: %w", err)
+	}
+	return n, nil
+}
+
 // allowedSessions counts the scope's sessions with an allowed call in the
 // window: what a tool's share of use is measured against.
 func (q query) allowedSessions(ctx context.Context) (int64, error) {

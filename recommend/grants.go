@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -211,4 +212,75 @@ func writeFiles(dir string, files []folderFile) error {
 		}
 	}
 	return nil
+}
+
+// GrantsOptions select a server's recommendation, one proposal per grant.
+type GrantsOptions struct {
+	Server string
+	// Grant is the one grant to recommend for; "" recommends for every
+	// grant seen in the window (or once, for a server whose calls carry no
+	// grant).
+	Grant  string
+	Now    time.Time
+	Params Params
+	// GeneratedAt, when set, is written as every report's generated_at.
+	GeneratedAt time.Time
+	// Inputs gives one grant's recommender inputs (catalog, current policy,
+	// suppressions, target, log); RecommendGrants sets their Server, Grant,
+	// Now and Params. The grant is "" for a server whose calls carry none.
+	Inputs func(ctx context.Context, grant string) (Options, error)
+}
+
+// RecommendGrants proposes a server's policies as `mcptrail recommend` and
+// the report do (SPEC §5): for one grant, or a server whose calls carry
+// none, a single report; otherwise a set, one report per grant seen in the
+// window. A grant with no calls in the window is an error wrapping
+// ErrNoCalls that names the grants that have calls.
+func RecommendGrants(ctx context.Context, db *sql.DB, o GrantsOptions) (*Report, *Set, error) {
+	from := o.Now.Add(-o.Params.Window)
+	one := func(g string) (*Report, error) {
+		opts := Options{}
+		if o.Inputs != nil {
+			var err error
+			if opts, err = o.Inputs(ctx, g); err != nil {
+				return nil, err
+			}
+		}
+		opts.Server, opts.Grant, opts.Now, opts.Params = o.Server, g, o.Now, o.Params
+		r, err := Recommend(ctx, db, opts)
+		if err != nil {
+			return nil, err
+		}
+		if !o.GeneratedAt.IsZero() {
+			r.GeneratedAt = o.GeneratedAt
+		}
+		return r, nil
+	}
+	grants, ungranted, err := Grants(ctx, db, o.Server, from, o.Now)
+	if err != nil {
+		return nil, nil, err
+	}
+	if o.Grant != "" || len(grants) == 0 {
+		r, err := one(o.Grant)
+		if err != nil && o.Grant != "" && len(grants) > 0 && errors.Is(err, ErrNoCalls) {
+			names := make([]string, len(grants))
+			for i, g := range grants {
+				names[i] = render.Terminal(g)
+			}
+			return nil, nil, fmt.Errorf("%w for server %q and grant %q between %s and %s; the grants with calls there are %s: pass one of them to --grant, or leave --grant out for one policy per grant",
+				ErrNoCalls, o.Server, o.Grant, from.Format(time.RFC3339), o.Now.Format(time.RFC3339), strings.Join(names, ", "))
+		}
+		return r, nil, err
+	}
+	set := &Set{Server: o.Server, Grants: grants, UngrantedCalls: ungranted, Policies: map[string]*Report{}}
+	for _, g := range grants {
+		r, err := one(g)
+		if err != nil {
+			return nil, nil, err
+		}
+		set.Policies[g] = r
+		set.GeneratedAt = r.GeneratedAt
+	}
+	set.Window, err = ServerWindow(ctx, db, o.Server, from, o.Now)
+	return nil, set, err
 }

@@ -80,6 +80,16 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 			ErrNoCalls, opts.Server, grant, s.q.from.Format(time.RFC3339), now.Format(time.RFC3339))
 	}
 	gates := s.gates()
+	allowed, err := s.q.allowedCalls(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if allowed == 0 {
+		// Every call was refused: the proposal allows nothing. Say so
+		// rather than hand over a deny-all that looks like a result.
+		gates = append(gates, Gate{Name: "allowed_calls", OK: false, Detail: refusedOnlyDetail(opts.Grant, s.window.Calls)})
+		s.confid = Low
+	}
 	if s.usage, err = s.q.toolUsage(ctx, p.Window); err != nil {
 		return nil, err
 	}
@@ -143,7 +153,7 @@ func (s *state) gates() []Gate {
 		{Name: "catalog_present", OK: len(s.opts.Catalog) > 0,
 			Detail: catalogDetail(len(s.opts.Catalog))},
 		{Name: "current_policy", OK: s.opts.Current != nil,
-			Detail: policyDetail(s.opts.Current != nil)},
+			Detail: policyDetail(s.opts.Current != nil, s.opts.Grant != "" && s.opts.CurrentServerWide)},
 	}
 	switch {
 	case !g[0].OK || !g[1].OK:
@@ -163,8 +173,20 @@ func catalogDetail(n int) string {
 	return fmt.Sprintf("%d tools in the catalog", n)
 }
 
-func policyDetail(ok bool) string {
-	if ok {
+func refusedOnlyDetail(grant string, calls int64) string {
+	scope := "the server's"
+	if grant != "" {
+		scope = "the grant's"
+	}
+	return fmt.Sprintf("none of %s %s in the window was allowed (the gateway refused them all): the proposal allows no tool and widens nothing, a deny-all from no usage; check whether the grant is still needed or misconfigured",
+		scope, plural(calls, "call", "calls"))
+}
+
+func policyDetail(ok, serverWide bool) string {
+	switch {
+	case ok && serverWide:
+		return "the current policy is the server-wide one (the grant has none of its own): the proposal keeps its untouched rules"
+	case ok:
 		return "the current policy is known: the proposal keeps its untouched rules"
 	}
 	return "no current policy given (--policy): the proposal starts from an empty policy"

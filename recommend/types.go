@@ -57,6 +57,9 @@ type Options struct {
 	ToolAdded map[string]time.Time
 	// Current is the policy in force, nil when unknown.
 	Current *policy.Policy
+	// CurrentServerWide says that Current is the server-wide policy, in
+	// force for a grant that has none of its own.
+	CurrentServerWide bool
 	// Suppressions in force or expired; expired ones do not apply.
 	Suppressions []analytics.Suppression
 	// SuppressionLog lists changes to suppressions, shown in the output.

@@ -104,6 +104,7 @@ func (a *app) recommendInputs(ctx context.Context, store *analytics.Store, serve
 		if history, err = store.PolicyHistory(ctx, server, ""); err != nil {
 			return opts, err
 		}
+		opts.CurrentServerWide = len(history) > 0
 	}
 	if len(history) > 0 {
 		latest := history[len(history)-1]

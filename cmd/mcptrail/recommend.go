@@ -145,67 +145,37 @@ func (a *app) runRecommend(ctx context.Context, store *analytics.Store, req *api
 	return gate.check(report)
 }
 
-// recommendAll proposes a server's policy: for one grant (or a server whose
-// calls carry none) a single report, otherwise one report per grant seen in
-// the window (a set). --catalog and --policy files are recorded once, the
-// policy for the grant asked or, without one, for the whole server.
+// recommendAll proposes a server's policy (recommend.RecommendGrants): for
+// one grant (or a server whose calls carry none) a single report, otherwise
+// one report per grant seen in the window (a set). --catalog and --policy
+// files are recorded first, the policy for the grant asked or, without one,
+// as the server-wide policy (for every grant without one of its own).
 func (a *app) recommendAll(ctx context.Context, store *analytics.Store, server, grant string, catalogFile, policyFile *api.File,
 	params recommend.Params, target string) (*recommend.Report, *recommend.Set, error) {
-	one := func(g string, cat, pol *api.File) (*recommend.Report, error) {
-		opts, err := a.recommendInputs(ctx, store, server, g, cat, pol)
-		if err != nil {
-			return nil, err
-		}
-		opts.Params = params
-		opts.Log = a.log
-		opts.Target = target // limits in the target gateway's scope (recommend/intercept.go)
-		r, err := recommend.Recommend(ctx, store.DB(), opts)
-		if err != nil {
-			if errors.Is(err, recommend.ErrNoCalls) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("recommend: %w", err)
-		}
-		if a.nowIsFixed() {
-			r.GeneratedAt = a.now
-		}
-		return r, nil
-	}
-	var grants []string
-	var ungranted int64
-	if grant == "" {
-		var err error
-		if grants, ungranted, err = recommend.Grants(ctx, store.DB(), server, a.now.Add(-params.Window), a.now); err != nil {
+	if catalogFile != nil || policyFile != nil {
+		if _, err := a.recommendInputs(ctx, store, server, grant, catalogFile, policyFile); err != nil {
 			return nil, nil, err
 		}
 	}
-	if len(grants) == 0 {
-		r, err := one(grant, catalogFile, policyFile)
-		return r, nil, err
+	o := recommend.GrantsOptions{Server: server, Grant: grant, Now: a.now, Params: params,
+		Inputs: func(ctx context.Context, g string) (recommend.Options, error) {
+			opts, err := a.recommendInputs(ctx, store, server, g, nil, nil)
+			opts.Log = a.log
+			opts.Target = target // limits in the target gateway's scope (recommend/intercept.go)
+			return opts, err
+		}}
+	if a.nowIsFixed() {
+		o.GeneratedAt = a.now
 	}
-	set := &recommend.Set{Server: server, Grants: grants, UngrantedCalls: ungranted, Policies: map[string]*recommend.Report{}}
-	for i, g := range grants {
-		cat, pol := catalogFile, policyFile
-		if i > 0 {
-			cat, pol = nil, nil // recorded by the first grant's inputs
-		} else if pol != nil {
-			// The given policy is the server's (for every grant without
-			// one of its own): record it so, before any grant reads it.
-			if _, err := a.recommendInputs(ctx, store, server, "", nil, pol); err != nil {
-				return nil, nil, err
-			}
-			pol = nil
-		}
-		r, err := one(g, cat, pol)
-		if err != nil {
-			return nil, nil, err
-		}
-		set.Policies[g] = r
-		set.GeneratedAt = r.GeneratedAt
+	r, set, err := recommend.RecommendGrants(ctx, store.DB(), o)
+	if err != nil && !errors.Is(err, recommend.ErrNoCalls) {
+		err = fmt.Errorf("recommend: %w", err)
 	}
-	var err error
-	set.Window, err = recommend.ServerWindow(ctx, store.DB(), server, a.now.Add(-params.Window), a.now)
-	return nil, set, err
+	if set != nil && policyFile != nil && grant == "" {
+		a.log.Info("recorded the given policy as the server-wide policy: the current policy of every grant without one of its own",
+			"server", server, "grants", len(set.Grants))
+	}
+	return r, set, err
 }
 
 // failOn is what --fail-on stops CI for: findings at or above a severity,
