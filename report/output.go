@@ -65,9 +65,6 @@ const stampLayout = "2006-01-02T150405Z"
 
 var stampRE = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{6}Z$`)
 
-// IsStamp reports whether a folder name is a report's (see Stamp).
-func IsStamp(name string) bool { return stampRE.MatchString(name) }
-
 // Stamp is the folder name of a report whose window ends at t.
 func Stamp(t time.Time) string { return t.UTC().Format(stampLayout) }
 

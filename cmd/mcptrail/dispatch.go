@@ -13,6 +13,7 @@ import (
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/internal/duration"
+	"github.com/mcptrail/mcptrail/report"
 )
 
 // dispatch runs a request in the daemon that answers at http.listen and
@@ -145,9 +146,9 @@ func readInput(what, path string) (*api.File, error) {
 }
 
 // previousReports are the report.json files of the newest report of each
-// server folder under out that is older than the window's end: what a new
-// report is compared with.
-func previousReports(out string, now time.Time, stampOf func(time.Time) string, isStamp func(string) bool) ([]api.File, error) {
+// server folder under out that is older than the window's end (the one
+// report.Previous finds): what a new report is compared with.
+func previousReports(out string, now time.Time) ([]api.File, error) {
 	servers, err := os.ReadDir(out)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -155,29 +156,21 @@ func previousReports(out string, now time.Time, stampOf func(time.Time) string, 
 	if err != nil {
 		return nil, fmt.Errorf("--out %s: %w", out, err)
 	}
-	stamp := stampOf(now)
 	var files []api.File
 	for _, s := range servers {
 		if !s.IsDir() {
 			continue
 		}
-		folders, err := os.ReadDir(filepath.Join(out, s.Name()))
+		prev, folder, err := report.Previous(filepath.Join(out, s.Name()), report.Stamp(now))
+		if err != nil || prev == nil {
+			continue
+		}
+		rel := filepath.Join(s.Name(), folder, report.JSONFile)
+		data, err := os.ReadFile(filepath.Join(out, rel))
 		if err != nil {
 			continue
 		}
-		for i := len(folders) - 1; i >= 0; i-- {
-			name := folders[i].Name()
-			if !folders[i].IsDir() || !isStamp(name) || name >= stamp {
-				continue
-			}
-			rel := filepath.Join(s.Name(), name, "report.json")
-			data, err := os.ReadFile(filepath.Join(out, rel))
-			if err != nil {
-				continue
-			}
-			files = append(files, api.File{Name: filepath.ToSlash(rel), Content: data})
-			break
-		}
+		files = append(files, api.File{Name: filepath.ToSlash(rel), Content: data})
 	}
 	return files, nil
 }

@@ -45,7 +45,7 @@ mcptrail serve.`,
 			req := &api.ReportRequest{Server: server, Since: since, Format: format, Out: out}
 			var err error
 			if out != "" {
-				if req.Previous, err = previousReports(out, a.now, report.Stamp, report.IsStamp); err != nil {
+				if req.Previous, err = previousReports(out, a.now); err != nil {
 					return err
 				}
 			}
