@@ -71,15 +71,23 @@ func (q query) rows(ctx context.Context, what, text string, extra ...any) (*sql.
 // Distinct sessions are counted by their hash (as everywhere here): distinct
 // integers are cheaper to count than the strings.
 func (q query) windowStats(ctx context.Context) (w Window, activeDays int, err error) {
+	var first sql.NullTime
 	err = q.db.QueryRowContext(ctx, `
 SELECT count(*), count(DISTINCT hash(`+sessionKey+`)) FILTER (`+sessionKey+` <> ''), count(DISTINCT agent),
-       count(DISTINCT epoch_ms(ts) // 86400000)
-FROM calls WHERE `+inWindow, q.args()...).Scan(&w.Calls, &w.Sessions, &w.Agents, &activeDays)
+       count(DISTINCT epoch_ms(ts) // 86400000),
+       (SELECT min(ts) FROM calls WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND ts <= $to)
+FROM calls WHERE `+inWindow, q.args()...).Scan(&w.Calls, &w.Sessions, &w.Agents, &activeDays, &first)
 	if err != nil {
 		return w, 0, fmt.Errorf("window statistics: %w", err)
 	}
 	w.From, w.To = q.from, q.to
 	w.Days = int(q.to.Sub(q.from).Round(time.Hour).Hours() / 24)
+	w.HistoryDays = w.Days
+	if first.Valid && first.Time.After(q.from) {
+		// History starts inside the window: "not used in the last 30 days"
+		// would claim days nobody watched.
+		w.HistoryDays = min(int(math.Ceil(q.to.Sub(first.Time).Hours()/24)), w.Days)
+	}
 	return w, activeDays, nil
 }
 
@@ -133,8 +141,8 @@ SELECT tool,
        count(*) FILTER (ts > $from AND decision = 'allowed'),
        count(DISTINCT epoch_ms(ts) // 86400000) FILTER (ts > $from AND decision = 'allowed'),
        count(*) FILTER (ts > $from AND decision <> 'allowed'),
-       count(DISTINCT hash(`+sessionKey+`)) FILTER (ts > $from),
-       count(DISTINCT hash(`+sessionKey+`)) FILTER (ts > $from AND decision = 'allowed'),
+       count(DISTINCT hash(`+sessionKey+`)) FILTER (ts > $from AND `+sessionKey+` <> ''),
+       count(DISTINCT hash(`+sessionKey+`)) FILTER (ts > $from AND `+sessionKey+` <> '' AND decision = 'allowed'),
        count(*) FILTER (ts > $from AND coalesce(session, '') <> ''),
        count(*) FILTER (ts > $from AND decision = 'denied'), count(*) FILTER (ts > $from AND decision = 'hidden'),
        count(*) FILTER (ts > $from AND decision = 'rate_limited'), count(*) FILTER (ts > $from AND decision = 'approval_required'),
@@ -209,35 +217,10 @@ type run struct {
 // far fewer than the calls, come back. names maps tool hashes back to the
 // tools (toolNames).
 func (q query) runs(ctx context.Context, names map[uint64]string, minCalls int, maxInterval time.Duration) ([]run, error) {
-	// One sort of the window's calls (LAG and LEAD share it) marks each call
-	// that continues the previous one (cont) or is continued by the next
-	// (cont_next). A call with neither is a run of one: most calls are, so
-	// only the rest goes through the second pass that numbers the runs
-	// (a running count of run starts) and the aggregates.
 	rows, err := q.rows(ctx, "call sequences", `
-WITH c AS (
-	SELECT hash(`+sessionKey+`) AS skh, hash(tool) AS th, hash(args_hash) AS hh, args_hash IS NULL AS no_args,
-	       status = 'error' AS err, epoch_ms(ts) AS ms
-	FROM calls WHERE `+inWindow+` AND tool IS NOT NULL
-), s AS (
-	SELECT skh, th, hh, err, ms, lag(th) OVER w AS prev_th, ms - lag(ms) OVER w AS gap,
-	       coalesce(th = lag(th) OVER w AND NOT no_args AND hh = lag(hh) OVER w
-	                AND ms - lag(ms) OVER w <= $max_gap_ms, false) AS cont,
-	       coalesce(th = lead(th) OVER w AND NOT lead(no_args) OVER w AND hh = lead(hh) OVER w
-	                AND lead(ms) OVER w - ms <= $max_gap_ms, false) AS cont_next
-	FROM c WINDOW w AS (PARTITION BY skh ORDER BY ms, th, hh)
-), r AS (
-	SELECT *, sum((NOT cont)::INTEGER) OVER (PARTITION BY skh ORDER BY ms, th, hh ROWS UNBOUNDED PRECEDING) AS run_no
-	FROM s WHERE $min_calls <= 1 OR cont OR cont_next
-)
-SELECT skh, any_value(th), coalesce(any_value(prev_th) FILTER (NOT cont), 0), coalesce(any_value(gap) FILTER (NOT cont), 0) / 1000.0,
-       count(*), (max(ms) - min(ms)) / 1000.0,
-       coalesce(avg(gap) FILTER (cont), 0) / 1000.0, coalesce(stddev_pop(gap) FILTER (cont), 0) / 1000.0,
-       coalesce(median(gap) FILTER (cont), 0) / 1000.0,
-       count(*) FILTER (err), coalesce(arg_max(err, ms), false), min(ms), max(ms)
-FROM r
-GROUP BY skh, run_no HAVING count(*) >= $min_calls
-ORDER BY min(ms), skh`, sql.Named("max_gap_ms", maxInterval.Milliseconds()), sql.Named("min_calls", minCalls))
+WITH `+runsSQL(inWindow, minCalls, maxInterval)+`
+SELECT skh, th, prev_th, start_gap, polls, span_s, mean_gap, sd_gap, median_gap, errors, last_err, t0, t1
+FROM runs ORDER BY t0, skh`)
 	if err != nil {
 		return nil, err
 	}
@@ -261,6 +244,45 @@ ORDER BY min(ms), skh`, sql.Named("max_gap_ms", maxInterval.Milliseconds()), sql
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// runsSQL is the common table expressions that end in runs: every run of at
+// least minCalls calls among the calls that where selects, one row per run
+// (session hash skh, tool hash th, the hash of the tool called just before
+// prev_th and the gap to it, polls, span, gaps, errors, first and last
+// epoch milliseconds t0, t1). The detectors and the evidence SQL that
+// reproduces their numbers share this text.
+func runsSQL(where string, minCalls int, maxInterval time.Duration) string {
+	maxGap, minN := strconv.FormatInt(maxInterval.Milliseconds(), 10), strconv.Itoa(minCalls)
+	// One sort of the window's calls (LAG and LEAD share it) marks each call
+	// that continues the previous one (cont) or is continued by the next
+	// (cont_next). A call with neither is a run of one: most calls are, so
+	// only the rest goes through the second pass that numbers the runs
+	// (a running count of run starts) and the aggregates.
+	return `c AS (
+	SELECT hash(` + sessionKey + `) AS skh, hash(tool) AS th, hash(args_hash) AS hh, args_hash IS NULL AS no_args,
+	       status = 'error' AS err, epoch_ms(ts) AS ms
+	FROM calls WHERE ` + where + ` AND tool IS NOT NULL
+), s AS (
+	SELECT skh, th, hh, err, ms, lag(th) OVER w AS prev_th, ms - lag(ms) OVER w AS gap,
+	       coalesce(th = lag(th) OVER w AND NOT no_args AND hh = lag(hh) OVER w
+	                AND ms - lag(ms) OVER w <= ` + maxGap + `, false) AS cont,
+	       coalesce(th = lead(th) OVER w AND NOT lead(no_args) OVER w AND hh = lead(hh) OVER w
+	                AND lead(ms) OVER w - ms <= ` + maxGap + `, false) AS cont_next
+	FROM c WINDOW w AS (PARTITION BY skh ORDER BY ms, th, hh)
+), r AS (
+	SELECT *, sum((NOT cont)::INTEGER) OVER (PARTITION BY skh ORDER BY ms, th, hh ROWS UNBOUNDED PRECEDING) AS run_no
+	FROM s WHERE ` + minN + ` <= 1 OR cont OR cont_next
+), runs AS (
+	SELECT skh, any_value(th) AS th, coalesce(any_value(prev_th) FILTER (NOT cont), 0) AS prev_th,
+	       coalesce(any_value(gap) FILTER (NOT cont), 0) / 1000.0 AS start_gap,
+	       count(*) AS polls, (max(ms) - min(ms)) / 1000.0 AS span_s,
+	       coalesce(avg(gap) FILTER (cont), 0) / 1000.0 AS mean_gap, coalesce(stddev_pop(gap) FILTER (cont), 0) / 1000.0 AS sd_gap,
+	       coalesce(median(gap) FILTER (cont), 0) / 1000.0 AS median_gap,
+	       count(*) FILTER (err) AS errors, coalesce(arg_max(err, ms), false) AS last_err, min(ms) AS t0, max(ms) AS t1
+	FROM r
+	GROUP BY skh, run_no HAVING count(*) >= ` + minN + `
+)`
 }
 
 // peakStats summarises, for one tool, each scope value's peak calls per window.
@@ -319,7 +341,7 @@ WITH c AS (
 ), pk AS (
 	SELECT th, k, max(n) AS peak, sum(n) AS calls FROM per GROUP BY ALL
 )
-SELECT th, quantile_cont(peak, 0.5), quantile_cont(peak, 0.9), quantile_cont(peak, 0.99), max(peak), count(*), sum(calls)
+SELECT th, quantile_disc(peak, 0.5), quantile_disc(peak, 0.9), quantile_disc(peak, 0.99), max(peak), count(*), sum(calls)
 FROM pk GROUP BY th`, sql.Named("bucket_ms", bucketMillis(window)), sql.Named("tools", stringList(tools)))
 	if err != nil {
 		return nil, err
@@ -371,7 +393,7 @@ WITH c AS (
 ), in_loops AS (
 	SELECT `+scopeExpr(scope)+` AS k, epoch_ms(calls.ts) // 60000 AS m, count(*) AS n
 	FROM calls SEMI JOIN excluded_runs x
-	     ON x.skh = hash(`+sessionKey+`) AND x.tool = calls.tool AND calls.ts BETWEEN x.t0 AND x.t1
+	     ON x.skh = hash(`+sessionKey+`) AND x.tool = calls.tool AND epoch_ms(calls.ts) BETWEEN x.t0 AND x.t1
 	WHERE `+inWindow+` AND calls.tool = $tool AND decision IN ('allowed', 'rate_limited')
 	GROUP BY ALL
 )
@@ -392,7 +414,7 @@ WITH per AS (
 ), pk AS (
 	SELECT k, max(n) AS peak, sum(n) AS calls FROM per GROUP BY k
 )
-SELECT quantile_cont(peak, 0.5), quantile_cont(peak, 0.9), quantile_cont(peak, 0.99), max(peak), count(*), sum(calls)
+SELECT quantile_disc(peak, 0.5), quantile_disc(peak, 0.9), quantile_disc(peak, 0.99), max(peak), count(*), sum(calls)
 FROM pk HAVING count(*) > 0`, args...).Scan(&st.P50, &st.P90, &st.P99, &st.Max, &st.Scopes, &st.Calls)
 		switch {
 		case err == sql.ErrNoRows:
@@ -445,7 +467,7 @@ func (b runawayBuckets) cut(max int) (peak float64, refused int64) {
 // loadExcluded fills the connection's temporary table of excluded runs, with
 // the Appender: there can be thousands of runaway loops in a large window.
 func loadExcluded(ctx context.Context, conn *sql.Conn, excluded []run) error {
-	if _, err := conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE excluded_runs (skh UBIGINT, tool VARCHAR, t0 TIMESTAMPTZ, t1 TIMESTAMPTZ)`); err != nil {
+	if _, err := conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE excluded_runs (skh UBIGINT, tool VARCHAR, t0 BIGINT, t1 BIGINT)`); err != nil {
 		return fmt.Errorf("excluded runs: %w", err)
 	}
 	if len(excluded) == 0 {
@@ -457,7 +479,7 @@ func loadExcluded(ctx context.Context, conn *sql.Conn, excluded []run) error {
 			return err
 		}
 		for _, r := range excluded {
-			if err := a.AppendRow(r.SessionHash, r.Tool, r.First, r.Last); err != nil {
+			if err := a.AppendRow(r.SessionHash, r.Tool, r.First.UnixMilli(), r.Last.UnixMilli()); err != nil {
 				_ = a.Close()
 				return err
 			}
@@ -538,7 +560,7 @@ WITH refused AS (
 	SELECT tool, ts, agent, `+sessionKey+` AS sk
 	FROM calls WHERE `+inWindow+` AND tool IS NOT NULL AND decision <> 'allowed'
 )
-SELECT tool, count(*), count(*), count(DISTINCT sk), count(DISTINCT agent), min(ts), max(ts)
+SELECT tool, count(*), count(*), count(DISTINCT sk) FILTER (sk <> ''), count(DISTINCT agent), min(ts), max(ts)
 FROM refused WHERE NOT list_contains($exclude, sk)
 GROUP BY tool`, sql.Named("exclude", stringList(exclude)))
 	if err != nil {

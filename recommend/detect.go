@@ -64,7 +64,7 @@ func (s *state) detectRisky(scopeSessions int64) {
 			"category": string(c.Category), "risk_source": string(c.Source), "why": c.Why,
 			"allowed_calls": u.Allowed, "allowed_days": u.AllowedDays, "sessions": u.AllowedSessions,
 			"scope_sessions": scopeSessions, "session_share": r.share, "rarity_rule": r.rule,
-			"last_called": u.LastAllowed, "rarely_used": r.rare,
+			"last_called": u.LastAllowed, "rarely_used": r.rare, "sql": s.riskySQL(t),
 		}
 		f := Finding{Kind: KindRiskyTool, Tool: t, Evidence: ev, Confidence: s.confid}
 		if r.rare {
@@ -89,7 +89,7 @@ func (s *state) detectRisky(scopeSessions int64) {
 // verdict is a rarity decision with the numbers behind it.
 type verdict struct {
 	rare  bool
-	share float64 // the tool's sessions / the scope's sessions (0 under the count rule)
+	share float64 // the tool's sessions / the scope's sessions (shown under the count rule too)
 	rule  string  // "session_share", or "counts" where the scope is too small for shares
 	said  string  // the numbers, for the summary
 }
@@ -110,8 +110,12 @@ func (s *state) rarity(u *usage, scopeSessions int64) verdict {
 				GroupDigits(scopeSessions), 100*share, 100*s.p.RareMaxSessionShare),
 		}
 	}
+	var share float64
+	if scopeSessions > 0 {
+		share = float64(u.AllowedSessions) / float64(scopeSessions)
+	}
 	return verdict{
-		rare: u.Allowed <= int64(s.p.RareMaxCalls) && u.AllowedDays <= int64(s.p.RareMaxDays), rule: "counts",
+		rare: u.Allowed <= int64(s.p.RareMaxCalls) && u.AllowedDays <= int64(s.p.RareMaxDays), rule: "counts", share: share,
 		said: fmt.Sprintf("%s on %s; too few sessions for a share", plural(u.Allowed, "call", "calls"), plural(u.AllowedDays, "day", "days")),
 	}
 }
@@ -155,6 +159,7 @@ func (s *state) detectUnused() {
 		ev := map[string]any{
 			"last_called": last, "denied_attempts": denied, "category": string(c.Category),
 			"in_catalog": s.inCat[t], "in_policy": s.opts.Current != nil && hasKey(s.opts.Current.Tools, t),
+			"sql": s.usageSQL(t, "allowed_calls", "last_called", "denied_attempts", "earlier_periods_used", "days_covered"),
 		}
 		f := Finding{Kind: KindUnusedTool, Tool: t, Evidence: ev, Confidence: s.confid, Action: Action{Op: OpHide}}
 		switch c.Category {
@@ -169,7 +174,8 @@ func (s *state) detectUnused() {
 		if last != nil {
 			since = "last called " + last.Format("2006-01-02")
 		}
-		f.Summary = fmt.Sprintf("%s (%s) was not used in the last %d days (%s): hide it", t, c.Category, s.window.Days, since)
+		ev["days_covered"] = s.window.HistoryDays
+		f.Summary = fmt.Sprintf("%s (%s) was not used in the last %s (%s): hide it", t, c.Category, s.window.unusedSpan(), since)
 		if added, ok := s.opts.ToolAdded[t]; ok && s.opts.Now.Sub(added) < s.p.Grace {
 			f.Action = Action{Op: OpNone}
 			f.Severity = string(catalog.SeverityInfo)
@@ -219,18 +225,22 @@ func (s *state) detectRetryStorms() map[string]bool {
 		rs := byTool[t]
 		sessions := map[string]bool{}
 		var calls, maxRepeats int64
+		last := rs[0].Last
 		for _, r := range rs {
 			sessions[r.Session] = true
 			stormSessions[r.Session] = true
 			calls += r.Polls
 			maxRepeats = max(maxRepeats, r.Polls)
+			if r.Last.After(last) {
+				last = r.Last
+			}
 		}
 		s.add(Finding{
 			Kind: KindRetryStorm, Tool: t, Severity: string(catalog.SeverityMedium), Confidence: s.confid,
 			Summary: fmt.Sprintf("%s was retried with the same arguments after errors in %s (%s, up to %d in a row)",
 				t, plural(int64(len(rs)), "burst", "bursts"), plural(calls, "call", "calls"), maxRepeats),
 			Evidence: map[string]any{"storms": len(rs), "calls": calls, "sessions": len(sessions), "max_repeats": maxRepeats,
-				"first": rs[0].First, "last": rs[len(rs)-1].Last},
+				"first": rs[0].First, "last": last, "sql": s.stormSQL(t)},
 			Action: Action{Op: OpNone},
 		})
 	}
@@ -383,6 +393,7 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []run) error 
 	if len(runaway) > 0 {
 		f.Summary += fmt.Sprintf("; %s ran away", plural(int64(len(runaway)), "loop", "loops"))
 	}
+	ev["sql"] = s.loopSQL(k, chosen)
 	if chosen != nil {
 		ev["limit_scope"], ev["limit_window"] = chosen.Scope, chosen.Window
 		ev["p50"], ev["p90"], ev["p99"], ev["max"] = chosenStats.P50, chosenStats.P90, chosenStats.P99, chosenStats.Max
@@ -500,7 +511,8 @@ func (s *state) detectRateLimits(ctx context.Context) error {
 		}
 		f := Finding{Kind: KindRateLimit, Tool: t, Severity: string(catalog.SeverityInfo), Confidence: conf,
 			Evidence: map[string]any{"scope": scope, "window": l.Window, "p50": st.P50, "p90": st.P90, "p99": st.P99,
-				"max": st.Max, "scopes": st.Scopes, "sessions": u.Sessions, "headroom": s.p.Headroom, "recommended": l.Max},
+				"max": st.Max, "scopes": st.Scopes, "sessions": u.AllowedSessions, "headroom": s.p.Headroom, "recommended": l.Max,
+				"sql": s.rateLimitSQL(t, scope, l.Window)},
 			Action: Action{Op: OpRateLimit, Limit: &l},
 			Summary: fmt.Sprintf("%s: %d per %s per %s (p99 of per-%s peaks %s × %g headroom, over %s)",
 				t, l.Max, l.Window, scope, scope, trimFloat(st.P99), s.p.Headroom, plural(st.Scopes, scope, scope+"s")),
@@ -517,6 +529,10 @@ func (s *state) detectRateLimits(ctx context.Context) error {
 	return nil
 }
 
+// probeMinTools is how many distinct refused or unknown tools a session
+// hits within 5 minutes to be probing.
+const probeMinTools = 3
+
 // detectProbes reports agents (or sessions) that hit several denied, hidden or
 // unknown tools in a burst.
 func (s *state) detectProbes(ctx context.Context) (map[string]bool, error) {
@@ -529,7 +545,7 @@ func (s *state) detectProbes(ctx context.Context) (map[string]bool, error) {
 		}
 		sort.Strings(unknown)
 	}
-	probes, err := s.q.probes(ctx, 3, unknown)
+	probes, err := s.q.probes(ctx, probeMinTools, unknown)
 	if err != nil {
 		return nil, err
 	}
@@ -559,7 +575,9 @@ func (s *state) detectProbes(ctx context.Context) (map[string]bool, error) {
 		for _, t := range p.ToolNames {
 			a.tools[t] = true
 		}
-		a.last = p.Last
+		if p.Last.After(a.last) {
+			a.last = p.Last
+		}
 	}
 	for _, who := range sortedKeys(byWho) {
 		a := byWho[who]
@@ -569,7 +587,7 @@ func (s *state) detectProbes(ctx context.Context) (map[string]bool, error) {
 			Summary: fmt.Sprintf("%s hit %s it may not use in %s (%s): investigate",
 				who, plural(int64(len(tools)), "tool", "tools"), plural(int64(a.bursts), "burst", "bursts"), strings.Join(tools, ", ")),
 			Evidence: map[string]any{"sessions": len(a.sessions), "bursts": a.bursts, "calls": a.calls, "tools": tools,
-				"first": a.first, "last": a.last},
+				"first": a.first, "last": a.last, "sql": s.probeSQL(who, probeMinTools, unknown)},
 			Action: Action{Op: OpNone},
 		})
 	}
@@ -578,7 +596,8 @@ func (s *state) detectProbes(ctx context.Context) (map[string]bool, error) {
 
 // detectRefused reports unknown tools and allow candidates.
 func (s *state) detectRefused(ctx context.Context, probeSessions map[string]bool) error {
-	stats, err := s.q.refusedByTool(ctx, sortedKeys(probeSessions))
+	excluded := sortedKeys(probeSessions)
+	stats, err := s.q.refusedByTool(ctx, excluded)
 	if err != nil {
 		return err
 	}
@@ -589,7 +608,7 @@ func (s *state) detectRefused(ctx context.Context, probeSessions map[string]bool
 				Kind: KindUnknownTool, Tool: t, Severity: unknownSeverity(u), Confidence: s.confid,
 				Summary: fmt.Sprintf("%s is not in the catalog but was called %s (%d allowed)", t, plural(u.Calls, "time", "times"), u.Allowed),
 				Evidence: map[string]any{"calls": u.Calls, "allowed": u.Allowed, "refused": u.Refused, "sessions": u.Sessions,
-					"last_called": u.LastAllowed},
+					"last_called": u.LastAllowed, "sql": s.usageSQL(t, "calls", "allowed", "refused", "sessions", "last_called")},
 				Action: Action{Op: OpNone},
 			})
 			continue
@@ -604,8 +623,9 @@ func (s *state) detectRefused(ctx context.Context, probeSessions map[string]bool
 				Kind: KindAllowCandidate, Tool: t, Severity: string(catalog.SeverityInfo), Confidence: Low,
 				Summary: fmt.Sprintf("%s (read-only) was refused %s in %s of otherwise normal sessions: consider allowing it (review only)",
 					t, plural(st.Refused, "time", "times"), plural(st.Sessions, "session", "sessions")),
-				Evidence: map[string]any{"refused": st.Refused, "sessions": st.Sessions, "agents": st.Agents, "first": st.First, "last": st.Last},
-				Action:   Action{Op: OpAllow},
+				Evidence: map[string]any{"refused": st.Refused, "sessions": st.Sessions, "agents": st.Agents, "first": st.First, "last": st.Last,
+					"sql": s.allowCandidateSQL(t, excluded)},
+				Action: Action{Op: OpAllow},
 			})
 		}
 	}
@@ -619,17 +639,19 @@ func unknownSeverity(u *usage) string {
 	return string(catalog.SeverityLow)
 }
 
-// quantile is the linear-interpolated quantile (DuckDB's quantile_cont).
+// quantile is the lower nearest-rank quantile of loop statistics: the
+// (⌊q·(n−1)⌋+1)-th smallest value, an observed value. It rounds down where
+// DuckDB's quantile_disc (the peaks' percentiles) rounds up, so that the
+// few runaway loops among a tool's loops (up to 5% of them) cannot become
+// the p95 loop length that they are measured against. The evidence SQL
+// computes the same with list_sort(list(x))[⌊q·(n−1)⌋+1].
 func quantile(v []float64, q float64) float64 {
 	if len(v) == 0 {
 		return 0
 	}
 	s := slices.Clone(v)
 	sort.Float64s(s)
-	pos := q * float64(len(s)-1)
-	lo := int(math.Floor(pos))
-	hi := int(math.Ceil(pos))
-	return s[lo] + (s[hi]-s[lo])*(pos-float64(lo))
+	return s[int(math.Floor(q*float64(len(s)-1)+1e-9))]
 }
 
 func round(f float64, digits int) float64 {

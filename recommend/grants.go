@@ -145,7 +145,7 @@ func SetText(s *Set, color bool) string {
 		b.WriteString("\n")
 		b.WriteString(Text(r, color))
 	}
-	return b.String()
+	return render.Fit(b.String(), render.TextWidth)
 }
 
 // SetMarkdown is the PR body for every grant: a summary table, then each

@@ -169,7 +169,7 @@ WITH l AS (
 ), c AS (
 	SELECT l.id, l.mx, calls.ts, calls.id AS cid, `+scopeExpr(scope)+` AS k, epoch_ms(calls.ts) // l.ms AS w, x.skh IS NOT NULL AS runaway
 	FROM calls JOIN l ON calls.tool = l.t
-	LEFT JOIN excluded_runs x ON x.skh = hash(`+sessionKey+`) AND x.tool = calls.tool AND calls.ts BETWEEN x.t0 AND x.t1
+	LEFT JOIN excluded_runs x ON x.skh = hash(`+sessionKey+`) AND x.tool = calls.tool AND epoch_ms(calls.ts) BETWEEN x.t0 AND x.t1
 	WHERE `+inWindow+` AND decision IN ('allowed', 'rate_limited')
 ), r AS (
 	SELECT id, runaway, row_number() OVER (PARTITION BY id, k, w ORDER BY ts, cid) > mx AS refused FROM c

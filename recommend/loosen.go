@@ -285,7 +285,7 @@ func (s *state) detectLoosenings(proposed *policy.Policy, replay *Replay) []Rule
 			sev = string(catalog.SeverityHigh)
 		}
 		ev := map[string]any{"before": before, "after": after, "changes": widen, "newly_allowed": newly,
-			"category": string(c.Category)}
+			"category": string(c.Category), "sql": s.looseningSQL(t)}
 		var calls []string
 		for _, call := range replay.FirstNewlyAllowed {
 			if call.Tool == t {

@@ -150,9 +150,9 @@ func (s *state) gates() []Gate {
 			Detail: fmt.Sprintf("%d day(s) with calls in the window; at least %d needed", s.days, s.p.MinDays)},
 		{Name: "min_sessions", OK: s.window.Sessions >= int64(s.p.MinSessions),
 			Detail: fmt.Sprintf("%d session(s) in the window; at least %d needed", s.window.Sessions, s.p.MinSessions)},
-		{Name: "catalog_present", OK: len(s.opts.Catalog) > 0,
+		{Name: "catalog_present", OK: len(s.opts.Catalog) > 0, Optional: true,
 			Detail: catalogDetail(len(s.opts.Catalog))},
-		{Name: "current_policy", OK: s.opts.Current != nil,
+		{Name: "current_policy", OK: s.opts.Current != nil, Optional: true,
 			Detail: policyDetail(s.opts.Current != nil, s.opts.Grant != "" && s.opts.CurrentServerWide)},
 	}
 	switch {

@@ -195,11 +195,14 @@ func Text(r *Report, color bool) string {
 	}
 	fmt.Fprintln(&b)
 	for _, g := range r.Gates {
-		mark := "ok  "
-		if !g.OK {
-			mark = paint(severityColor["medium"], "FAIL")
+		mark := fmt.Sprintf("%-7s", g.Mark())
+		switch {
+		case !g.OK && !g.Optional:
+			mark = paint(severityColor["medium"], mark)
+		case !g.OK:
+			mark = paint(ansiDim, mark)
 		}
-		fmt.Fprintf(&b, "  %s %-16s %s\n", mark, g.Name, t(g.Detail))
+		fmt.Fprintf(&b, "  %s %-16s %s\n", mark, g.Name, render.Wrap(t(g.Detail), 27, render.TextWidth, strings.Repeat(" ", 27)))
 	}
 	c := countChanges(r)
 	// Hides and rate limits are many and alike: they get compact sections.
@@ -226,15 +229,18 @@ func Text(r *Report, color bool) string {
 		if f.Suppressed != nil {
 			act = "suppressed until " + f.Suppressed.Until.Format("2006-01-02") + ": " + t(f.Suppressed.Reason)
 		}
-		fmt.Fprintf(&b, "  %s %-15s %s\n           → %s  [%s confidence]  %s\n",
-			paint(severityColor[f.Severity], fmt.Sprintf("%-8s", strings.ToUpper(f.Severity))), f.Kind, t(f.Summary), act, f.Confidence,
+		// The summary wraps under itself; the id gets a line of its own,
+		// whole, for suppress to be given.
+		fmt.Fprintf(&b, "  %s %-15s %s\n           → %s  [%s confidence]\n             %s\n",
+			paint(severityColor[f.Severity], fmt.Sprintf("%-8s", strings.ToUpper(f.Severity))), f.Kind,
+			render.Wrap(t(f.Summary), 27, render.TextWidth, strings.Repeat(" ", 27)), act, f.Confidence,
 			paint(ansiDim, t(f.ID)))
 	}
 	if len(limits) > 0 {
 		fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, fmt.Sprintf("Rate limits from observed peaks: %d tools", len(limits))))
 		for _, f := range limits {
 			l := f.Action.Limit
-			fmt.Fprintf(&b, "  %-28s %4d/%s per %-7s p99 %-6s max %-6s over %s [%s]\n", t(f.Tool), l.Max, l.Window, l.EffectiveScope(),
+			fmt.Fprintf(&b, "  %-28s %4d/%s per %-7s p99 %-4s max %-4s over %s [%s]\n", t(f.Tool), l.Max, l.Window, l.EffectiveScope(),
 				evidenceValue(f.Evidence["p99"]), evidenceValue(f.Evidence["max"]), evidenceValue(f.Evidence["scopes"])+" "+l.EffectiveScope()+"s", f.Confidence)
 		}
 	}
@@ -258,7 +264,8 @@ func Text(r *Report, color bool) string {
 				parts = append(parts, fmt.Sprintf("%d %s", byCat[cat], cat))
 			}
 		}
-		fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, fmt.Sprintf("Unused in %d days, to hide: %d tools (%s)", r.Window.Days, len(hides), strings.Join(parts, ", "))))
+		fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, fmt.Sprintf("Unused in the last %s, to hide: %d tools", r.Window.unusedSpan(), len(hides))))
+		fmt.Fprintf(&b, "  %s\n", strings.Join(parts, ", "))
 		if len(risky) > 0 {
 			shown := risky
 			if len(shown) > 12 {
@@ -268,7 +275,7 @@ func Text(r *Report, color bool) string {
 			if len(risky) > len(shown) {
 				more = fmt.Sprintf(" and %d more", len(risky)-len(shown))
 			}
-			fmt.Fprintf(&b, "  risky ones: %s%s\n", strings.Join(shown, ", "), more)
+			fmt.Fprintf(&b, "  risky ones: %s\n", render.Wrap(strings.Join(shown, ", ")+more, 14, render.TextWidth, "    "))
 		}
 		if denied > 0 {
 			fmt.Fprintf(&b, "  %s to them were denied in the window\n", plural(denied, "attempt", "attempts"))
@@ -281,14 +288,14 @@ func Text(r *Report, color bool) string {
 	if c.widen > 0 {
 		fmt.Fprintf(&b, "  %s\n", paint(severityColor["high"], fmt.Sprintf("WIDENS ACCESS for %s (loosening findings above)", plural(int64(c.widen), "tool", "tools"))))
 	}
-	fmt.Fprintf(&b, "  replay: %s\n", ReplaySentence(&r.Replay))
+	fmt.Fprintf(&b, "  replay: %s\n", render.Wrap(ReplaySentence(&r.Replay), 10, render.TextWidth, "    "))
 	if len(r.SuppressionChanges) > 0 {
 		fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, "Suppression changes in the window"))
 		for _, ch := range r.SuppressionChanges {
 			fmt.Fprintf(&b, "  %s %-10s %s %s\n", ch.At.Format("2006-01-02"), ch.Action, t(ch.FindingID), t(suppressionDetail(ch)))
 		}
 	}
-	return b.String()
+	return render.Fit(b.String(), render.TextWidth)
 }
 
 func suppressionDetail(ch analytics.SuppressionChange) string {
@@ -328,6 +335,9 @@ func markdown(r *Report, h int) string {
 	fmt.Fprintf(&b, "Derived from %s in %s by %s between %s and %s (%d days). ",
 		plural(r.Window.Calls, "call", "calls"), plural(r.Window.Sessions, "session", "sessions"), plural(r.Window.Agents, "agent", "agents"),
 		r.Window.From.Format("2006-01-02"), r.Window.To.Format("2006-01-02"), r.Window.Days)
+	if r.Window.HistoryDays > 0 && r.Window.HistoryDays < r.Window.Days {
+		fmt.Fprintf(&b, "The history covers only the last %d of those days: \"unused\" means unused in those. ", r.Window.HistoryDays)
+	}
 	fmt.Fprintf(&b, "The proposed policy denies by default, keeps every used tool allowed, hides %s, puts %s behind human approval and sets %s.\n\n",
 		plural(int64(c.hide), "unused tool", "unused tools"), plural(int64(c.approval), "rarely used risky tool", "rarely used risky tools"),
 		plural(int64(c.limits), "rate limit", "rate limits"))
@@ -427,8 +437,11 @@ func markdown(r *Report, h int) string {
 	fmt.Fprintf(&b, "Overall confidence: **%s**.\n\n| Gate | | Detail |\n|---|---|---|\n", r.Confidence)
 	for _, g := range r.Gates {
 		mark := "✅"
-		if !g.OK {
-			mark = "⚠️"
+		switch {
+		case !g.OK && g.Optional:
+			mark = "missing"
+		case !g.OK:
+			mark = "⚠️ FAIL"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", g.Name, mark, text(g.Detail))
 	}
@@ -453,6 +466,7 @@ func markdown(r *Report, h int) string {
 		}
 		b.WriteString("\n")
 	}
+	writeEvidenceSQL(&b, r, h2)
 	fmt.Fprintf(&b, "<sub>Generated by %s. Finding ids are stable: `mcptrail suppress ID --reason ... --until ...` keeps one out of future proposals.</sub>\n", code("mcptrail recommend --server "+r.Server))
 	return b.String()
 }
@@ -473,8 +487,8 @@ func changeText(f Finding) string {
 func evidenceText(f Finding) string {
 	keys := make([]string, 0, len(f.Evidence))
 	for k := range f.Evidence {
-		if k == "why" {
-			continue
+		if k == "why" || k == "sql" {
+			continue // the reason is in the summary; the SQL has its own section
 		}
 		keys = append(keys, k)
 	}
@@ -511,4 +525,21 @@ func changesText(f Finding) string {
 		return strings.Join(c, "; ")
 	}
 	return ""
+}
+
+// writeEvidenceSQL gives, for each finding other than the many alike (hides
+// and derived limits), the SQL that reproduces its numbers, folded away.
+// Every finding's is in recommendations.json (evidence.sql).
+func writeEvidenceSQL(b *strings.Builder, r *Report, h2 string) {
+	var shown []Finding
+	for _, f := range r.Findings {
+		if _, ok := f.Evidence["sql"].(string); ok && f.Suppressed == nil && f.Kind != KindUnusedTool && f.Kind != KindRateLimit {
+			shown = append(shown, f)
+		}
+	}
+	b.WriteString(h2 + "Reproduce the numbers\n\n")
+	b.WriteString("Each finding's `evidence.sql` (in `recommendations.json`) is one query over the `calls` table whose row is the finding's evidence numbers: run it with `mcptrail query --sql`. The findings that are neither hides nor derived limits:\n\n")
+	for _, f := range shown {
+		fmt.Fprintf(b, "<details><summary>%s</summary>\n\n%s\n</details>\n\n", render.MarkdownText(f.ID), render.MarkdownBlock("sql", f.Evidence["sql"].(string)))
+	}
 }

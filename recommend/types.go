@@ -8,6 +8,7 @@ package recommend
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -98,12 +99,16 @@ type Report struct {
 
 // Window describes the analysed history.
 type Window struct {
-	From     time.Time `json:"from"`
-	To       time.Time `json:"to"`
-	Days     int       `json:"days"`
-	Calls    int64     `json:"calls"`
-	Sessions int64     `json:"sessions"`
-	Agents   int64     `json:"agents"`
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+	Days int       `json:"days"`
+	// HistoryDays are the window's days that the scope's history covers
+	// (whole days from its first call, or the window's start): fewer than
+	// Days when the history is younger than the window.
+	HistoryDays int   `json:"history_days"`
+	Calls       int64 `json:"calls"`
+	Sessions    int64 `json:"sessions"`
+	Agents      int64 `json:"agents"`
 }
 
 // Gate is one data-sufficiency check; a failed gate lowers confidence.
@@ -111,6 +116,21 @@ type Gate struct {
 	Name   string `json:"name"`
 	OK     bool   `json:"ok"`
 	Detail string `json:"detail"`
+	// Optional gates (a catalog, a current policy) only lower the
+	// confidence when they fail: what they check is missing, not wrong.
+	Optional bool `json:"optional,omitempty"`
+}
+
+// Mark is how a gate reads next to its name: ok, FAIL for a required gate
+// that failed, missing for an optional one.
+func (g Gate) Mark() string {
+	switch {
+	case g.OK:
+		return "ok"
+	case g.Optional:
+		return "missing"
+	}
+	return "FAIL"
 }
 
 // Finding kinds (SPEC §5).
@@ -231,4 +251,13 @@ type AffectedCall struct {
 	Recorded string    `json:"recorded"`
 	Replayed string    `json:"replayed"`
 	Rule     string    `json:"rule,omitempty"`
+}
+
+// unusedSpan is the stretch of history behind "not used in the last …":
+// the window, or the days the history covers when it is younger.
+func (w Window) unusedSpan() string {
+	if w.HistoryDays > 0 && w.HistoryDays < w.Days {
+		return fmt.Sprintf("%d days of history (the window is %d days)", w.HistoryDays, w.Days)
+	}
+	return fmt.Sprintf("%d days", w.Days)
 }

@@ -108,16 +108,7 @@ func MarkdownText(s string) string {
 // An empty s gives an empty pair of backticks.
 func MarkdownCode(s string) string {
 	s = escapeControls(s, true)
-	run, longest := 0, 0
-	for i := 0; i < len(s); i++ {
-		if s[i] == '`' {
-			run++
-			longest = max(longest, run)
-		} else {
-			run = 0
-		}
-	}
-	fence := strings.Repeat("`", longest+1)
+	fence := strings.Repeat("`", longestBackticks(s)+1)
 	if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") ||
 		(len(s) > 1 && s[0] == ' ' && s[len(s)-1] == ' ' && strings.Trim(s, " ") != "") {
 		s = " " + s + " "
@@ -130,4 +121,31 @@ func MarkdownCode(s string) string {
 // (and only there).
 func MarkdownCodeCell(s string) string {
 	return MarkdownCode(strings.ReplaceAll(s, "|", `\|`))
+}
+
+// MarkdownBlock returns s as a fenced code block in language lang: each
+// line made safe as Terminal does, fenced by at least three backticks and
+// one more than the longest run of backticks in s, so that no line of s
+// closes the block.
+func MarkdownBlock(lang, s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = escapeControls(l, false)
+	}
+	fence := strings.Repeat("`", max(3, longestBackticks(s)+1))
+	return fence + lang + "\n" + strings.Join(lines, "\n") + "\n" + fence + "\n"
+}
+
+// longestBackticks is the length of the longest run of backticks in s.
+func longestBackticks(s string) int {
+	run, longest := 0, 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '`' {
+			run++
+			longest = max(longest, run)
+		} else {
+			run = 0
+		}
+	}
+	return longest
 }

@@ -64,3 +64,11 @@ func TestTableEscapesControls(t *testing.T) {
 	assert.Contains(t, renderAll(t, CSV, []string{"tool"}, [][]any{{hostile}}), hostile)
 	assert.Contains(t, renderAll(t, JSON, []string{"tool"}, [][]any{{hostile}}), `evil\u001b[2J\nfake row`+"\u202e")
 }
+
+func TestMarkdownBlockCannotBeClosedFromInside(t *testing.T) {
+	got := MarkdownBlock("sql", "SELECT 1\n```\n# not a heading\x1b[31m")
+	assert.True(t, strings.HasPrefix(got, "````sql\n"), got)
+	assert.True(t, strings.HasSuffix(got, "\n````\n"), got)
+	assert.Contains(t, got, "\n```\n", "the inner fence is shorter than the block's")
+	assert.NotContains(t, got, "\x1b")
+}

@@ -504,7 +504,7 @@ WITH lim AS (
 	FROM per JOIN lim USING (tool) GROUP BY tool
 ), ps AS (
 	SELECT tool, count(*) AS scopes, count(*) FILTER (peak > mx) AS scopes_over,
-	       quantile_cont(peak, 0.5) AS p50, quantile_cont(peak, 0.99) AS p99, max(peak) AS mxp
+	       quantile_disc(peak, 0.5) AS p50, quantile_disc(peak, 0.99) AS p99, max(peak) AS mxp
 	FROM pk JOIN lim USING (tool) GROUP BY tool
 ), h AS (
 	SELECT tool, peak, count(*) AS n FROM pk GROUP BY ALL

@@ -61,8 +61,9 @@ func TestHostileNamesStayInert(t *testing.T) {
 		assert.NotContains(t, md, "\x1b", name)
 		assert.NotContains(t, md, "\u202e", name)
 		assert.Equal(t, strings.Count(md, "`<img"), strings.Count(md, "<img"), "%s: raw HTML only inside code spans", name)
-		assert.Equal(t, strings.Count(md, "`srv|<b>x")+strings.Count(md, "`mcptrail recommend --server srv|<b>x"), strings.Count(md, "<b>x"),
-			"%s: the server only inside code spans", name)
+		// Code spans, and SQL string literals inside fenced evidence blocks.
+		assert.Equal(t, strings.Count(md, "`srv|<b>x")+strings.Count(md, "`mcptrail recommend --server srv|<b>x")+strings.Count(md, "server = 'srv|<b>x"),
+			strings.Count(md, "<b>x"), "%s: the server only inside code", name)
 	}
 	assert.Contains(t, read(MarkdownFile), "# mcptrail report: `srv|<b>x</b>`")
 
