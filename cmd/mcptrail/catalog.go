@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/api"
+	"github.com/mcptrail/mcptrail/catalog"
 	"github.com/mcptrail/mcptrail/render"
 )
 
@@ -19,7 +20,7 @@ func newCatalogCmd(a *app) *cobra.Command {
 		Short: "Import a server's tool catalog and list its tools' risk",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErrorf("give a subcommand: catalog import FILE, or catalog list --server S")
+			return usageErrorf("give a subcommand: catalog import FILE, catalog import --builtin NAME, or catalog list --server S")
 		},
 	}
 	cmd.AddCommand(newCatalogImportCmd(a), newCatalogListCmd(a))
@@ -27,34 +28,62 @@ func newCatalogCmd(a *app) *cobra.Command {
 }
 
 func newCatalogImportCmd(a *app) *cobra.Command {
-	var server string
+	var server, builtin string
 	cmd := &cobra.Command{
-		Use:   "import FILE",
+		Use:   "import FILE | --builtin NAME",
 		Short: "Import an MCP tools/list result and classify every tool's risk",
 		Long: `Import an MCP tools/list result ({"tools": [...]}, with or without a "server"
 field) and classify every tool as read, write, destructive, exec or admin: a
 user override (recommend.overrides) wins, then MCP annotations, then the
 riskiest of the name, description and argument enums. Each import is recorded,
-so that tools added later get the recommend.grace period before being hidden.`,
-		Example: `  mcptrail catalog import proxmox-mcp.tools.json --server proxmox-mcp`,
-		Args:    cobra.ExactArgs(1),
+so that tools added later get the recommend.grace period before being hidden.
+
+--builtin NAME imports a catalog shipped in the binary instead of a file
+(` + strings.Join(catalog.BuiltinNames(), ", ") + `); its server is NAME unless --server says otherwise.`,
+		Example: `  mcptrail catalog import proxmox-mcp.tools.json --server proxmox-mcp
+  mcptrail catalog import --builtin proxmox-mcp`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			doc, err := readInput("catalog", args[0])
-			if err != nil {
-				return err
+			var doc *api.File
+			switch {
+			case builtin != "" && len(args) > 0:
+				return usageErrorf("give FILE or --builtin NAME, not both")
+			case builtin != "":
+				content, ok := catalog.Builtin(builtin)
+				if !ok {
+					return usageErrorf("no built-in catalog %q: the built-in catalogs are %s", builtin, strings.Join(catalog.BuiltinNames(), ", "))
+				}
+				doc = &api.File{Name: builtin + " (built-in catalog)", Content: content}
+				if server == "" {
+					server = builtin
+				}
+			case len(args) == 0:
+				return usageErrorf("give a tools/list FILE, or --builtin NAME (built in: %s)", strings.Join(catalog.BuiltinNames(), ", "))
+			default:
+				var err error
+				if doc, err = readInput("catalog", args[0]); err != nil {
+					return err
+				}
 			}
-			settings, err := a.settings()
-			if err != nil {
-				return err
-			}
-			req := &api.CatalogImportRequest{Server: server, Catalog: *doc, Overrides: settings.Overrides}
-			return a.dispatch(cmd.Context(), req, false, func(ctx context.Context, store *analytics.Store) error {
-				return a.runCatalogImport(ctx, store, req)
-			})
+			return a.importCatalog(cmd.Context(), server, doc)
 		},
 	}
-	cmd.Flags().StringVar(&server, "server", "", "server name (default: the file's \"server\" field)")
+	cmd.Flags().StringVar(&server, "server", "", "server name (default: the file's \"server\" field, or the --builtin NAME)")
+	cmd.Flags().StringVar(&builtin, "builtin", "", "import the catalog built into mcptrail for this server ("+strings.Join(catalog.BuiltinNames(), ", ")+") instead of a FILE")
 	return cmd
+}
+
+// importCatalog imports a tools/list document, in the daemon when it holds
+// the database: the document travels as content, like a file.
+func (a *app) importCatalog(ctx context.Context, server string, doc *api.File) error {
+	settings, err := a.settings()
+	if err != nil {
+		return err
+	}
+	req := &api.CatalogImportRequest{Server: server, Catalog: *doc, Overrides: settings.Overrides}
+	return a.dispatch(ctx, req, false, func(ctx context.Context, store *analytics.Store) error {
+		return a.runCatalogImport(ctx, store, req)
+	})
 }
 
 func newCatalogListCmd(a *app) *cobra.Command {
