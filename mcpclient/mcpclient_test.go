@@ -1,9 +1,11 @@
 package mcpclient
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -213,4 +216,44 @@ func FuzzSplitCommand(f *testing.F) {
 		require.NoError(t, err)
 		assert.Equal(t, fields, args)
 	})
+}
+
+// TestHTTPLegacyServer: a server without server/discover gets the legacy
+// initialize handshake, and every request after it carries the negotiated
+// Mcp-Protocol-Version header, which the recording connection would
+// otherwise keep the SDK from setting.
+func TestHTTPLegacyServer(t *testing.T) {
+	fixture := mcptest.HTTPHandler("Authorization", "Bearer s3cret")
+	var (
+		mu       sync.Mutex
+		versions []string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		require.NoError(t, err)
+		var msg struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		_ = json.Unmarshal(body, &msg)
+		switch msg.Method {
+		case "server/discover":
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"jsonrpc":"2.0","id":` + string(msg.ID) + `,"error":{"code":-32601,"message":"method not found"}}`))
+			return
+		case "tools/list", "notifications/initialized":
+			mu.Lock()
+			versions = append(versions, msg.Method+" "+r.Header.Get("Mcp-Protocol-Version"))
+			mu.Unlock()
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		fixture.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	res, err := ToolsList(ctxFor(t, 30*time.Second), Source{URL: srv.URL, Header: http.Header{"Authorization": {"Bearer s3cret"}}})
+	require.NoError(t, err)
+	assert.Len(t, res.Tools, 5)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"notifications/initialized 2025-11-25", "tools/list 2025-11-25", "tools/list 2025-11-25", "tools/list 2025-11-25"}, versions)
 }
