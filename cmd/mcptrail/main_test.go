@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/internal/mcptest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden stdout files")
@@ -22,6 +23,8 @@ var update = flag.Bool("update", false, "rewrite the golden stdout files")
 var binary string
 
 func TestMain(m *testing.M) {
+	// Re-executed as the MCP server that catalog fetch reads.
+	mcptest.ServeIfAsked()
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "mcptrail-bin")
 	if err != nil {
