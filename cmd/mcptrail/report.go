@@ -184,7 +184,7 @@ func reportError(err error) error {
 func printWritten(a *app, res *report.Result) {
 	r := res.Report
 	c := r.Changes
-	fmt.Fprintf(a.stdout, "%s: %s calls", r.Server, groupDigits(r.Totals.Calls))
+	fmt.Fprintf(a.stdout, "%s: %s calls", r.Server, recommend.GroupDigits(r.Totals.Calls))
 	if c.Previous != nil {
 		fmt.Fprintf(a.stdout, "; since %s: findings %d new, %d resolved, %d suppressed, %d reopened; tools %d new, %d no longer used; suppression changes %d",
 			c.Previous.Folder, len(c.NewFindings), len(c.ResolvedFindings), len(c.SuppressedFindings), len(c.ReopenedFindings),
@@ -209,15 +209,3 @@ func printWritten(a *app, res *report.Result) {
 	}
 }
 
-// groupDigits writes 212400 as 212,400.
-func groupDigits(n int64) string {
-	s := fmt.Sprint(n)
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 && r != '-' {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
