@@ -101,7 +101,24 @@ CREATE TABLE suppression_log (
 	until      TIMESTAMPTZ
 );
 `},
+	{2, "session sources and derived sessions", `
+ALTER TABLE calls ADD COLUMN session_source VARCHAR;
+` + backfillSessionSource + `;
+CREATE TABLE derived_sessions (
+	server  VARCHAR NOT NULL,
+	agent   VARCHAR NOT NULL,
+	"grant" VARCHAR NOT NULL,
+	gateway VARCHAR NOT NULL,
+	session VARCHAR NOT NULL,
+	last_ts TIMESTAMPTZ NOT NULL,
+	PRIMARY KEY (server, agent, "grant", gateway)
+);
+`},
 }
+
+// backfillSessionSource gives the rows stored before session sources a
+// source from what they carry.
+const backfillSessionSource = `UPDATE calls SET session_source = CASE WHEN session IS NOT NULL THEN 'event' WHEN gateway IS NOT NULL THEN 'gateway' END`
 
 // SchemaVersion is the newest schema this build knows.
 func SchemaVersion() int { return migrations[len(migrations)-1].version }

@@ -4,6 +4,7 @@
 package analytics
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -53,6 +54,11 @@ type Options struct {
 	// million events until it met the limit (a 6M-event drain peaked at
 	// 515 MiB RSS with 256 MB, 488 MiB with 160 MB, no slower).
 	IngestMemoryLimit string
+	// SessionGap is the longest pause within a derived session: an event
+	// with no session, conversation or trace id continues the run of its
+	// agent, grant and gateway when it comes at most this long after the
+	// run's last call (DefaultSessionGap when 0; recommend.session_gap).
+	SessionGap time.Duration
 }
 
 // Store is one DuckDB database file. Appends are serialised on one dedicated
@@ -77,6 +83,7 @@ type Store struct {
 	queryMemory, ingestMemory string
 
 	releaseFiles func() // see privateFiles
+	sessionGap   time.Duration
 }
 
 // Open opens (creating if needed) the database at path and migrates its schema.
@@ -100,6 +107,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.releaseFiles = release
+	s.sessionGap = cmp.Or(opts.SessionGap, DefaultSessionGap)
 	db := s.db
 	if !opts.ReadOnly {
 		if err := migrate(ctx, db); err != nil {
@@ -329,14 +337,13 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 		if err != nil {
 			return res, err
 		}
-		r, err := conn.ExecContext(ctx, `
-INSERT INTO calls
-SELECT `+stagedColumns+`, ?::TIMESTAMPTZ
-FROM `+staged+` s
-WHERE s.id NOT IN (SELECT id FROM calls WHERE ts BETWEEN ? AND ?)`, now, st.lo, st.hi)
+		r, err := conn.ExecContext(ctx, insertCalls(staged, s.sessionGap), st.lo, st.hi, now)
 		release()
 		if err != nil {
 			return res, fmt.Errorf("append: insert calls: %w", err)
+		}
+		if err := recordDerivedSessions(ctx, conn, now); err != nil {
+			return res, err
 		}
 		n, _ := r.RowsAffected()
 		res.Ingested = int(n)
@@ -376,12 +383,6 @@ func stagingOf(b ingest.Batch) (*staging, error) {
 	return st, nil
 }
 
-// stagedColumns selects, from a staged batch s, the columns of calls up to
-// ingested_at, in order.
-const stagedColumns = `s.id, s.ts, s.server, s.tool, s.method, s.decision, s.status, s.gateway, s."grant",
-	s.agent, s.session, s.request_id, s.rule, s.reason, s.error_code, s.latency_ms, s.args_hash, s.arg_keys,
-	s.args::JSON, s.policy_version, s.attrs`
-
 // eventRow lays out an event in the column order of the calls table.
 // Empty optional strings become NULL so that SQL users can test IS NULL.
 func eventRow(e *audit.Event) []driver.Value {
@@ -413,7 +414,7 @@ func eventRow(e *audit.Event) []driver.Value {
 		e.ID, e.TS.UTC(), e.Server, nullable(e.Tool), method, string(e.Decision), nullable(e.Status),
 		nullable(e.Gateway), nullable(e.Grant), nullable(e.Agent), nullable(e.Session), nullable(e.RequestID),
 		nullable(e.Rule), nullable(e.Reason), errorCode, latency, nullable(e.ArgsHash), argKeys, args,
-		nullable(e.PolicyVersion), attrs, nil,
+		nullable(e.PolicyVersion), attrs, nil, nullable(e.SessionSource),
 	}
 }
 

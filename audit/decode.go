@@ -149,7 +149,11 @@ func (d *decoder) finish(e *Event, requireServer bool) error {
 			e.ID = derivedIDFor(d.opts.Server, d.line)
 		}
 	}
-	return e.validate(d.opts, requireServer)
+	if err := e.validate(d.opts, requireServer); err != nil {
+		return err
+	}
+	e.ResolveSession()
+	return nil
 }
 
 // DerivedID is the id of an event that carries none: "sha256:" and the hex of

@@ -75,6 +75,7 @@ var Defaults = map[string]any{
 	"recommend.rare_max_session_share":    0.01,
 	"recommend.poll_min_calls":            3,
 	"recommend.poll_max_interval":         "60s",
+	"recommend.session_gap":               "30m",
 	"recommend.poll_max_cv":               0.5,
 	"recommend.runaway_factor":            3.0,
 	"recommend.grace":                     "14d",
@@ -180,6 +181,9 @@ type Recommend struct {
 	RunawayFactor       float64
 	Grace               time.Duration
 	Overrides           string
+	// SessionGap splits the derived sessions of events that carry none
+	// (analytics.Options.SessionGap); it applies as events are stored.
+	SessionGap time.Duration
 }
 
 // Error is a configuration error: exit code 2.
@@ -284,7 +288,7 @@ func Load(v *viper.Viper) (*Config, error) {
 		PollMinCalls:    p.integer("recommend.poll_min_calls", 2, 1<<20),
 		PollMaxInterval: p.duration("recommend.poll_max_interval"), PollMaxCV: p.float("recommend.poll_max_cv", 0.0001, 10),
 		RunawayFactor: p.float("recommend.runaway_factor", 1, 1000), Grace: p.duration("recommend.grace"),
-		Overrides: p.str("recommend.overrides", nil),
+		Overrides: p.str("recommend.overrides", nil), SessionGap: p.duration("recommend.session_gap"),
 	}
 	if raw := v.Get("reports"); raw != nil {
 		list, ok := raw.([]any)

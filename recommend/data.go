@@ -124,7 +124,8 @@ type usage struct {
 	Refused         int64      // calls not allowed in the window
 	Sessions        int64      // sessions with a call of the tool in the window, any decision
 	AllowedSessions int64      // sessions with an allowed call of the tool in the window
-	WithSession     int64      // calls in the window that carry a session
+	WithSession     int64      // calls in the window whose session the gateway can count (session_source event)
+	WithAgent       int64      // calls in the window that carry an agent
 	Denied          int64      // calls denied in the window
 	Hidden          int64      // calls refused as hidden in the window
 	RateLimited     int64      // calls refused by a rate limit in the window
@@ -143,7 +144,7 @@ SELECT tool,
        count(*) FILTER (ts > $from AND decision <> 'allowed'),
        count(DISTINCT hash(`+sessionKey+`)) FILTER (ts > $from AND `+sessionKey+` <> ''),
        count(DISTINCT hash(`+sessionKey+`)) FILTER (ts > $from AND `+sessionKey+` <> '' AND decision = 'allowed'),
-       count(*) FILTER (ts > $from AND coalesce(session, '') <> ''),
+       count(*) FILTER (ts > $from AND session_source = 'event'), count(*) FILTER (ts > $from AND agent IS NOT NULL),
        count(*) FILTER (ts > $from AND decision = 'denied'), count(*) FILTER (ts > $from AND decision = 'hidden'),
        count(*) FILTER (ts > $from AND decision = 'rate_limited'), count(*) FILTER (ts > $from AND decision = 'approval_required'),
        max(ts) FILTER (decision = 'allowed'),
@@ -159,7 +160,7 @@ GROUP BY tool`, sql.Named("period_ms", window.Milliseconds()))
 	for rows.Next() {
 		u := &usage{}
 		var last sql.NullTime
-		if err := rows.Scan(&u.Tool, &u.Calls, &u.Allowed, &u.AllowedDays, &u.Refused, &u.Sessions, &u.AllowedSessions, &u.WithSession,
+		if err := rows.Scan(&u.Tool, &u.Calls, &u.Allowed, &u.AllowedDays, &u.Refused, &u.Sessions, &u.AllowedSessions, &u.WithSession, &u.WithAgent,
 			&u.Denied, &u.Hidden, &u.RateLimited, &u.Approval, &last, &u.EarlierPeriods); err != nil {
 			return nil, fmt.Errorf("tool usage: %w", err)
 		}

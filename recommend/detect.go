@@ -434,14 +434,23 @@ func (s *state) loopConfidence(loops int) string {
 	return s.confid
 }
 
-// scopeFor limits per session where the tool's events carry sessions, else
-// per grant (PolicyLayer's default).
+// scopeFor limits per session where most of the tool's events carry a
+// session the gateway can count (the protocol's own: not a conversation,
+// trace or derived one, SPEC §3), else per grant (PolicyLayer's default);
+// a polled tool without such sessions is limited per agent where its
+// events carry one, so that one agent's runaway loop does not exhaust its
+// grant's allowance.
 func (s *state) scopeFor(tool string) string {
 	u := s.usage[tool]
-	if u == nil || u.WithSession*2 < u.Calls {
+	switch {
+	case u == nil:
 		return policy.ScopeGrant
+	case u.WithSession*2 >= u.Calls:
+		return policy.ScopeSession
+	case s.polled[tool] && u.WithAgent*2 >= u.Calls:
+		return policy.ScopeAgent
 	}
-	return policy.ScopeSession
+	return policy.ScopeGrant
 }
 
 // censor notes on a limit derived from peaks that the traffic was capped:

@@ -70,7 +70,7 @@ func (a *app) runDemo(ctx context.Context, dir string, days int) error {
 	if err != nil {
 		return err
 	}
-	store, err := analytics.Open(ctx, dbPath, analytics.Options{})
+	store, err := analytics.Open(ctx, dbPath, analytics.Options{SessionGap: a.cfg.Recommend.SessionGap})
 	if err != nil {
 		return err
 	}

@@ -189,7 +189,7 @@ func (a *app) openStore(ctx context.Context, readOnly bool) (*analytics.Store, f
 	if a.store != nil {
 		return a.store, func() {}, nil
 	}
-	s, err := analytics.Open(ctx, a.cfg.Storage.Path, analytics.Options{ReadOnly: readOnly})
+	s, err := analytics.Open(ctx, a.cfg.Storage.Path, analytics.Options{ReadOnly: readOnly, SessionGap: a.cfg.Recommend.SessionGap})
 	if err != nil {
 		if errors.Is(err, analytics.ErrLocked) {
 			return nil, nil, fmt.Errorf("%w: is `mcptrail serve` running on it? No daemon answered at %s (http.listen)", err, a.cfg.HTTP.Listen)

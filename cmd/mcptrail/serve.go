@@ -35,7 +35,8 @@ SIGINT or SIGTERM stops it gracefully.`,
 			// The daemon runs for weeks at any volume: keep DuckDB's buffers and
 			// the Go heap small (measured peak RSS with these limits: see README).
 			softMemoryLimit(192 << 20)
-			store, err := analytics.Open(cmd.Context(), a.cfg.Storage.Path, analytics.Options{MemoryLimit: "256MB", IngestMemoryLimit: "160MB", ReturnMemory: true, IngestThreads: 1})
+			store, err := analytics.Open(cmd.Context(), a.cfg.Storage.Path, analytics.Options{MemoryLimit: "256MB", IngestMemoryLimit: "160MB", ReturnMemory: true, IngestThreads: 1,
+				SessionGap: a.cfg.Recommend.SessionGap})
 			if err != nil {
 				if errors.Is(err, analytics.ErrLocked) {
 					return fmt.Errorf("%w: another mcptrail (serve or ingest) holds it; stop it or set storage.path", err)
