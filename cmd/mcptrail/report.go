@@ -208,4 +208,3 @@ func printWritten(a *app, res *report.Result) {
 		fmt.Fprintf(a.stdout, "  removed %s (keep)\n", p)
 	}
 }
-
