@@ -40,7 +40,7 @@ func runHostile(t *testing.T, server, out string) *Result {
 	store := emptyStore(t)
 	appendEvents(t, store, hostileEvents(server)...)
 	res, err := Run(context.Background(), store, RunOptions{Options: Options{Server: server, Window: week, Now: fixedNow, GeneratedAt: fixedNow,
-		Recommend: recommend.Options{Params: recommend.DefaultParams()}}, OutDir: out, Formats: Formats})
+		Recommend: recommend.GrantsOptions{Params: recommend.DefaultParams()}}, OutDir: out, Formats: Formats})
 	require.NoError(t, err)
 	return res
 }
