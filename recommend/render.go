@@ -138,8 +138,14 @@ func ReplaySentence(r *Replay) string {
 	add(r.ApprovalRequired, "held for approval")
 	add(r.Hidden, "refused as hidden")
 	add(r.Denied, "denied")
+	// The other side, calls the gateway refused that would pass, is said
+	// whatever else the policy does: a widening is never left out.
+	newly := ""
+	if r.NewlyAllowed > 0 {
+		newly = fmt.Sprintf("; %s the gateway refused would pass", plural(r.NewlyAllowed, "call", "calls"))
+	}
 	if len(parts) == 0 {
-		return fmt.Sprintf("would have allowed all %s calls", GroupDigits(r.Calls))
+		return fmt.Sprintf("would have allowed all %s calls", GroupDigits(r.Calls)) + newly
 	}
 	s := "would have " + strings.Join(parts, ", ") + " of " + GroupDigits(r.Calls) + " calls"
 	if r.RateLimited > 0 && r.RateLimitedSessions > 0 {
@@ -154,10 +160,7 @@ func ReplaySentence(r *Replay) string {
 	}
 	s += fmt.Sprintf("; %s the gateway allowed would change (%s, %s)",
 		plural(r.Changed, "call", "calls"), plural(r.SessionsAffected, "session", "sessions"), plural(r.AgentsAffected, "agent", "agents"))
-	if r.NewlyAllowed > 0 {
-		s += fmt.Sprintf("; %s the gateway refused would pass", plural(r.NewlyAllowed, "call", "calls"))
-	}
-	return s
+	return s + newly
 }
 
 const (
