@@ -31,6 +31,7 @@ code { font: 13px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; 
 .callout { border-left: 4px solid var(--accent); background: #eef4fb; padding: 10px 14px; border-radius: 4px; margin: 12px 0; }
 .draft { border-left-color: var(--medium); background: #fff4e5; }
 .widen { color: var(--high); }
+table.grants th { white-space: normal; }
 table { border-collapse: collapse; width: 100%; margin: 8px 0 16px; font-size: 14px; }
 th, td { text-align: left; padding: 5px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
 th { background: var(--soft); font-weight: 600; white-space: nowrap; }

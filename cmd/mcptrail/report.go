@@ -23,14 +23,15 @@ func newReportCmd(a *app) *cobra.Command {
 		Long: `Report on one MCP server (or every server with calls in the window): volume by
 day and decision, top tools and agents, latency percentiles, error and denial
 rates, what changed since the previous report, and the recommendation with its
-replay impact, with charts.
+replay impact (as mcptrail recommend makes it: one policy per grant, each with
+its loosenings and both sides of its replay), with charts.
 
 With --out DIR the report is written to DIR/<server>/<window end>/ (report.json
 always, report.md with its charts as SVG files beside it, report.html as one
-self-contained page, and the PR-ready folder pr/), compared with the newest
-report already in DIR/<server>/; without --out one format is printed. Scheduled
-reports (the reports: section of config.yaml) run the same report from
-mcptrail serve.`,
+self-contained page, and the PR-ready folder pr/, one pr/<grant>/ per grant),
+compared with the newest report already in DIR/<server>/; without --out one
+format is printed. Scheduled reports (the reports: section of config.yaml) run
+the same report from mcptrail serve.`,
 		Example: `  mcptrail report --server proxmox-mcp --out reports/
   mcptrail report --server proxmox-mcp --format json
   mcptrail report --since 30d --format html > report.html`,
