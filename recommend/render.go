@@ -138,8 +138,14 @@ func ReplaySentence(r *Replay) string {
 	add(r.ApprovalRequired, "held for approval")
 	add(r.Hidden, "refused as hidden")
 	add(r.Denied, "denied")
+	// The other side, calls the gateway refused that would pass, is said
+	// whatever else the policy does: a widening is never left out.
+	newly := ""
+	if r.NewlyAllowed > 0 {
+		newly = fmt.Sprintf("; %s the gateway refused would pass", plural(r.NewlyAllowed, "call", "calls"))
+	}
 	if len(parts) == 0 {
-		return fmt.Sprintf("would have allowed all %s calls", GroupDigits(r.Calls))
+		return fmt.Sprintf("would have allowed all %s calls", GroupDigits(r.Calls)) + newly
 	}
 	s := "would have " + strings.Join(parts, ", ") + " of " + GroupDigits(r.Calls) + " calls"
 	if r.RateLimited > 0 && r.RateLimitedSessions > 0 {
@@ -154,10 +160,7 @@ func ReplaySentence(r *Replay) string {
 	}
 	s += fmt.Sprintf("; %s the gateway allowed would change (%s, %s)",
 		plural(r.Changed, "call", "calls"), plural(r.SessionsAffected, "session", "sessions"), plural(r.AgentsAffected, "agent", "agents"))
-	if r.NewlyAllowed > 0 {
-		s += fmt.Sprintf("; %s the gateway refused would pass", plural(r.NewlyAllowed, "call", "calls"))
-	}
-	return s
+	return s + newly
 }
 
 const (
@@ -343,21 +346,10 @@ func markdown(r *Report, h int) string {
 		plural(int64(c.limits), "rate limit", "rate limits"))
 	fmt.Fprintf(&b, "**Replay:** over the same window the proposed policy %s.\n\n", ReplaySentence(&r.Replay))
 
-	var widen []Finding
-	for _, f := range r.Findings {
-		if f.Suppressed == nil && f.Kind == KindLoosening {
-			widen = append(widen, f)
-		}
-	}
-	if len(widen) > 0 {
+	if widen := OpenWidenings(r); len(widen) > 0 {
 		fmt.Fprintf(&b, h2+"⚠️ Access widened for %s\n\n", plural(int64(len(widen)), "tool", "tools"))
 		b.WriteString("> The proposal lets this grant do what it could not do before. Review every row; `mcptrail suppress ID` accepts one.\n\n")
-		b.WriteString("| Tool | Current | Proposed | What widens | Refused then, allowed now | Severity |\n|---|---|---|---|---:|---|\n")
-		for _, f := range widen {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", cell(f.Tool), text(evidenceValue(f.Evidence["before"])), text(evidenceValue(f.Evidence["after"])),
-				text(changesText(f)), evidenceValue(f.Evidence["newly_allowed"]), f.Severity)
-		}
-		b.WriteString("\n")
+		WideningTable(&b, widen)
 	}
 	if len(r.RuleChanges) > 0 {
 		b.WriteString(h2 + "Rule changes (current → proposed)\n\n")
@@ -520,6 +512,53 @@ func evidenceValue(v any) string {
 }
 
 // changesText lists what a loosening widens.
+// Widening is one loosening finding as the renderers show it: the tool's
+// rule before and after, what widens, and the calls the gateway refused
+// that the proposal lets through.
+type Widening struct {
+	ID           string `json:"id"`
+	Tool         string `json:"tool"`
+	Severity     string `json:"severity"`
+	Current      string `json:"current"`
+	Proposed     string `json:"proposed"`
+	Changes      string `json:"changes"`
+	NewlyAllowed int64  `json:"newly_allowed"`
+}
+
+// OpenWidenings are the report's unsuppressed loosening findings, in
+// finding order.
+func OpenWidenings(r *Report) []Widening {
+	var out []Widening
+	for _, f := range r.Findings {
+		if f.Suppressed != nil || f.Kind != KindLoosening {
+			continue
+		}
+		w := Widening{ID: f.ID, Tool: f.Tool, Severity: f.Severity, Current: evidenceValue(f.Evidence["before"]),
+			Proposed: evidenceValue(f.Evidence["after"]), Changes: changesText(f)}
+		switch n := f.Evidence["newly_allowed"].(type) {
+		case int64:
+			w.NewlyAllowed = n
+		case int:
+			w.NewlyAllowed = int64(n)
+		case float64:
+			w.NewlyAllowed = int64(n)
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// WideningTable writes the Markdown table of widenings, one row each.
+func WideningTable(b *strings.Builder, widen []Widening) {
+	cell, text := render.MarkdownCodeCell, render.MarkdownText
+	b.WriteString("| Tool | Current | Proposed | What widens | Refused then, allowed now | Severity |\n|---|---|---|---|---:|---|\n")
+	for _, w := range widen {
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", cell(w.Tool), text(w.Current), text(w.Proposed),
+			text(w.Changes), GroupDigits(w.NewlyAllowed), w.Severity)
+	}
+	b.WriteString("\n")
+}
+
 func changesText(f Finding) string {
 	if c, ok := f.Evidence["changes"].([]string); ok {
 		return strings.Join(c, "; ")

@@ -52,7 +52,9 @@ func runChromium(t *testing.T, bin string, args ...string) []byte {
 
 // probe measures every chart as laid out: its box, how many of its shapes
 // have an area, how many hover titles it has, and the area on screen (px²)
-// painted in each fill colour; and the box of the last-accessed table.
+// painted in each fill colour; the box of the last-accessed table; and the
+// per-grant recommendation: the grants table's box and rows, and each
+// grant's loosenings table.
 const probe = `<pre id="probe"></pre>
 <script>
 const out = {charts: [], tables: {}};
@@ -76,6 +78,18 @@ for (const t of document.querySelectorAll('table.access')) {
   out.tables.access = {width: r.width, height: r.height, never: t.querySelectorAll('td.never').length,
     recent: t.querySelectorAll('td.recent').length};
 }
+for (const t of document.querySelectorAll('table.grants')) {
+  const r = t.getBoundingClientRect();
+  const rows = [];
+  for (const tr of t.querySelectorAll('tr[data-grant]')) {
+    rows.push({grant: tr.getAttribute('data-grant'), cells: Array.from(tr.querySelectorAll('td'), td => td.textContent)});
+  }
+  out.grants = {width: r.width, height: r.height, rows: rows, loosenings: {}};
+  for (const l of document.querySelectorAll('table.loosenings')) {
+    const lr = l.getBoundingClientRect();
+    out.grants.loosenings[l.getAttribute('data-grant')] = {rows: l.querySelectorAll('tr').length - 1, width: lr.width, height: lr.height};
+  }
+}
 document.getElementById('probe').textContent = JSON.stringify(out);
 </script>
 `
@@ -96,7 +110,7 @@ func TestHTMLReportInChromium(t *testing.T) {
 	html, err := os.ReadFile(page)
 	require.NoError(t, err)
 	charts := strings.Count(string(html), "<svg ")
-	require.Equal(t, 11, charts)
+	require.Equal(t, 15, charts)
 
 	t.Run("every chart has a size and shapes", func(t *testing.T) {
 		probed := filepath.Join(dir, "report", "probe.html")
@@ -115,6 +129,17 @@ func TestHTMLReportInChromium(t *testing.T) {
 				Width, Height float64
 				Never, Recent int
 			}
+			Grants *struct {
+				Width, Height float64
+				Rows          []struct {
+					Grant string
+					Cells []string
+				}
+				Loosenings map[string]struct {
+					Rows          int
+					Width, Height float64
+				}
+			}
 		}
 		require.NoError(t, json.Unmarshal(bytes.ReplaceAll(m[1], []byte("&amp;"), []byte("&")), &probed2), "%s", m[1])
 		boxes := probed2.Charts
@@ -126,7 +151,7 @@ func TestHTMLReportInChromium(t *testing.T) {
 			assert.Greater(t, b.Height, 150.0, b.Chart)
 			assert.Greater(t, b.Drawn, 10, "%s drew its shapes", b.Chart)
 		}
-		for _, name := range []string{"refusals-over-time.svg", "errors-over-time.svg", "agent-tool.svg", "limits.svg", "limit-vm_agent_exec_status.svg"} {
+		for _, name := range []string{"refusals-over-time.svg", "errors-over-time.svg", "agent-tool.svg", "limits.svg", "limit-vm_agent_exec_status--ops-bot.svg"} {
 			assert.Contains(t, byName, name)
 		}
 		// At under 1 % refusals, denials and rate-limited calls are a few
@@ -143,24 +168,48 @@ func TestHTMLReportInChromium(t *testing.T) {
 		matrix := boxes[byName["agent-tool.svg"]]
 		assert.GreaterOrEqual(t, matrix.Titles, len(r.AgentTools.Agents)*len(r.AgentTools.Tools))
 		assert.GreaterOrEqual(t, boxes[byName["limits.svg"]].Titles, 3*len(r.Limits), "every limit row has its numbers on hover")
-		assert.Greater(t, boxes[byName["limit-vm_agent_exec_status.svg"]].Fills["rgb(228, 87, 86)"], 50.0, "sessions over the limit drawn in red")
+		assert.Greater(t, boxes[byName["limit-vm_agent_exec_status--ops-bot.svg"]].Fills["rgb(228, 87, 86)"], 50.0, "sessions over the limit drawn in red")
 		access, ok := probed2.Tables["access"]
 		require.True(t, ok, "the last-accessed table is on the page")
 		assert.Greater(t, access.Width, 600.0)
 		assert.Greater(t, access.Height, 300.0)
 		assert.Positive(t, access.Never, "grants only ever refused a tool are marked")
 		assert.Positive(t, access.Recent)
+
+		// The recommendation is per grant: a table row per grant with both
+		// sides of its replay, and each widening grant's loosenings shown.
+		g := probed2.Grants
+		require.NotNil(t, g, "the per-grant table is on the page")
+		assert.Greater(t, g.Width, 600.0)
+		require.Len(t, g.Rows, len(r.Recommendation.Grants))
+		for i, want := range r.Recommendation.Grants {
+			row := g.Rows[i]
+			assert.Equal(t, want.Grant, row.Grant)
+			require.Len(t, row.Cells, 9)
+			assert.Equal(t, want.Grant, row.Cells[0])
+			assert.Equal(t, num(want.Replay.Changed), row.Cells[7], "%s: allowed then, refused now", want.Grant)
+			assert.Equal(t, num(want.Replay.NewlyAllowed), row.Cells[8], "%s: refused then, allowed now", want.Grant)
+			if want.Counts.Widen > 0 {
+				assert.Contains(t, row.Cells[3], "⚠️", "%s: a widening is marked", want.Grant)
+				l, ok := g.Loosenings[want.Grant]
+				require.True(t, ok, "%s: its loosenings are listed", want.Grant)
+				assert.Equal(t, want.Counts.Widen, l.Rows)
+				assert.Greater(t, l.Height, 40.0)
+			}
+		}
+		assert.Contains(t, g.Loosenings, "readonly-dashboard", "the dashboard's raised limits widen access")
 	})
 
 	t.Run("the screenshot is not blank", func(t *testing.T) {
 		shot := filepath.Join(dir, "screenshot.png")
-		runChromium(t, bin, "--window-size=1280,2000", "--screenshot="+shot, "file://"+page)
+		// Tall enough for the per-grant recommendation and the first chart.
+		runChromium(t, bin, "--window-size=1280,4000", "--screenshot="+shot, "file://"+page)
 		f, err := os.Open(shot)
 		require.NoError(t, err)
 		defer f.Close()
 		img, err := png.Decode(f)
 		require.NoError(t, err)
-		assert.Equal(t, image.Rect(0, 0, 1280, 2000), img.Bounds())
+		assert.Equal(t, image.Rect(0, 0, 1280, 4000), img.Bounds())
 		colours := map[[3]uint32]int{}
 		b := img.Bounds()
 		for y := b.Min.Y; y < b.Max.Y; y += 2 {
@@ -171,7 +220,7 @@ func TestHTMLReportInChromium(t *testing.T) {
 		}
 		assert.Greater(t, len(colours), 100, "text, badges and charts give many colours")
 		// The calls-over-time chart's allowed bars (#4c78a8) are on screen.
-		assert.Greater(t, colours[[3]uint32{0x4c, 0x78, 0xa8}], 2000, "chart bars drawn in the first screen")
+		assert.Greater(t, colours[[3]uint32{0x4c, 0x78, 0xa8}], 2000, "chart bars drawn in the screenshot")
 		if keep := os.Getenv("MCPTRAIL_REPORT_SCREENSHOT"); keep != "" {
 			data, err := os.ReadFile(shot)
 			require.NoError(t, err)

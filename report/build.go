@@ -32,9 +32,11 @@ type Options struct {
 	// TopN bounds the top tools and agents and the heatmap's tools
 	// (DefaultTopN when 0).
 	TopN int
-	// Recommend are the recommender's inputs (catalog, current policy,
-	// suppressions, parameters); Build sets their Server and Now.
-	Recommend recommend.Options
+	// Recommend selects the recommendation as `mcptrail recommend` makes it
+	// (parameters, and the inputs of each grant: catalog, current policy,
+	// suppressions); Build sets its Server, Grant (every grant), Now and
+	// GeneratedAt, and reads at least the report's window.
+	Recommend recommend.GrantsOptions
 	// Previous is the previous report to compare with, nil for the first.
 	Previous *Report
 	// PreviousFolder names the previous report's folder in the output.
@@ -96,27 +98,47 @@ func Build(ctx context.Context, store *analytics.Store, opts Options) (*Report, 
 	}
 
 	ropts := opts.Recommend
-	ropts.Server, ropts.Now = opts.Server, now
+	ropts.Server, ropts.Grant, ropts.Now, ropts.GeneratedAt = opts.Server, "", now, gen
 	if ropts.Params.Window <= 0 {
 		ropts.Params = recommend.DefaultParams()
 	}
 	// The recommendation reads at least the report's window.
 	ropts.Params.Window = max(ropts.Params.Window, opts.Window)
-	if ropts.Log == nil {
-		ropts.Log = opts.Log
+	if inputs := ropts.Inputs; opts.Log != nil {
+		ropts.Inputs = func(ctx context.Context, grant string) (recommend.Options, error) {
+			var o recommend.Options
+			var err error
+			if inputs != nil {
+				o, err = inputs(ctx, grant)
+			}
+			if o.Log == nil {
+				o.Log = opts.Log
+			}
+			return o, err
+		}
 	}
-	rec, err := recommend.Recommend(ctx, db, ropts)
+	rec, set, err := recommend.RecommendGrants(ctx, db, ropts)
 	if err != nil {
 		return nil, fmt.Errorf("report: recommend: %w", err)
 	}
-	rec.GeneratedAt = gen
-	r.rec = rec
-	r.Recommendation = summarize(rec)
-	if r.Polling, err = polling(ctx, db, rec, ropts.Params); err != nil {
-		return nil, err
+	r.rec, r.set = rec, set
+	if set != nil {
+		r.Recommendation = summarizeSet(set)
+	} else {
+		r.Recommendation = summarize(rec)
 	}
-	if r.Limits, err = limits(ctx, db, rec); err != nil {
-		return nil, err
+	win := recommend.Window{From: r.Recommendation.From, To: r.Recommendation.To}
+	r.Polling, r.Limits = []PollingLoop{}, []LimitPeak{}
+	for _, g := range r.FullRecommendations() {
+		pl, err := polling(ctx, db, opts.Server, g.Grant, win, g.Findings, ropts.Params)
+		if err != nil {
+			return nil, err
+		}
+		lp, err := limits(ctx, db, opts.Server, g.Grant, win, g.Findings)
+		if err != nil {
+			return nil, err
+		}
+		r.Polling, r.Limits = append(r.Polling, pl...), append(r.Limits, lp...)
 	}
 	since := q.from
 	if p := opts.Previous; p != nil && !p.Window.To.IsZero() {
@@ -143,7 +165,7 @@ func summarize(rec *recommend.Report) Recommendation {
 	}
 	s.Counts.Findings = len(rec.Findings)
 	for _, f := range rec.Findings {
-		s.Findings = append(s.Findings, Finding{ID: f.ID, Kind: f.Kind, Tool: f.Tool, Severity: f.Severity,
+		s.Findings = append(s.Findings, Finding{ID: f.ID, Grant: rec.Grant, Kind: f.Kind, Tool: f.Tool, Severity: f.Severity,
 			Confidence: f.Confidence, Summary: f.Summary, Action: actionText(f), Suppressed: f.Suppressed != nil})
 		if f.Suppressed != nil {
 			s.Counts.Suppressed++
@@ -165,6 +187,61 @@ func summarize(rec *recommend.Report) Recommendation {
 	return s
 }
 
+// confidenceRank orders confidences, the lowest first.
+var confidenceRank = map[string]int{recommend.Low: 0, recommend.Medium: 1, recommend.High: 2}
+
+// summarizeSet keeps what a report shows of a recommendation per grant:
+// each grant's summary, and all of them added up.
+func summarizeSet(set *recommend.Set) Recommendation {
+	s := Recommendation{From: set.Window.From, To: set.Window.To, Days: set.Window.Days, Confidence: recommend.High,
+		Gates: []recommend.Gate{}, Findings: []Finding{}, Grants: []GrantRecommendation{}, UngrantedCalls: set.UngrantedCalls}
+	for _, rec := range set.Reports() {
+		g := summarize(rec)
+		if confidenceRank[g.Confidence] < confidenceRank[s.Confidence] {
+			s.Confidence = g.Confidence
+		}
+		s.Draft = s.Draft || g.Draft
+		for _, gate := range g.Gates {
+			gate.Detail = "grant " + rec.Grant + ": " + gate.Detail
+			s.Gates = append(s.Gates, gate)
+		}
+		s.Findings = append(s.Findings, g.Findings...)
+		c := &s.Counts
+		c.Findings, c.Hide, c.Approval, c.RateLimits = c.Findings+g.Counts.Findings, c.Hide+g.Counts.Hide, c.Approval+g.Counts.Approval, c.RateLimits+g.Counts.RateLimits
+		c.Reported, c.Suppressed, c.Widen = c.Reported+g.Counts.Reported, c.Suppressed+g.Counts.Suppressed, c.Widen+g.Counts.Widen
+		addReplay(&s.Replay, g.Replay)
+		s.PolicyTools += g.PolicyTools
+		s.PolicyHidden += g.PolicyHidden
+		changes := append([]recommend.RuleChange{}, rec.RuleChanges...)
+		sort.SliceStable(changes, func(i, j int) bool { return changes[i].Widens && !changes[j].Widens })
+		loose := recommend.OpenWidenings(rec)
+		if loose == nil {
+			loose = []recommend.Widening{}
+		}
+		s.Grants = append(s.Grants, GrantRecommendation{Grant: rec.Grant, Calls: rec.Window.Calls, Confidence: g.Confidence, Draft: g.Draft,
+			Counts: g.Counts, Loosenings: loose, RuleChanges: changes, Replay: g.Replay, ReplaySentence: g.ReplaySentence,
+			PolicyTools: g.PolicyTools, PolicyHidden: g.PolicyHidden})
+	}
+	s.ReplaySentence = recommend.ReplaySentence(&recommend.Replay{ReplayTotals: s.Replay})
+	return s
+}
+
+// addReplay adds one grant's replay totals to the sum of all grants.
+func addReplay(sum *Replay, r Replay) {
+	sum.Calls += r.Calls
+	sum.Allowed += r.Allowed
+	sum.Denied += r.Denied
+	sum.Hidden += r.Hidden
+	sum.RateLimited += r.RateLimited
+	sum.ApprovalRequired += r.ApprovalRequired
+	sum.Changed += r.Changed
+	sum.NewlyAllowed += r.NewlyAllowed
+	sum.SessionsAffected += r.SessionsAffected
+	sum.AgentsAffected += r.AgentsAffected
+	sum.RateLimitedSessions += r.RateLimitedSessions
+	sum.RunawaySessions += r.RunawaySessions
+}
+
 // actionText says what the proposal does about a finding.
 func actionText(f recommend.Finding) string {
 	switch f.Action.Op {
@@ -183,16 +260,17 @@ func actionText(f recommend.Finding) string {
 }
 
 // polling reads the polls-per-loop distribution of each polling_loop
-// finding, over the recommendation's window.
-func polling(ctx context.Context, db *sql.DB, rec *recommend.Report, p recommend.Params) ([]PollingLoop, error) {
+// finding of one grant's proposal (grant "" for a server without grants),
+// over the recommendation's window and the grant's calls.
+func polling(ctx context.Context, db *sql.DB, server, grant string, win recommend.Window, findings []recommend.Finding, p recommend.Params) ([]PollingLoop, error) {
 	var pairs []loopShape
 	var loops []PollingLoop
-	for _, f := range rec.Findings {
+	for _, f := range findings {
 		if f.Kind != recommend.KindPollingLoop {
 			continue
 		}
 		start, _ := f.Evidence["start_tool"].(string)
-		pl := PollingLoop{FindingID: f.ID, Tool: f.Tool, StartTool: start, Histogram: []PollCount{}}
+		pl := PollingLoop{FindingID: f.ID, Grant: grant, Tool: f.Tool, StartTool: start, Histogram: []PollCount{}}
 		if v, ok := f.Evidence["runaway_threshold_polls"].(float64); ok {
 			pl.RunawayThreshold = v
 		}
@@ -205,7 +283,7 @@ func polling(ctx context.Context, db *sql.DB, rec *recommend.Report, p recommend
 	if len(loops) == 0 {
 		return []PollingLoop{}, nil
 	}
-	hist, err := pollHistograms(ctx, db, rec.Server, rec.Window.From, rec.Window.To, p.PollMinCalls, p.PollMaxInterval, p.PollMaxCV, pairs)
+	hist, err := pollHistograms(ctx, querier{db: db, server: server, grant: grant, from: win.From, to: win.To}, p.PollMinCalls, p.PollMaxInterval, p.PollMaxCV, pairs)
 	if err != nil {
 		return nil, err
 	}
@@ -222,23 +300,24 @@ func polling(ctx context.Context, db *sql.DB, rec *recommend.Report, p recommend
 	return loops, nil
 }
 
-// limits sets every proposed rate limit (of the unsuppressed polling_loop
-// and rate_limit findings) against the peaks observed in its unit over the
-// recommendation's window, by tool.
-func limits(ctx context.Context, db *sql.DB, rec *recommend.Report) ([]LimitPeak, error) {
+// limits sets every proposed rate limit of one grant's proposal (of the
+// unsuppressed polling_loop and rate_limit findings; grant "" for a server
+// without grants) against the peaks observed in its unit over the
+// recommendation's window and the grant's calls, by tool.
+func limits(ctx context.Context, db *sql.DB, server, grant string, win recommend.Window, findings []recommend.Finding) ([]LimitPeak, error) {
 	out := []LimitPeak{}
 	seen := map[string]bool{}
-	for _, f := range rec.Findings {
+	for _, f := range findings {
 		l := f.Action.Limit
 		if f.Action.Op != recommend.OpRateLimit || l == nil || f.Suppressed != nil || f.Tool == "" || seen[f.Tool] {
 			continue
 		}
 		seen[f.Tool] = true
-		out = append(out, LimitPeak{Tool: f.Tool, FindingID: f.ID, Kind: f.Kind, Histogram: []PeakCount{},
+		out = append(out, LimitPeak{Tool: f.Tool, Grant: grant, FindingID: f.ID, Kind: f.Kind, Histogram: []PeakCount{},
 			Limit: Limit{Max: l.Max, Window: l.Window, Scope: l.EffectiveScope()}})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Tool < out[j].Tool })
-	q := querier{db: db, server: rec.Server, from: rec.Window.From, to: rec.Window.To}
+	q := querier{db: db, server: server, grant: grant, from: win.From, to: win.To}
 	if err := q.limitPeaks(ctx, out); err != nil {
 		return nil, err
 	}

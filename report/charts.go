@@ -88,7 +88,7 @@ func Charts(r *Report) ([]Chart, error) {
 		if err := add(pollsChart(pl)); err != nil {
 			return nil, err
 		}
-		if l := limitOf(r, pl.Tool); l != nil && pl.Limit != nil {
+		if l := limitOf(r, pl.Grant, pl.Tool); l != nil && pl.Limit != nil {
 			if err := add(limitChart(*l)); err != nil {
 				return nil, err
 			}
@@ -369,11 +369,11 @@ func pollsChart(pl PollingLoop) (*Chart, error) {
 	if err != nil {
 		return nil, fmt.Errorf("report: polls per loop chart of %s: %w", pl.Tool, err)
 	}
-	alt := render.Terminal(fmt.Sprintf("Histogram of polls per loop of %s after %s", pl.Tool, pl.StartTool))
+	alt := render.Terminal(fmt.Sprintf("Histogram of polls per loop of %s after %s", grantLabel(pl.Tool, pl.Grant), pl.StartTool))
 	if anyOver {
 		alt += fmt.Sprintf("; runaway loops, with more than %d polls, in red", split)
 	}
-	return &Chart{File: "polls-" + fileSafe(pl.Tool) + ".svg", Title: render.Terminal(fmt.Sprintf("Polls per loop: %s after %s", pl.Tool, pl.StartTool)),
+	return &Chart{File: pollFile(pl), Title: render.Terminal(fmt.Sprintf("Polls per loop: %s after %s", grantLabel(pl.Tool, pl.Grant), pl.StartTool)),
 		Alt: alt, SVG: svg}, nil
 }
 
@@ -397,19 +397,39 @@ func limitChart(l LimitPeak) (*Chart, error) {
 	if err != nil {
 		return nil, fmt.Errorf("report: limit chart of %s: %w", l.Tool, err)
 	}
-	alt := render.Terminal(fmt.Sprintf("Histogram of the %s by their peak calls of %s %s, against the proposed limit of %d", scopes, l.Tool, limitUnit(l.Limit), l.Limit.Max))
+	alt := render.Terminal(fmt.Sprintf("Histogram of the %s by their peak calls of %s %s, against the proposed limit of %d", scopes, grantLabel(l.Tool, l.Grant), limitUnit(l.Limit), l.Limit.Max))
 	if anyOver {
 		alt += fmt.Sprintf("; the %s over the limit in red", scopes)
 	}
-	return &Chart{File: limitFile(l.Tool), Title: render.Terminal(fmt.Sprintf("%s against its proposed limit", l.Tool)), Alt: alt, SVG: svg}, nil
+	return &Chart{File: limitFile(l.Grant, l.Tool), Title: render.Terminal(fmt.Sprintf("%s against its proposed limit", grantLabel(l.Tool, l.Grant))), Alt: alt, SVG: svg}, nil
 }
 
-func limitFile(tool string) string { return "limit-" + fileSafe(tool) + ".svg" }
+// grantFile is the part of a chart's file name that names a tool, and the
+// grant whose proposal the chart shows ("" for a server without grants).
+func grantFile(grant, tool string) string {
+	if grant == "" {
+		return fileSafe(tool)
+	}
+	return fileSafe(tool) + "--" + fileSafe(grant)
+}
 
-// limitOf is the limit measured for a tool, nil when none is proposed.
-func limitOf(r *Report, tool string) *LimitPeak {
+func limitFile(grant, tool string) string { return "limit-" + grantFile(grant, tool) + ".svg" }
+
+func pollFile(pl PollingLoop) string { return "polls-" + grantFile(pl.Grant, pl.Tool) + ".svg" }
+
+// grantLabel names a tool in a chart, with the grant whose proposal the
+// chart shows.
+func grantLabel(tool, grant string) string {
+	if grant == "" {
+		return tool
+	}
+	return tool + " (" + grant + ")"
+}
+
+// limitOf is the limit measured for a grant's tool, nil when none is proposed.
+func limitOf(r *Report, grant, tool string) *LimitPeak {
 	for i := range r.Limits {
-		if r.Limits[i].Tool == tool {
+		if r.Limits[i].Tool == tool && r.Limits[i].Grant == grant {
 			return &r.Limits[i]
 		}
 	}

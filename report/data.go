@@ -32,13 +32,27 @@ const (
 )
 
 type querier struct {
-	db       *sql.DB
-	server   string
+	db     *sql.DB
+	server string
+	// grant, when set, keeps the calls of that grant (where q.calls()).
+	grant    string
 	from, to time.Time
 }
 
 func (q querier) args(extra ...any) []any {
-	return append([]any{sql.Named("server", q.server), sql.Named("from", q.from), sql.Named("to", q.to)}, extra...)
+	args := []any{sql.Named("server", q.server), sql.Named("from", q.from), sql.Named("to", q.to)}
+	if q.grant != "" {
+		args = append(args, sql.Named("grant", q.grant))
+	}
+	return append(args, extra...)
+}
+
+// calls selects the server's calls in the window, of q.grant when set.
+func (q querier) calls() string {
+	if q.grant != "" {
+		return inWindow + ` AND "grant" = $grant`
+	}
+	return inWindow
 }
 
 func (q querier) query(ctx context.Context, what, text string, extra ...any) (*sql.Rows, error) {
@@ -262,7 +276,7 @@ type loopShape struct{ tool, start string }
 // variation at most maxCV), and not a retry storm (mostly errors, ending in
 // one). The sequence work runs in DuckDB on hashed keys, as the
 // recommender's does.
-func pollHistograms(ctx context.Context, db *sql.DB, server string, from, to time.Time, minCalls int,
+func pollHistograms(ctx context.Context, q querier, minCalls int,
 	maxGap time.Duration, maxCV float64, pairs []loopShape) (map[loopShape][]PollCount, error) {
 	out := map[loopShape][]PollCount{}
 	if len(pairs) == 0 {
@@ -274,12 +288,11 @@ func pollHistograms(ctx context.Context, db *sql.DB, server string, from, to tim
 		want[p] = true
 		tools = append(tools, p.tool)
 	}
-	q := querier{db: db, server: server, from: from, to: to}
 	rows, err := q.query(ctx, "polls per loop", `
 WITH c AS (
 	SELECT hash(`+sessionKey+`) AS skh, tool, hash(tool) AS th, hash(args_hash) AS hh, args_hash IS NULL AS no_args,
 	       status = 'error' AS err, epoch_ms(ts) AS ms
-	FROM calls WHERE `+inWindow+` AND tool IS NOT NULL
+	FROM calls WHERE `+q.calls()+` AND tool IS NOT NULL
 ), s AS (
 	SELECT *, lag(th) OVER w AS prev_th, lag(tool) OVER w AS prev_tool, lag(hh) OVER w AS prev_hh,
 	       ms - lag(ms) OVER w AS gap
@@ -495,7 +508,7 @@ WITH lim AS (
 	SELECT unnest($tools::VARCHAR[]) AS tool, unnest($maxes::BIGINT[]) AS mx
 ), per AS (
 	SELECT tool, `+limitScopeKey(scope)+` AS k, epoch_ms(ts) // $bucket AS w, count(*) AS n
-	FROM calls WHERE `+inWindow+` AND tool IN (SELECT tool FROM lim) AND decision IN ('allowed', 'rate_limited')
+	FROM calls WHERE `+q.calls()+` AND tool IN (SELECT tool FROM lim) AND decision IN ('allowed', 'rate_limited')
 	GROUP BY ALL
 ), pk AS (
 	SELECT tool, k, max(n) AS peak FROM per GROUP BY ALL

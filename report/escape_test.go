@@ -40,7 +40,7 @@ func runHostile(t *testing.T, server, out string) *Result {
 	store := emptyStore(t)
 	appendEvents(t, store, hostileEvents(server)...)
 	res, err := Run(context.Background(), store, RunOptions{Options: Options{Server: server, Window: week, Now: fixedNow, GeneratedAt: fixedNow,
-		Recommend: recommend.Options{Params: recommend.DefaultParams()}}, OutDir: out, Formats: Formats})
+		Recommend: recommend.GrantsOptions{Params: recommend.DefaultParams()}}, OutDir: out, Formats: Formats})
 	require.NoError(t, err)
 	return res
 }
@@ -113,4 +113,49 @@ func TestScheduleDefaultFolderStaysInside(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, filepath.Join("mcptrail-reports", "_."), s[0].OutDir)
 	assert.Equal(t, filepath.Join("mcptrail-reports", "_x_y"), s[1].OutDir)
+}
+
+// TestHostileGrantStaysInert: a grant named to break out of a Markdown
+// table, an HTML attribute or a folder stays inert in the per-grant
+// recommendation, and its PR folder is one folder inside pr/.
+func TestHostileGrantStaysInert(t *testing.T) {
+	const grant = "../<img src=x onerror=alert(1)>|\n| `g`\x1b[31m"
+	store := emptyStore(t)
+	events := hostileEvents("srv")
+	for i := range events {
+		events[i].Grant = "ops"
+		if i%4 < 2 {
+			events[i].Grant = grant
+		}
+	}
+	appendEvents(t, store, events...)
+	out := t.TempDir()
+	res, err := Run(context.Background(), store, RunOptions{Options: Options{Server: "srv", Window: week, Now: fixedNow, GeneratedAt: fixedNow,
+		Recommend: recommend.GrantsOptions{Params: recommend.DefaultParams()}}, OutDir: out, Formats: Formats})
+	require.NoError(t, err)
+	require.Len(t, res.Report.Recommendation.Grants, 2)
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(res.Dir, name))
+		require.NoError(t, err)
+		return string(b)
+	}
+	md := read(MarkdownFile)
+	assert.Empty(t, mdcheck.BrokenRows(md))
+	assert.NotContains(t, md, "\x1b")
+	assert.Equal(t, strings.Count(md, "`<img")+strings.Count(md, "``../<img"), strings.Count(md, "<img"), "raw HTML only inside code spans")
+	assert.Contains(t, md, "### Grant ")
+	page := read(HTMLFile)
+	assert.NotContains(t, page, "<img")
+	assert.NotContains(t, page, "\x1b")
+	assert.Contains(t, page, `data-grant="../&lt;img src=x onerror=alert(1)&gt;|`)
+	seg := recommend.PathSegment(grant)
+	assert.NotContains(t, seg, "/")
+	assert.FileExists(t, filepath.Join(res.Dir, PRDir, seg, "policy.json"))
+	assert.FileExists(t, filepath.Join(res.Dir, PRDir, "ops", "policy.json"))
+	for _, g := range res.Report.Recommendation.Grants {
+		assert.Equal(t, PRDir+"/"+recommend.PathSegment(g.Grant), g.PRFolder)
+	}
+	entries, err := os.ReadDir(filepath.Join(res.Dir, PRDir))
+	require.NoError(t, err)
+	assert.Len(t, entries, 4, "two grant folders, PR.md and recommendations.json")
 }

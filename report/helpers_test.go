@@ -142,8 +142,17 @@ func importCatalog(t testing.TB, store *analytics.Store, at time.Time) {
 	require.NoError(t, err)
 }
 
-// inputs gathers the recommender's inputs the way the CLI does.
-func inputs(t testing.TB, store *analytics.Store) recommend.Options {
+// inputs selects the recommendation the way the CLI does, every grant with
+// the same inputs (no current policy).
+func inputs(t testing.TB, store *analytics.Store) recommend.GrantsOptions {
+	t.Helper()
+	opts := grantInputs(t, store)
+	return recommend.GrantsOptions{Params: opts.Params,
+		Inputs: func(context.Context, string) (recommend.Options, error) { return opts, nil }}
+}
+
+// grantInputs gathers the recommender's inputs the way the CLI does.
+func grantInputs(t testing.TB, store *analytics.Store) recommend.Options {
 	t.Helper()
 	ctx := context.Background()
 	tools, err := store.Tools(ctx, server)

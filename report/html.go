@@ -30,6 +30,8 @@ code { font: 13px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; 
 .card .v { font-size: 22px; font-weight: 600; }
 .callout { border-left: 4px solid var(--accent); background: #eef4fb; padding: 10px 14px; border-radius: 4px; margin: 12px 0; }
 .draft { border-left-color: var(--medium); background: #fff4e5; }
+.widen { color: var(--high); }
+table.grants th { white-space: normal; }
 table { border-collapse: collapse; width: 100%; margin: 8px 0 16px; font-size: 14px; }
 th, td { text-align: left; padding: 5px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
 th { background: var(--soft); font-weight: 600; white-space: nowrap; }
@@ -160,10 +162,14 @@ func HTML(r *Report, chartList []Chart) string {
 	if len(r.Polling) > 0 {
 		b.WriteString("<h2>Polling loops</h2>\n")
 		for _, pl := range r.Polling {
-			fmt.Fprintf(&b, "<h3>%s after %s</h3>\n", hcode(pl.Tool), hcode(pl.StartTool))
-			figure("polls-"+fileSafe(pl.Tool)+".svg", esc(strings.ReplaceAll(pollingSentence(pl, s.Days), "`", "")))
-			if l := limitOf(r, pl.Tool); l != nil && pl.Limit != nil {
-				figure(limitFile(pl.Tool), esc(strings.ReplaceAll(limitSentence(*l), "`", "")))
+			grant := ""
+			if pl.Grant != "" {
+				grant = " (grant " + hcode(pl.Grant) + ")"
+			}
+			fmt.Fprintf(&b, "<h3>%s after %s%s</h3>\n", hcode(pl.Tool), hcode(pl.StartTool), grant)
+			figure(pollFile(pl), esc(strings.ReplaceAll(pollingSentence(pl, s.Days), "`", "")))
+			if l := limitOf(r, pl.Grant, pl.Tool); l != nil && pl.Limit != nil {
+				figure(limitFile(pl.Grant, pl.Tool), esc(strings.ReplaceAll(limitSentence(*l), "`", "")))
 			}
 		}
 	}
@@ -235,6 +241,10 @@ func htmlChanges(b *strings.Builder, r *Report) {
 func htmlRecommendation(b *strings.Builder, r *Report) {
 	s := r.Recommendation
 	b.WriteString("<h2>What to tighten</h2>\n")
+	if len(s.Grants) > 0 {
+		htmlGrants(b, r)
+		return
+	}
 	class := "callout"
 	if s.Draft {
 		class += " draft"
@@ -245,32 +255,121 @@ func htmlRecommendation(b *strings.Builder, r *Report) {
 		b.WriteString(" (<strong>draft</strong>: the data gates are not met)")
 	}
 	fmt.Fprintf(b, ". %s</p>\n<p><strong>Replay:</strong> over the same window the proposed policy %s.</p>\n", esc(tightenSentence(s)), esc(s.ReplaySentence))
-	if s.PRFolder != "" {
-		fmt.Fprintf(b, "<p>PR-ready folder: <a href=\"%s/PR.md\">%s/</a> (<code>policy.json</code>, <code>policy.diff</code>, <code>PR.md</code>, <code>recommendations.json</code>).</p>\n",
-			esc(s.PRFolder), esc(s.PRFolder))
-	} else {
-		fmt.Fprintf(b, "<p><code>mcptrail recommend --server %s --out DIR</code> writes the PR-ready folder.</p>\n", esc(r.Server))
-	}
+	htmlPRFolder(b, r, "<code>policy.json</code>, <code>policy.diff</code>", "")
 	b.WriteString("</div>\n")
-	key := keyFindings(s)
+	htmlKeyFindings(b, s.Findings, false)
+}
+
+// htmlPRFolder says where the PR-ready folder is (files: what it holds
+// besides PR.md and recommendations.json), or how to write it.
+func htmlPRFolder(b *strings.Builder, r *Report, files, perGrant string) {
+	if s := r.Recommendation; s.PRFolder != "" {
+		fmt.Fprintf(b, "<p>PR-ready folder: <a href=\"%s/PR.md\">%s/</a> (%s, <code>PR.md</code>, <code>recommendations.json</code>).</p>\n",
+			esc(s.PRFolder), esc(s.PRFolder), files)
+		return
+	}
+	fmt.Fprintf(b, "<p><code>mcptrail recommend --server %s --out DIR</code> writes the PR-ready folder%s.</p>\n", esc(r.Server), perGrant)
+}
+
+// htmlKeyFindings writes the key findings table, with a grant column for a
+// server with grants.
+func htmlKeyFindings(b *strings.Builder, findings []Finding, grants bool) {
+	key := keyFindings(findings)
 	if len(key) > 0 {
-		b.WriteString("<table><tr><th>Severity</th><th>Finding</th><th>Tool</th><th>Action</th><th>Summary</th></tr>\n")
+		b.WriteString("<table><tr>")
+		if grants {
+			b.WriteString("<th>Grant</th>")
+		}
+		b.WriteString("<th>Severity</th><th>Finding</th><th>Tool</th><th>Action</th><th>Summary</th></tr>\n")
 		for _, f := range key {
 			act := esc(f.Action)
 			if f.Suppressed {
 				act = "<span class=\"tag\">suppressed</span>"
 			}
-			fmt.Fprintf(b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n", sevBadge(f.Severity), esc(f.Kind), hcode(f.Tool), act, esc(f.Summary))
+			b.WriteString("<tr>")
+			if grants {
+				fmt.Fprintf(b, "<td>%s</td>", hcode(f.Grant))
+			}
+			fmt.Fprintf(b, "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n", sevBadge(f.Severity), esc(f.Kind), hcode(f.Tool), act, esc(f.Summary))
 		}
 		b.WriteString("</table>\n")
 	}
+}
+
+// htmlGrants writes the recommendation of a server whose calls carry
+// grants: a table of the grants, then per grant its loosenings, rule
+// changes (current → proposed), replay on both sides and key findings.
+func htmlGrants(b *strings.Builder, r *Report) {
+	s := r.Recommendation
+	class := "callout"
+	if s.Draft {
+		class += " draft"
+	}
+	fmt.Fprintf(b, "<div class=\"%s\"><p>One policy per grant (a policy is attached to a grant): %s, recommendation over %s → %s (%s), confidence <strong>%s</strong>",
+		class, esc(plural(int64(len(s.Grants)), "grant", "grants")), day(s.From), day(s.To), esc(plural(int64(s.Days), "day", "days")), esc(s.Confidence))
+	if s.Draft {
+		b.WriteString(" (<strong>draft</strong> for some grants: their data gates are not met)")
+	}
+	b.WriteString(".</p>\n")
+	if w := widenTotal(s); w != "" {
+		fmt.Fprintf(b, "<p class=\"widen\"><strong>⚠️ %s</strong></p>\n", esc(w))
+	}
+	if s.UngrantedCalls > 0 {
+		fmt.Fprintf(b, "<p>%s carry no grant: no per-grant policy covers them.</p>\n", esc(plural(s.UngrantedCalls, "call", "calls")))
+	}
+	htmlPRFolder(b, r, "<code>&lt;grant&gt;/policy.json</code> and <code>&lt;grant&gt;/policy.diff</code> per grant", ", one policy per grant")
+	b.WriteString("</div>\n")
+	b.WriteString("<table class=\"grants\"><tr><th>Grant</th><th class=\"n\">Calls</th><th>Confidence</th><th class=\"n\">Widens access</th><th class=\"n\">Hide</th><th class=\"n\">Approval</th><th class=\"n\">Rate limits</th><th class=\"n\">Allowed then, refused now</th><th class=\"n\">Refused then, allowed now</th></tr>\n")
+	for _, g := range s.Grants {
+		widen := num(int64(g.Counts.Widen))
+		if g.Counts.Widen > 0 {
+			widen = "<strong>⚠️ " + widen + "</strong>"
+		}
+		fmt.Fprintf(b, "<tr data-grant=\"%s\"><td>%s</td><td class=\"n\">%s</td><td>%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td></tr>\n",
+			esc(g.Grant), hcode(g.Grant), num(g.Calls), esc(g.Confidence), widen, num(int64(g.Counts.Hide)), num(int64(g.Counts.Approval)),
+			num(int64(g.Counts.RateLimits)), num(g.Replay.Changed), num(g.Replay.NewlyAllowed))
+	}
+	b.WriteString("</table>\n")
+	for _, g := range s.Grants {
+		fmt.Fprintf(b, "<h3>Grant %s</h3>\n<p>%s calls, confidence <strong>%s</strong>", hcode(g.Grant), num(g.Calls), esc(g.Confidence))
+		if g.Draft {
+			b.WriteString(" (<strong>draft</strong>: the data gates are not met)")
+		}
+		fmt.Fprintf(b, ". %s", esc(grantSentence(g)))
+		if g.PRFolder != "" {
+			fmt.Fprintf(b, " Its policy: <a href=\"%s/policy.json\">%s/policy.json</a>.", esc(g.PRFolder), esc(g.PRFolder))
+		}
+		b.WriteString("</p>\n")
+		if len(g.Loosenings) > 0 {
+			fmt.Fprintf(b, "<p class=\"widen\"><strong>⚠️ Access widened for %s</strong>: the proposal lets this grant do what it could not do before.</p>\n",
+				esc(plural(int64(len(g.Loosenings)), "tool", "tools")))
+			fmt.Fprintf(b, "<table class=\"loosenings\" data-grant=\"%s\"><tr><th>Tool</th><th>Current</th><th>Proposed</th><th>What widens</th><th class=\"n\">Refused then, allowed now</th><th>Severity</th></tr>\n", esc(g.Grant))
+			for _, w := range g.Loosenings {
+				fmt.Fprintf(b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td class=\"n\">%s</td><td>%s</td></tr>\n",
+					hcode(w.Tool), esc(w.Current), esc(w.Proposed), esc(w.Changes), num(w.NewlyAllowed), sevBadge(w.Severity))
+			}
+			b.WriteString("</table>\n")
+		}
+		fmt.Fprintf(b, "<p><strong>Replay:</strong> over the same window the proposed policy %s. Allowed then, refused now: %s; refused then, allowed now: %s.</p>\n",
+			esc(g.ReplaySentence), esc(plural(g.Replay.Changed, "call", "calls")), esc(plural(g.Replay.NewlyAllowed, "call", "calls")))
+		if len(g.RuleChanges) > 0 {
+			fmt.Fprintf(b, "<details><summary>%s</summary>\n", esc(ruleChangesTitle(g)))
+			fmt.Fprintf(b, "<table class=\"rule-changes\" data-grant=\"%s\"><tr><th>Tool</th><th>Current</th><th>Proposed</th><th>Widens</th></tr>\n", esc(g.Grant))
+			for _, ch := range g.RuleChanges {
+				fmt.Fprintf(b, "<tr><td>%s</td><td>%s</td><td>→ %s</td><td><strong>%s</strong></td></tr>\n", hcode(ch.Tool), esc(ch.Current), esc(ch.Proposed), widensMark(ch))
+			}
+			b.WriteString("</table>\n</details>\n")
+		}
+	}
+	b.WriteString("<h3>Key findings, every grant</h3>\n")
+	htmlKeyFindings(b, s.Findings, true)
 }
 
 // openKeyFindings counts the unsuppressed findings of the "What to
 // tighten" table.
 func openKeyFindings(s Recommendation) int {
 	n := 0
-	for _, f := range keyFindings(s) {
+	for _, f := range keyFindings(s.Findings) {
 		if !f.Suppressed {
 			n++
 		}
@@ -336,8 +435,12 @@ func htmlLimits(b *strings.Builder, r *Report, figure func(file, caption string)
 	b.WriteString("<table><tr><th>Tool</th><th class=\"n\">Proposed limit</th><th class=\"n\">Scope values</th><th class=\"n\">Peak p50</th><th class=\"n\">Peak p99</th><th class=\"n\">Highest peak</th><th class=\"n\">Over the limit</th><th class=\"n\">Calls beyond it</th></tr>\n")
 	shown := limitsOrder(r.Limits)[:min(len(r.Limits), DefaultTopN)]
 	for _, l := range shown {
+		tool := hcode(l.Tool)
+		if l.Grant != "" {
+			tool += " (" + hcode(l.Grant) + ")"
+		}
 		fmt.Fprintf(b, "<tr><td>%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td></tr>\n",
-			hcode(l.Tool), esc(limitText(l.Limit)), esc(scopeNoun(l.Limit.Scope, l.Scopes)), esc(trim(l.PeakP50)), esc(trim(l.PeakP99)), esc(trim(l.PeakMax)),
+			tool, esc(limitText(l.Limit)), esc(scopeNoun(l.Limit.Scope, l.Scopes)), esc(trim(l.PeakP50)), esc(trim(l.PeakP99)), esc(trim(l.PeakMax)),
 			esc(num(l.ScopesOver)), esc(num(l.CallsOver)))
 	}
 	b.WriteString("</table>\n")

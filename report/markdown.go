@@ -24,6 +24,20 @@ func JSON(r *Report) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// compactJSON is the report as JSON without indentation: the same
+// document as JSON, in fewer bytes.
+func compactJSON(r *Report) ([]byte, error) {
+	js, err := JSON(r)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, js); err != nil {
+		return nil, fmt.Errorf("report: encode JSON: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
 // JSONList is several reports as one JSON array.
 func JSONList(rs []*Report) ([]byte, error) {
 	var buf bytes.Buffer
@@ -145,11 +159,15 @@ func Markdown(r *Report, chartFiles []Chart) string {
 	if len(r.Polling) > 0 {
 		b.WriteString("## Polling loops\n\n")
 		for _, pl := range r.Polling {
-			fmt.Fprintf(&b, "### %s after %s\n\n", code(pl.Tool), code(pl.StartTool))
-			chart("polls-" + fileSafe(pl.Tool) + ".svg")
+			fmt.Fprintf(&b, "### %s after %s", code(pl.Tool), code(pl.StartTool))
+			if pl.Grant != "" {
+				fmt.Fprintf(&b, " (grant %s)", code(pl.Grant))
+			}
+			b.WriteString("\n\n")
+			chart(pollFile(pl))
 			b.WriteString(pollingSentence(pl, r.Recommendation.Days) + "\n\n")
-			if l := limitOf(r, pl.Tool); l != nil && pl.Limit != nil {
-				chart(limitFile(pl.Tool))
+			if l := limitOf(r, pl.Grant, pl.Tool); l != nil && pl.Limit != nil {
+				chart(limitFile(pl.Grant, pl.Tool))
 				b.WriteString(limitSentence(*l) + "\n\n")
 			}
 		}
@@ -251,10 +269,10 @@ func widenSentence(s Recommendation) string {
 
 // keyFindings are the findings a reader acts on: everything except the many
 // alike hides and peak-derived rate limits, and the loosenings, which are
-// counted (widenSentence).
-func keyFindings(s Recommendation) []Finding {
+// counted (widenSentence) or listed apart (per grant).
+func keyFindings(findings []Finding) []Finding {
 	var out []Finding
-	for _, f := range s.Findings {
+	for _, f := range findings {
 		if (f.Kind == recommend.KindUnusedTool || f.Kind == recommend.KindRateLimit || f.Kind == recommend.KindLoosening) && !f.Suppressed {
 			continue
 		}
@@ -266,6 +284,10 @@ func keyFindings(s Recommendation) []Finding {
 func markdownRecommendation(b *strings.Builder, r *Report) {
 	s := r.Recommendation
 	b.WriteString("## What to tighten\n\n")
+	if len(s.Grants) > 0 {
+		markdownGrants(b, r)
+		return
+	}
 	fmt.Fprintf(b, "Recommendation over %s → %s (%s), confidence **%s**", day(s.From), day(s.To), plural(int64(s.Days), "day", "days"), s.Confidence)
 	if s.Draft {
 		b.WriteString(" (**draft**: the data gates are not met)")
@@ -277,20 +299,33 @@ func markdownRecommendation(b *strings.Builder, r *Report) {
 	} else {
 		fmt.Fprintf(b, "%s writes the PR-ready folder.\n\n", code("mcptrail recommend --server "+r.Server+" --out DIR"))
 	}
-	key := keyFindings(s)
+	markdownKeyFindings(b, s.Findings, false)
+}
+
+// markdownKeyFindings writes the key findings table (with a grant column
+// for a server with grants), then counts the rest.
+func markdownKeyFindings(b *strings.Builder, findings []Finding, grants bool) {
+	key := keyFindings(findings)
 	if len(key) > 0 {
-		b.WriteString("| Severity | Finding | Tool | Action | Summary |\n|---|---|---|---|---|\n")
+		if grants {
+			b.WriteString("| Grant | Severity | Finding | Tool | Action | Summary |\n|---|---|---|---|---|---|\n")
+		} else {
+			b.WriteString("| Severity | Finding | Tool | Action | Summary |\n|---|---|---|---|---|\n")
+		}
 		for _, f := range key {
 			act := f.Action
 			if f.Suppressed {
 				act = "suppressed"
+			}
+			if grants {
+				fmt.Fprintf(b, "| %s ", cell(f.Grant))
 			}
 			fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", f.Severity, f.Kind, cell(f.Tool), act, text(f.Summary))
 		}
 		b.WriteString("\n")
 	}
 	hides, limits := 0, 0
-	for _, f := range s.Findings {
+	for _, f := range findings {
 		if f.Suppressed {
 			continue
 		}
@@ -305,6 +340,106 @@ func markdownRecommendation(b *strings.Builder, r *Report) {
 		fmt.Fprintf(b, "Also: %s not used in the window and %s from observed peaks; each is listed with its evidence in the PR folder.\n\n",
 			plural(int64(hides), "tool to hide", "tools to hide"), plural(int64(limits), "rate limit", "rate limits"))
 	}
+}
+
+// widenTotal says how many tools the grants' proposals widen access for,
+// and in which grants; "" when none.
+func widenTotal(s Recommendation) string {
+	if s.Counts.Widen == 0 {
+		return ""
+	}
+	var parts []string
+	for _, g := range s.Grants {
+		if g.Counts.Widen > 0 {
+			parts = append(parts, fmt.Sprintf("%s (%d)", g.Grant, g.Counts.Widen))
+		}
+	}
+	return fmt.Sprintf("The proposals widen access for %s, in %s: %s. Each is listed first in its grant below; review every one.",
+		plural(int64(s.Counts.Widen), "tool", "tools"), plural(int64(len(parts)), "grant", "grants"), strings.Join(parts, ", "))
+}
+
+// ruleChangesTitle heads a grant's rule changes.
+func ruleChangesTitle(g GrantRecommendation) string {
+	return fmt.Sprintf("Rule changes, current → proposed (%s)", plural(int64(len(g.RuleChanges)), "tool", "tools"))
+}
+
+// widensMark marks a rule change that widens access.
+func widensMark(ch recommend.RuleChange) string {
+	if ch.Widens {
+		return "⚠️ yes"
+	}
+	return ""
+}
+
+// grantSentence says what one grant's proposal changes.
+func grantSentence(g GrantRecommendation) string {
+	return fmt.Sprintf("The proposed policy denies by default, keeps %s allowed, hides %s, puts %s behind human approval and sets %s; %s for review only, %s suppressed.",
+		plural(int64(g.PolicyTools), "tool", "tools"), plural(int64(g.Counts.Hide), "unused tool", "unused tools"),
+		plural(int64(g.Counts.Approval), "risky tool", "risky tools"), plural(int64(g.Counts.RateLimits), "rate limit", "rate limits"),
+		plural(int64(g.Counts.Reported), "finding is", "findings are"), plural(int64(g.Counts.Suppressed), "finding", "findings"))
+}
+
+// markdownGrants writes the recommendation of a server whose calls carry
+// grants: a summary row per grant, then each grant's loosenings, rule
+// changes (current → proposed), replay on both sides and key findings.
+func markdownGrants(b *strings.Builder, r *Report) {
+	s := r.Recommendation
+	fmt.Fprintf(b, "One policy per grant (a policy is attached to a grant): %s, recommendation over %s → %s (%s), confidence **%s**",
+		plural(int64(len(s.Grants)), "grant", "grants"), day(s.From), day(s.To), plural(int64(s.Days), "day", "days"), s.Confidence)
+	if s.Draft {
+		b.WriteString(" (**draft** for some grants: their data gates are not met)")
+	}
+	b.WriteString(".\n\n")
+	if w := widenTotal(s); w != "" {
+		fmt.Fprintf(b, "> ⚠️ **%s**\n\n", w)
+	}
+	if s.UngrantedCalls > 0 {
+		fmt.Fprintf(b, "%s carry no grant: no per-grant policy covers them.\n\n", plural(s.UngrantedCalls, "call", "calls"))
+	}
+	if s.PRFolder != "" {
+		fmt.Fprintf(b, "The PR-ready folder is [`%s/`](%s/PR.md): `<grant>/policy.json` and `<grant>/policy.diff` per grant, one `PR.md` and `recommendations.json`.\n\n", s.PRFolder, s.PRFolder)
+	} else {
+		fmt.Fprintf(b, "%s writes the PR-ready folder, one policy per grant.\n\n", code("mcptrail recommend --server "+r.Server+" --out DIR"))
+	}
+	b.WriteString("| Grant | Calls | Confidence | Widens access | Hide | Approval | Rate limits | Allowed then, refused now | Refused then, allowed now |\n")
+	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, g := range s.Grants {
+		widen := num(int64(g.Counts.Widen))
+		if g.Counts.Widen > 0 {
+			widen = "⚠️ " + widen
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", cell(g.Grant), num(g.Calls), g.Confidence, widen, num(int64(g.Counts.Hide)),
+			num(int64(g.Counts.Approval)), num(int64(g.Counts.RateLimits)), num(g.Replay.Changed), num(g.Replay.NewlyAllowed))
+	}
+	b.WriteString("\n")
+	for _, g := range s.Grants {
+		fmt.Fprintf(b, "### Grant %s\n\n", code(g.Grant))
+		fmt.Fprintf(b, "%s calls, confidence **%s**", num(g.Calls), g.Confidence)
+		if g.Draft {
+			b.WriteString(" (**draft**: the data gates are not met)")
+		}
+		b.WriteString(". " + grantSentence(g))
+		if g.PRFolder != "" {
+			fmt.Fprintf(b, " Its policy: [`%s/policy.json`](%s/policy.json).", g.PRFolder, g.PRFolder)
+		}
+		b.WriteString("\n\n")
+		if len(g.Loosenings) > 0 {
+			fmt.Fprintf(b, "**⚠️ Access widened for %s**: the proposal lets this grant do what it could not do before.\n\n", plural(int64(len(g.Loosenings)), "tool", "tools"))
+			recommend.WideningTable(b, g.Loosenings)
+		}
+		fmt.Fprintf(b, "**Replay:** over the same window the proposed policy %s. Allowed then, refused now: %s; refused then, allowed now: %s.\n\n",
+			g.ReplaySentence, plural(g.Replay.Changed, "call", "calls"), plural(g.Replay.NewlyAllowed, "call", "calls"))
+		if len(g.RuleChanges) > 0 {
+			fmt.Fprintf(b, "<details><summary>%s</summary>\n\n", ruleChangesTitle(g))
+			b.WriteString("| Tool | Current | Proposed | Widens |\n|---|---|---|---|\n")
+			for _, ch := range g.RuleChanges {
+				fmt.Fprintf(b, "| %s | %s | → %s | %s |\n", cell(ch.Tool), text(ch.Current), text(ch.Proposed), widensMark(ch))
+			}
+			b.WriteString("\n</details>\n\n")
+		}
+	}
+	b.WriteString("### Key findings, every grant\n\n")
+	markdownKeyFindings(b, s.Findings, true)
 }
 
 // topTools are the busiest tools, at most DefaultTopN.
@@ -402,7 +537,11 @@ func markdownLimits(b *strings.Builder, r *Report, chart func(string)) {
 	b.WriteString("| Tool | Proposed limit | Scope values | Peak p50 | Peak p99 | Highest peak | Over the limit | Calls beyond it |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	shown := limitsOrder(r.Limits)[:min(len(r.Limits), DefaultTopN)]
 	for _, l := range shown {
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", cell(l.Tool), limitText(l.Limit), scopeNoun(l.Limit.Scope, l.Scopes),
+		tool := cell(l.Tool)
+		if l.Grant != "" {
+			tool += " (" + cell(l.Grant) + ")"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", tool, limitText(l.Limit), scopeNoun(l.Limit.Scope, l.Scopes),
 			trim(l.PeakP50), trim(l.PeakP99), trim(l.PeakMax), num(l.ScopesOver), num(l.CallsOver))
 	}
 	if more := len(r.Limits) - len(shown); more > 0 {

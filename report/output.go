@@ -104,11 +104,8 @@ func WriteFolder(dir string, r *Report, formats []string) ([]string, error) {
 		return nil, fmt.Errorf("report: %w", err)
 	}
 	rr := *r
-	if r.rec != nil {
-		rr.Recommendation.PRFolder = PRDir
-		if err := recommend.WriteFolder(filepath.Join(tmp, PRDir), r.rec); err != nil {
-			return nil, fmt.Errorf("report: PR folder: %w", err)
-		}
+	if err := writePR(filepath.Join(tmp, PRDir), &rr); err != nil {
+		return nil, err
 	}
 	var files []string
 	write := func(name string, data []byte) error {
@@ -155,7 +152,7 @@ func WriteFolder(dir string, r *Report, formats []string) ([]string, error) {
 	if err := write(JSONFile, js); err != nil {
 		return nil, err
 	}
-	if rr.rec != nil {
+	if rr.rec != nil || rr.set != nil {
 		files = append(files, PRDir+"/")
 	}
 	if err := os.RemoveAll(dir); err != nil {
@@ -165,9 +162,35 @@ func WriteFolder(dir string, r *Report, formats []string) ([]string, error) {
 		return nil, fmt.Errorf("report: %w", err)
 	}
 	done = true
-	r.Recommendation.PRFolder = rr.Recommendation.PRFolder
+	r.Recommendation = rr.Recommendation
 	sort.Strings(files)
 	return files, nil
+}
+
+// writePR writes the PR folder of the report's recommendation into dir, as
+// `mcptrail recommend --out` does (one folder per grant for a server whose
+// calls carry grants), and records where in r.Recommendation (a copy of its
+// grants, so that the caller's report changes only when the folder is done).
+func writePR(dir string, r *Report) error {
+	var err error
+	switch {
+	case r.set != nil:
+		err = recommend.WriteSetFolder(dir, r.set)
+		r.Recommendation.Grants = append([]GrantRecommendation(nil), r.Recommendation.Grants...)
+		for i := range r.Recommendation.Grants {
+			g := &r.Recommendation.Grants[i]
+			g.PRFolder = PRDir + "/" + recommend.PathSegment(g.Grant)
+		}
+	case r.rec != nil:
+		err = recommend.WriteFolder(dir, r.rec)
+	default:
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("report: PR folder: %w", err)
+	}
+	r.Recommendation.PRFolder = PRDir
+	return nil
 }
 
 // reportFolders lists the report folders under serverDir, oldest first.

@@ -57,7 +57,10 @@ type Report struct {
 	Changes        Changes        `json:"changes"`
 	Recommendation Recommendation `json:"recommendation"`
 
-	rec *recommend.Report // the full recommendation, for the PR folder
+	// the full recommendation, for the PR folder: rec for a server whose
+	// calls carry no grant, set (one proposal per grant) otherwise.
+	rec *recommend.Report
+	set *recommend.Set
 }
 
 // Window is the reported history.
@@ -167,7 +170,10 @@ type LastAccess struct {
 // unit: calls of Tool per Limit.Window per scope value (session, grant or
 // agent), counting the calls the policy's other rules let through.
 type LimitPeak struct {
-	Tool      string `json:"tool"`
+	Tool string `json:"tool"`
+	// Grant is the grant whose proposal sets the limit, measured over its
+	// calls ("" for a server without grants).
+	Grant     string `json:"grant,omitempty"`
 	FindingID string `json:"finding_id"`
 	Kind      string `json:"kind"`
 	Limit     Limit  `json:"limit"`
@@ -197,6 +203,9 @@ type PeakCount struct {
 // PollingLoop is the shape of one polling_loop finding's loops.
 type PollingLoop struct {
 	FindingID string `json:"finding_id"`
+	// Grant is the grant whose proposal holds the finding, its loops counted
+	// over its calls ("" for a server without grants).
+	Grant     string `json:"grant,omitempty"`
 	Tool      string `json:"tool"`
 	StartTool string `json:"start_tool"`
 	Loops     int64  `json:"loops"`
@@ -304,6 +313,42 @@ type Recommendation struct {
 	// PRFolder is the PR-ready folder written beside the report (relative
 	// to the report's folder), "" when it was not written.
 	PRFolder string `json:"pr_folder"`
+	// Grants is the recommendation of each grant, in grant order, for a
+	// server whose calls carry grants (one policy per grant, SPEC §5); the
+	// fields above then add the grants up (findings, counts, policy sizes
+	// and replay totals summed, the lowest confidence, a draft when any
+	// grant's is, each gate's detail naming its grant). Absent for a server
+	// without grants.
+	Grants []GrantRecommendation `json:"grants,omitempty"`
+	// UngrantedCalls are the window's calls that carry no grant: no
+	// per-grant policy covers them.
+	UngrantedCalls int64 `json:"ungranted_calls,omitempty"`
+}
+
+// GrantRecommendation summarises one grant's proposal.
+type GrantRecommendation struct {
+	Grant      string `json:"grant"`
+	Calls      int64  `json:"calls"`
+	Confidence string `json:"confidence"`
+	Draft      bool   `json:"draft"`
+	// Counts are the grant's changes by what they do; Counts.Widen is the
+	// number of loosenings.
+	Counts Counts `json:"counts"`
+	// Loosenings are the grant's unsuppressed loosening findings: where the
+	// proposal widens access.
+	Loosenings []recommend.Widening `json:"loosenings"`
+	// RuleChanges are the grant's proposed changes, current rule →
+	// proposed rule, the widening ones first.
+	RuleChanges []recommend.RuleChange `json:"rule_changes"`
+	// Replay is both sides of the grant's replay: changed (allowed then,
+	// refused now) and newly_allowed (refused then, allowed now).
+	Replay         Replay `json:"replay"`
+	ReplaySentence string `json:"replay_sentence"`
+	PolicyTools    int    `json:"policy_tools"`
+	PolicyHidden   int    `json:"policy_hidden"`
+	// PRFolder is the grant's folder of the PR folder (policy.json,
+	// policy.diff), "" when it was not written.
+	PRFolder string `json:"pr_folder"`
 }
 
 // Counts are the recommendation's changes by what they do.
@@ -321,7 +366,10 @@ type Counts struct {
 
 // Finding is one finding of the recommendation, without its evidence.
 type Finding struct {
-	ID         string `json:"id"`
+	ID string `json:"id"`
+	// Grant is the grant whose proposal holds the finding ("" for a server
+	// without grants).
+	Grant      string `json:"grant,omitempty"`
 	Kind       string `json:"kind"`
 	Tool       string `json:"tool"`
 	Severity   string `json:"severity"`
@@ -336,9 +384,18 @@ type Finding struct {
 // detail is in the PR folder).
 type Replay = recommend.ReplayTotals
 
-// FullRecommendation returns the recommendation behind the report (nil for
-// a report read back from JSON).
-func (r *Report) FullRecommendation() *recommend.Report { return r.rec }
+// FullRecommendations returns the recommendation behind the report: one
+// report per grant in grant order, or the one of a server without grants
+// (nil for a report read back from JSON).
+func (r *Report) FullRecommendations() []*recommend.Report {
+	if r.set != nil {
+		return r.set.Reports()
+	}
+	if r.rec != nil {
+		return []*recommend.Report{r.rec}
+	}
+	return nil
+}
 
 // errNoServers means no server had calls in a schedule's window.
 var errNoServers = errors.New("no server has calls in the window")

@@ -33,8 +33,11 @@ func TestGoldenReport(t *testing.T) {
 	files, err := WriteFolder(dir, r, Formats)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"charts/agent-tool.svg", "charts/calls-over-time.svg", "charts/errors-over-time.svg", "charts/hour-by-tool.svg",
-		"charts/limit-get_task_status.svg", "charts/limit-vm_agent_exec_status.svg", "charts/limits.svg", "charts/polls-get_task_status.svg",
-		"charts/polls-vm_agent_exec_status.svg", "charts/refusals-over-time.svg", "charts/top-tools.svg", "pr/", HTMLFile, JSONFile, MarkdownFile}, files)
+		"charts/limit-get_task_status--ci-runner.svg", "charts/limit-get_task_status--ops-bot.svg",
+		"charts/limit-vm_agent_exec_status--ci-runner.svg", "charts/limit-vm_agent_exec_status--ops-bot.svg", "charts/limits.svg",
+		"charts/polls-get_task_status--ci-runner.svg", "charts/polls-get_task_status--ops-bot.svg",
+		"charts/polls-vm_agent_exec_status--ci-runner.svg", "charts/polls-vm_agent_exec_status--ops-bot.svg",
+		"charts/refusals-over-time.svg", "charts/top-tools.svg", "pr/", HTMLFile, JSONFile, MarkdownFile}, files)
 	js, err := os.ReadFile(filepath.Join(dir, JSONFile))
 	require.NoError(t, err)
 	md, err := os.ReadFile(filepath.Join(dir, MarkdownFile))
@@ -53,6 +56,9 @@ func TestGoldenReport(t *testing.T) {
 	t.Run("same data, same bytes", func(t *testing.T) {
 		again := build()
 		again.Recommendation.PRFolder = PRDir
+		for i, g := range again.Recommendation.Grants {
+			again.Recommendation.Grants[i].PRFolder = PRDir + "/" + recommend.PathSegment(g.Grant)
+		}
 		js2, err := JSON(again)
 		require.NoError(t, err)
 		assert.Equal(t, string(js), string(js2))
@@ -102,8 +108,10 @@ func TestGoldenReport(t *testing.T) {
 	t.Run("polls per loop agree with the findings", func(t *testing.T) {
 		require.NotEmpty(t, r.Polling)
 		byID := map[string]recommend.Finding{}
-		for _, f := range r.FullRecommendation().Findings {
-			byID[f.ID] = f
+		for _, g := range r.FullRecommendations() {
+			for _, f := range g.Findings {
+				byID[f.ID] = f
+			}
 		}
 		for _, pl := range r.Polling {
 			f := byID[pl.FindingID]
@@ -122,8 +130,10 @@ func TestGoldenReport(t *testing.T) {
 			assert.NotContains(t, string(c.SVG), "http://www.w3.org/1999/xlink\" href", "nothing fetched")
 		}
 		assert.Equal(t, []string{"calls-over-time.svg", "refusals-over-time.svg", "errors-over-time.svg", "top-tools.svg", "hour-by-tool.svg",
-			"agent-tool.svg", "limits.svg", "polls-get_task_status.svg", "limit-get_task_status.svg",
-			"polls-vm_agent_exec_status.svg", "limit-vm_agent_exec_status.svg"}, names)
+			"agent-tool.svg", "limits.svg", "polls-get_task_status--ci-runner.svg", "limit-get_task_status--ci-runner.svg",
+			"polls-vm_agent_exec_status--ci-runner.svg", "limit-vm_agent_exec_status--ci-runner.svg",
+			"polls-get_task_status--ops-bot.svg", "limit-get_task_status--ops-bot.svg",
+			"polls-vm_agent_exec_status--ops-bot.svg", "limit-vm_agent_exec_status--ops-bot.svg"}, names)
 	})
 
 	t.Run("HTML is one self-contained page", func(t *testing.T) {
@@ -160,12 +170,16 @@ func TestChangesSinceThePreviousReport(t *testing.T) {
 
 	// A finding of the first report is accepted...
 	var suppressed recommend.Finding
-	for _, f := range first.Report.FullRecommendation().Findings {
-		if f.Kind == recommend.KindRiskyTool && f.Action.Op == recommend.OpRequireApproval {
-			suppressed = f
-			break
+	var grant string // the grant whose proposal holds it
+	for _, g := range first.Report.FullRecommendations() {
+		for _, f := range g.Findings {
+			if f.Kind == recommend.KindRiskyTool && f.Action.Op == recommend.OpRequireApproval && suppressed.ID == "" {
+				suppressed, grant = f, g.Grant
+			}
 		}
 	}
+	require.NotEmpty(t, grant, "the proxmox scenario's calls carry grants: one proposal per grant")
+	assert.Equal(t, recommend.FindingID(suppressed.Kind, server, grant, suppressed.Tool), suppressed.ID, "finding ids name the grant")
 	require.NotEmpty(t, suppressed.ID)
 	_, err := store.Suppress(ctx, analytics.Suppression{FindingID: suppressed.ID, Reason: "DR drills need it", Owner: "alice",
 		Until: t1.Add(90 * 24 * time.Hour), CreatedAt: fixedNow.Add(24 * time.Hour)})
@@ -180,7 +194,7 @@ func TestChangesSinceThePreviousReport(t *testing.T) {
 			audit.Event{ID: "new-" + string(rune('a'+i)), TS: at, Server: server, Tool: "vm_console_snapshot", Decision: audit.Allowed,
 				Status: "ok", Agent: "ops-claude", Session: "s-new"},
 			audit.Event{ID: "risky-" + string(rune('a'+i)), TS: at.Add(time.Minute), Server: server, Tool: suppressed.Tool,
-				Decision: audit.Allowed, Status: "ok", Agent: "ops-claude", Session: "s-new"})
+				Decision: audit.Allowed, Status: "ok", Agent: "ops-claude", Session: "s-new", Grant: grant})
 	}
 	appendEvents(t, store, events...)
 
@@ -215,8 +229,10 @@ func TestChangesSinceThePreviousReport(t *testing.T) {
 	assert.Contains(t, ids(c.SuppressedFindings), suppressed.ID)
 	assert.NotContains(t, ids(c.NewFindings), suppressed.ID)
 	assert.NotContains(t, ids(c.ResolvedFindings), suppressed.ID)
-	assert.Contains(t, ids(c.ResolvedFindings), recommend.FindingID(recommend.KindPollingLoop, server, "", "start_vm>get_task_status"),
-		"no VM started and polled this week")
+	for _, g := range []string{"ops-bot", "ci-runner"} {
+		assert.Contains(t, ids(c.ResolvedFindings), recommend.FindingID(recommend.KindPollingLoop, server, g, "start_vm>get_task_status"),
+			"no VM started and polled this week, per grant")
+	}
 	openIDs := func(r *Report) map[string]bool {
 		m := map[string]bool{}
 		for _, f := range r.Recommendation.Findings {
@@ -265,6 +281,7 @@ func TestOutputFolderAndRetention(t *testing.T) {
 	// Something else in the server's folder is never pruned.
 	require.NoError(t, os.MkdirAll(filepath.Join(sdir, "notes"), 0o755))
 	var dirs []string
+	var last *Report
 	for i := range 4 {
 		now := fixedNow.Add(-time.Duration(3-i) * 24 * time.Hour)
 		res, err := Run(ctx, store, RunOptions{Options: Options{Server: server, Window: week, Now: now, GeneratedAt: now, Recommend: inputs(t, store)},
@@ -272,6 +289,7 @@ func TestOutputFolderAndRetention(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []string{"pr/", JSONFile}, res.Files, "json alone: no Markdown, HTML or charts")
 		dirs = append(dirs, filepath.Base(res.Dir))
+		last = res.Report
 		if i >= 2 {
 			assert.Equal(t, []string{dirs[i-2]}, res.Pruned)
 		}
@@ -283,9 +301,19 @@ func TestOutputFolderAndRetention(t *testing.T) {
 		names = append(names, e.Name())
 	}
 	assert.Equal(t, []string{dirs[2], dirs[3], "notes"}, names, "the 2 newest reports are kept, nothing else touched")
-	for _, f := range []string{"policy.json", "policy.diff", "PR.md", "recommendations.json"} {
-		assert.FileExists(t, filepath.Join(sdir, dirs[3], PRDir, f))
+	pr := filepath.Join(sdir, dirs[3], PRDir)
+	for _, f := range []string{"PR.md", "recommendations.json"} {
+		assert.FileExists(t, filepath.Join(pr, f))
 	}
+	// One policy per grant, as `mcptrail recommend --out` writes them.
+	require.Len(t, last.Recommendation.Grants, 4)
+	for _, g := range last.Recommendation.Grants {
+		assert.Equal(t, PRDir+"/"+g.Grant, g.PRFolder)
+		for _, f := range []string{"policy.json", "policy.diff"} {
+			assert.FileExists(t, filepath.Join(pr, g.Grant, f))
+		}
+	}
+	assert.NoFileExists(t, filepath.Join(pr, "policy.json"), "no server-wide policy beside the grants'")
 
 	t.Run("prune keeps all with keep 0", func(t *testing.T) {
 		removed, err := Prune(sdir, 0)

@@ -284,8 +284,8 @@ func TestRunnerRunsEveryServerAndCountsFailures(t *testing.T) {
 	var published []string
 	r := &Runner{
 		Store: store,
-		Inputs: func(ctx context.Context, server string, now time.Time) (recommend.Options, error) {
-			return recommend.Options{Params: recommend.DefaultParams()}, nil
+		Inputs: func(server string, now time.Time) recommend.GrantsOptions {
+			return recommend.GrantsOptions{Params: recommend.DefaultParams()}
 		},
 		Publish: func(subject string, data []byte) error {
 			published = append(published, subject)

@@ -58,9 +58,10 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 // Runner runs schedules against the daemon's store.
 type Runner struct {
 	Store *analytics.Store
-	// Inputs gathers the recommender's inputs (catalog, current policy,
-	// suppressions, parameters) of a server at a time.
-	Inputs func(ctx context.Context, server string, now time.Time) (recommend.Options, error)
+	// Inputs selects a server's recommendation at a time as `mcptrail
+	// recommend` makes it (parameters, and each grant's catalog, current
+	// policy and suppressions).
+	Inputs func(server string, now time.Time) recommend.GrantsOptions
 	// Publish sends a server's JSON report to a NATS subject; nil skips it.
 	Publish func(subject string, data []byte) error
 	Metrics *Metrics
@@ -131,10 +132,7 @@ func (r *Runner) runSchedule(ctx context.Context, s Schedule, now time.Time, log
 }
 
 func (r *Runner) runServer(ctx context.Context, s Schedule, server string, now time.Time, log *slog.Logger) error {
-	ropts, err := r.Inputs(ctx, server, now)
-	if err != nil {
-		return err
-	}
+	ropts := r.Inputs(server, now)
 	res, err := Run(ctx, r.Store, RunOptions{
 		Options: Options{Server: server, Window: s.Window, Now: now, GeneratedAt: now, Schedule: s.Name, Recommend: ropts, Log: log},
 		OutDir:  s.OutDir, Formats: s.Formats, Keep: s.Keep,
@@ -146,7 +144,9 @@ func (r *Runner) runServer(ctx context.Context, s Schedule, server string, now t
 	log.Info("report written", "server", server, "dir", res.Dir, "calls", res.Report.Totals.Calls,
 		"new_findings", len(c.NewFindings), "resolved_findings", len(c.ResolvedFindings), "pruned", len(res.Pruned))
 	if r.Publish != nil {
-		data, err := JSON(res.Report)
+		// Compact: a NATS message is bounded (the embedded server's max
+		// payload), and indentation is for files people read.
+		data, err := compactJSON(res.Report)
 		if err != nil {
 			return err
 		}

@@ -282,7 +282,7 @@ func limitsSVG(ls []LimitPeak) []byte {
 	rows := limitsOrder(ls)
 	left := 80.0
 	for _, l := range rows {
-		left = math.Max(left, labelWidth(shorten(l.Tool, 40), size)+16)
+		left = math.Max(left, labelWidth(shorten(grantLabel(l.Tool, l.Grant), 40), size)+16)
 	}
 	left = math.Min(left, 300)
 	barW := float64(chartWidth) - left - right - 10
@@ -292,7 +292,7 @@ func limitsSVG(ls []LimitPeak) []byte {
 	d.text(float64(chartWidth)-8, 16, 10, "end", "#59636e", "p99 peak · highest peak · proposed limit")
 	for i, l := range rows {
 		y := top + rowH*float64(i)
-		d.text(left-8, y+rowH/2+4, size, "end", "#333333", shorten(l.Tool, 40))
+		d.text(left-8, y+rowH/2+4, size, "end", "#333333", shorten(grantLabel(l.Tool, l.Grant), 40))
 		scale := math.Max(float64(l.Limit.Max), l.PeakMax) * 1.08
 		x := func(v float64) float64 { return left + barW*v/scale }
 		title := fmt.Sprintf("%s: proposed %s calls %s; peaks of %s: p50 %s, p99 %s, highest %s; %s over the limit, %s beyond it",

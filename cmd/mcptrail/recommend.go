@@ -157,16 +157,8 @@ func (a *app) recommendAll(ctx context.Context, store *analytics.Store, server, 
 			return nil, nil, err
 		}
 	}
-	o := recommend.GrantsOptions{Server: server, Grant: grant, Now: a.now, Params: params,
-		Inputs: func(ctx context.Context, g string) (recommend.Options, error) {
-			opts, err := a.recommendInputs(ctx, store, server, g, nil, nil)
-			opts.Log = a.log
-			opts.Target = target // limits in the target gateway's scope (recommend/intercept.go)
-			return opts, err
-		}}
-	if a.nowIsFixed() {
-		o.GeneratedAt = a.now
-	}
+	o := a.grantsOptions(store, server, params, target)
+	o.Grant = grant
 	r, set, err := recommend.RecommendGrants(ctx, store.DB(), o)
 	if err != nil && !errors.Is(err, recommend.ErrNoCalls) {
 		err = fmt.Errorf("recommend: %w", err)
@@ -176,6 +168,24 @@ func (a *app) recommendAll(ctx context.Context, store *analytics.Store, server, 
 			"server", server, "grants", len(set.Grants))
 	}
 	return r, set, err
+}
+
+// grantsOptions select a server's recommendation for every grant, as
+// `recommend` and `report` (and the daemon's scheduled reports) make it:
+// each grant's recorded inputs (recommendInputs) as of a.now, for the
+// target format ("" for the report).
+func (a *app) grantsOptions(store *analytics.Store, server string, params recommend.Params, target string) recommend.GrantsOptions {
+	o := recommend.GrantsOptions{Server: server, Now: a.now, Params: params,
+		Inputs: func(ctx context.Context, g string) (recommend.Options, error) {
+			opts, err := a.recommendInputs(ctx, store, server, g, nil, nil)
+			opts.Log = a.log
+			opts.Target = target // limits in the target gateway's scope (recommend/intercept.go)
+			return opts, err
+		}}
+	if a.nowIsFixed() {
+		o.GeneratedAt = a.now
+	}
+	return o
 }
 
 // failOn is what --fail-on stops CI for: findings at or above a severity,

@@ -18,10 +18,7 @@ import (
 // never allowed a tool it was only refused in the window, even when another
 // grant uses it.
 func TestRecommendPerGrantFolder(t *testing.T) {
-	tmp := t.TempDir()
-	samples, err := filepath.Abs("../../testdata/samples")
-	require.NoError(t, err)
-	expand, env := setUpCase(t, "testdata/recommend/out-folder", tmp, samples)
+	tmp, expand, env := loopsCase(t)
 	out := filepath.Join(tmp, "pr")
 	stdout, code, stderr := runCLI(t, tmp, env, []string{"recommend", "--server", "proxmox-mcp", "--format", "markdown",
 		"--out", out, "--db", expand("$DB")})
@@ -61,4 +58,15 @@ func TestRecommendPerGrantFolder(t *testing.T) {
 	ops, err := policy.Parse(doc, "ops-bot/policy.json")
 	require.NoError(t, err)
 	assert.Contains(t, ops.Tools, "vm_agent_exec", "the grant that uses it keeps it")
+}
+
+// loopsCase sets up, in a temporary folder, the database of the
+// recommend/out-folder golden case: the loops scenario, several grants.
+func loopsCase(t *testing.T) (tmp string, expand func(string) string, env []string) {
+	t.Helper()
+	tmp = t.TempDir()
+	samples, err := filepath.Abs("../../testdata/samples")
+	require.NoError(t, err)
+	expand, env = setUpCase(t, "testdata/recommend/out-folder", tmp, samples)
+	return tmp, expand, env
 }

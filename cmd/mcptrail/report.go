@@ -23,14 +23,15 @@ func newReportCmd(a *app) *cobra.Command {
 		Long: `Report on one MCP server (or every server with calls in the window): volume by
 day and decision, top tools and agents, latency percentiles, error and denial
 rates, what changed since the previous report, and the recommendation with its
-replay impact, with charts.
+replay impact (as mcptrail recommend makes it: one policy per grant, each with
+its loosenings and both sides of its replay), with charts.
 
 With --out DIR the report is written to DIR/<server>/<window end>/ (report.json
 always, report.md with its charts as SVG files beside it, report.html as one
-self-contained page, and the PR-ready folder pr/), compared with the newest
-report already in DIR/<server>/; without --out one format is printed. Scheduled
-reports (the reports: section of config.yaml) run the same report from
-mcptrail serve.`,
+self-contained page, and the PR-ready folder pr/, one pr/<grant>/ per grant),
+compared with the newest report already in DIR/<server>/; without --out one
+format is printed. Scheduled reports (the reports: section of config.yaml) run
+the same report from mcptrail serve.`,
 		Example: `  mcptrail report --server proxmox-mcp --out reports/
   mcptrail report --server proxmox-mcp --format json
   mcptrail report --since 30d --format html > report.html`,
@@ -117,12 +118,7 @@ func (a *app) runReport(ctx context.Context, store *analytics.Store, server stri
 	}
 	var reports []*report.Report
 	for _, srv := range servers {
-		ropts, err := a.recommendInputs(ctx, store, srv, "", nil, nil)
-		if err != nil {
-			return err
-		}
-		ropts.Params = a.recommendParams()
-		ropts.Log = a.log
+		ropts := a.grantsOptions(store, srv, a.recommendParams(), "")
 		opts := report.Options{Server: srv, Window: window, Now: a.now, GeneratedAt: generated, Recommend: ropts, Log: a.log}
 		if out != "" {
 			res, err := report.Run(ctx, store, report.RunOptions{Options: opts, OutDir: a.outPath(out), Formats: formats})

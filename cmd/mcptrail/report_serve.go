@@ -49,13 +49,12 @@ func (a *app) scheduleReports(store *analytics.Store, schedules []report.Schedul
 	}
 }
 
-// reportInputs gathers a server's recommender inputs as of a run's time.
-func (a *app) reportInputs(store *analytics.Store) func(ctx context.Context, server string, now time.Time) (recommend.Options, error) {
-	return func(ctx context.Context, server string, now time.Time) (recommend.Options, error) {
+// reportInputs selects a server's recommendation as of a run's time, as
+// `mcptrail report` does.
+func (a *app) reportInputs(store *analytics.Store) func(server string, now time.Time) recommend.GrantsOptions {
+	return func(server string, now time.Time) recommend.GrantsOptions {
 		at := *a
 		at.now = now
-		opts, err := at.recommendInputs(ctx, store, server, "", nil, nil)
-		opts.Params = a.recommendParams()
-		return opts, err
+		return at.grantsOptions(store, server, a.recommendParams(), "")
 	}
 }
