@@ -374,7 +374,7 @@ FROM pk GROUP BY th`, sql.Named("bucket_ms", bucketMillis(window)), sql.Named("t
 // it falls in the time span of one of its session's loops: those calls are
 // counted apart and subtracted, as a per-row anti-join over all the tool's
 // calls measured several times slower.
-func (q query) pollPeaks(ctx context.Context, tool, scope string, windows []string, runaway []run) (map[string]*peakStats, map[string]runawayBuckets, error) {
+func (q query) pollPeaks(ctx context.Context, tool, scope string, windows []string, runaway []run) (map[string]*peakStats, map[string]windowBuckets, error) {
 	conn, err := q.db.Conn(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("peaks: %w", err)
@@ -404,7 +404,7 @@ FROM per LEFT JOIN in_loops USING (k, m)`,
 		return nil, nil, fmt.Errorf("peaks: %w", err)
 	}
 	stats := map[string]*peakStats{}
-	cuts := map[string]runawayBuckets{}
+	cuts := map[string]windowBuckets{}
 	for _, window := range windows {
 		args := []any{sql.Named("minutes", bucketMillis(window)/60000)}
 		st := &peakStats{Tool: tool}
@@ -424,38 +424,49 @@ FROM pk HAVING count(*) > 0`, args...).Scan(&st.P50, &st.P90, &st.P99, &st.Max, 
 			return nil, nil, fmt.Errorf("peaks: %w", err)
 		}
 		stats[window] = st
-		rows, err := conn.QueryContext(ctx, `
-WITH per AS (SELECT k, m // $minutes AS w, sum(n_loop)::BIGINT AS n FROM poll_minutes WHERE n_loop > 0 GROUP BY ALL)
-SELECT n, count(*) FROM per GROUP BY n`, args...)
-		if err != nil {
-			return nil, nil, fmt.Errorf("runaway loops: %w", err)
-		}
-		b := runawayBuckets{}
-		for rows.Next() {
-			var n, count int64
-			if err := rows.Scan(&n, &count); err != nil {
-				rows.Close()
-				return nil, nil, fmt.Errorf("runaway loops: %w", err)
+		b := windowBuckets{Runaway: bucketCounts{}, Normal: bucketCounts{}}
+		for col, into := range map[string]bucketCounts{"n_loop": b.Runaway, "n": b.Normal} {
+			if err := countBuckets(ctx, conn, col, args, into); err != nil {
+				return nil, nil, err
 			}
-			b[n] = count
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, nil, fmt.Errorf("runaway loops: %w", err)
 		}
 		cuts[window] = b
 	}
 	return stats, cuts, nil
 }
 
-// runawayBuckets counts the windows (per scope key) of runaway loops' calls
-// by how many calls they hold.
-type runawayBuckets map[int64]int64
+// bucketCounts counts the windows (per scope key) of some calls by how many
+// calls they hold.
+type bucketCounts map[int64]int64
+
+// windowBuckets are a polled tool's windows per scope key, of its runaway
+// loops' calls and of its other calls, to size a limit's cut.
+type windowBuckets struct{ Runaway, Normal bucketCounts }
+
+// countBuckets fills into with the windows of poll_minutes' column col
+// (n: calls outside runaway loops, n_loop: inside them).
+func countBuckets(ctx context.Context, conn *sql.Conn, col string, args []any, into bucketCounts) error {
+	rows, err := conn.QueryContext(ctx, `
+WITH per AS (SELECT k, m // $minutes AS w, sum(`+col+`)::BIGINT AS n FROM poll_minutes WHERE `+col+` > 0 GROUP BY ALL)
+SELECT n, count(*) FROM per GROUP BY n`, args...)
+	if err != nil {
+		return fmt.Errorf("calls per window: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n, count int64
+		if err := rows.Scan(&n, &count); err != nil {
+			return fmt.Errorf("calls per window: %w", err)
+		}
+		into[n] = count
+	}
+	return rows.Err()
+}
 
 // cut tells how a limit of max calls per window and scope key would treat
-// the runaway loops: their highest per-window count, and how many of their
-// calls it would refuse (every call past max in a window).
-func (b runawayBuckets) cut(max int) (peak float64, refused int64) {
+// these calls: their highest per-window count, and how many of them it
+// would refuse (every call past max in a window).
+func (b bucketCounts) cut(max int) (peak float64, refused int64) {
 	for n, count := range b {
 		peak = math.Max(peak, float64(n))
 		if n > int64(max) {

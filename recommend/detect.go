@@ -346,17 +346,16 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []run) error 
 	s.polled[k.tool] = true
 	s.keepRunaway(k.tool, runaway) // for limits in a gateway's scope (intercept.go)
 
-	// A per-session limit sized on the normal loops' peaks: the smallest
-	// window whose limit the runaway loops would exceed.
-	scope := s.scopeFor(k.tool)
-	var chosen *policy.Limit
-	var chosenStats *peakStats
-	var runawayPeak float64
 	// The limit must let normal loops finish and cut runaway ones. It is
-	// sized on the normal loops' peaks per session; of the windows, take the
-	// one under which it refuses the most runaway polls (a per-minute limit
-	// only slows a loop that polls below it; a per-hour limit ends it).
-	var refused, runawayPolls int64
+	// sized on the peaks of the tool's calls outside runaway loops, per
+	// scope key and window; of the windows, take the one under which it
+	// refuses the most runaway polls (a per-minute limit only slows a loop
+	// that polls below it; a per-hour limit ends it), among those that
+	// refuse next to none of the other calls: an agent that keeps one
+	// session for days polls dozens of normal loops a day, which a per-day
+	// limit sized on short sessions would throttle.
+	scope := s.scopeFor(k.tool)
+	var runawayPolls int64
 	for _, r := range runaway {
 		runawayPolls += r.Polls
 	}
@@ -364,19 +363,22 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []run) error 
 	if len(runaway) == 0 {
 		windows = windows[:1] // nothing to cut: the per-minute limit
 	}
-	peaks, runawayBuckets, err := s.q.pollPeaks(ctx, k.tool, scope, windows, runaway)
+	peaks, buckets, err := s.q.pollPeaks(ctx, k.tool, scope, windows, runaway)
 	if err != nil {
 		return err
 	}
+	var chosen *windowChoice
 	for _, window := range windows {
 		st := peaks[window]
 		if st == nil {
 			continue
 		}
-		l := policy.Limit{Counter: k.tool + "_rate", Window: window, Max: s.limitValue(st.P99), Scope: scope}
-		rp, cut := runawayBuckets[window].cut(l.Max)
-		if chosen == nil || cut > refused {
-			chosen, chosenStats, runawayPeak, refused = &l, st, rp, cut
+		c := &windowChoice{limit: policy.Limit{Counter: k.tool + "_rate", Window: window, Max: s.limitValue(st.P99), Scope: scope}, stats: st}
+		c.runawayPeak, c.runawayRefused = buckets[window].Runaway.cut(c.limit.Max)
+		_, c.normalRefused = buckets[window].Normal.cut(c.limit.Max)
+		c.spares = c.normalRefused <= int64(normalTolerance*float64(st.Calls))
+		if chosen == nil || c.better(chosen) {
+			chosen = c
 		}
 	}
 	f := Finding{Kind: KindPollingLoop, Tool: k.tool, Confidence: s.loopConfidence(len(loops)), Evidence: ev,
@@ -393,18 +395,28 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []run) error 
 	if len(runaway) > 0 {
 		f.Summary += fmt.Sprintf("; %s ran away", plural(int64(len(runaway)), "loop", "loops"))
 	}
-	ev["sql"] = s.loopSQL(k, chosen)
+	var limit *policy.Limit
 	if chosen != nil {
-		ev["limit_scope"], ev["limit_window"] = chosen.Scope, chosen.Window
-		ev["p50"], ev["p90"], ev["p99"], ev["max"] = chosenStats.P50, chosenStats.P90, chosenStats.P99, chosenStats.Max
+		limit = &chosen.limit
+	}
+	ev["sql"] = s.loopSQL(k, limit)
+	if chosen != nil {
+		ev["limit_scope"], ev["limit_window"] = limit.Scope, limit.Window
+		st := chosen.stats
+		ev["p50"], ev["p90"], ev["p99"], ev["max"] = st.P50, st.P90, st.P99, st.Max
+		ev["normal_polls_refused"] = chosen.normalRefused
 		if len(runaway) > 0 {
-			ev["runaway_peak"] = runawayPeak
+			ev["runaway_peak"] = chosen.runawayPeak
 			ev["runaway_polls"] = runawayPolls
-			ev["runaway_polls_refused"] = refused
+			ev["runaway_polls_refused"] = chosen.runawayRefused
 		}
-		f.Action = Action{Op: OpRateLimit, Limit: chosen}
-		f.Summary += fmt.Sprintf(": limit %d per %s per %s", chosen.Max, chosen.Window, chosen.Scope)
-		if cur := s.currentLimit(k.tool, chosen.Counter); cur != nil && cur.Max == chosen.Max && cur.Window == chosen.Window && cur.EffectiveScope() == chosen.Scope {
+		f.Action = Action{Op: OpRateLimit, Limit: limit}
+		f.Summary += fmt.Sprintf(": limit %d per %s per %s", limit.Max, limit.Window, limit.Scope)
+		if !chosen.spares {
+			f.Summary += fmt.Sprintf(" (it would also refuse %s outside runaway loops: no window spares them all)",
+				plural(chosen.normalRefused, "poll", "polls"))
+		}
+		if cur := s.currentLimit(k.tool, limit.Counter); cur != nil && cur.Max == limit.Max && cur.Window == limit.Window && cur.EffectiveScope() == limit.Scope {
 			f.Action = Action{Op: OpNone}
 			f.Summary += " (already in force)"
 		}
@@ -414,6 +426,37 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []run) error 
 	censor(&f, s.usage[k.tool])
 	s.add(f)
 	return nil
+}
+
+// normalTolerance is the share of a polled tool's calls outside runaway
+// loops that its limit may refuse and still count as sparing them: the
+// calls sized by p99 × headroom that stand out even so.
+const normalTolerance = 0.001
+
+// windowChoice is one window's limit for a polled tool, with what it
+// would have refused.
+type windowChoice struct {
+	limit          policy.Limit
+	stats          *peakStats
+	runawayPeak    float64
+	runawayRefused int64
+	normalRefused  int64
+	spares         bool // refuses at most normalTolerance of the other calls
+}
+
+// better prefers a window that spares the calls outside runaway loops,
+// then the one that cuts the most runaway polls; where none spares them,
+// the one that refuses the fewest of them. Ties keep the smaller window.
+func (c *windowChoice) better(o *windowChoice) bool {
+	switch {
+	case c.spares != o.spares:
+		return c.spares
+	case c.spares:
+		return c.runawayRefused > o.runawayRefused
+	case c.normalRefused != o.normalRefused:
+		return c.normalRefused < o.normalRefused
+	}
+	return c.runawayRefused > o.runawayRefused
 }
 
 // wastedPolls counts the polls beyond what an exponential backoff starting at

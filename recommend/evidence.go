@@ -183,9 +183,10 @@ SELECT st.*, %s,
        (SELECT quantile_disc(peak, 0.5) FROM peaks) AS p50, (SELECT quantile_disc(peak, 0.9) FROM peaks) AS p90,
        (SELECT quantile_disc(peak, 0.99) FROM peaks) AS p99, (SELECT max(peak) FROM peaks) AS max,
        (SELECT max(n_loop) FROM per WHERE n_loop > 0) AS runaway_peak,
-       (SELECT sum(greatest(n_loop - %d, 0)) FROM per WHERE n_loop > 0) AS runaway_polls_refused
+       (SELECT sum(greatest(n_loop - %d, 0)) FROM per WHERE n_loop > 0) AS runaway_polls_refused,
+       (SELECT sum(greatest(n - %d, 0)) FROM per WHERE n > 0) AS normal_polls_refused
 FROM st`, scopeExpr(limit.EffectiveScope()), sessionKey, toolLit(s.q.windowLit(), k.tool),
-		bucketMillis(limit.Window)/60000, runaway, limit.Max)
+		bucketMillis(limit.Window)/60000, runaway, limit.Max, limit.Max)
 	return b.String()
 }
 
