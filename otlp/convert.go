@@ -15,6 +15,7 @@ import (
 	collogs "go.opentelemetry.io/proto/otlp/collector/logs/v1"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
@@ -67,6 +68,15 @@ type Result struct {
 	// by audit reason code; Message describes the first.
 	Rejected map[string]int
 	Message  string
+	// Rejects are the rejected records themselves, for dead letters.
+	Rejects []Reject
+}
+
+// Reject is one rejected tool call: the rejection, and the record as
+// OTLP/JSON (its gen_ai.tool.call.arguments left out unless StoreArgs).
+type Reject struct {
+	Err *audit.Rejection
+	Raw []byte
 }
 
 // RejectedCount is the number of rejected records.
@@ -85,7 +95,9 @@ func (r *Result) drop(reason string) {
 	r.Dropped[reason]++
 }
 
-func (r *Result) reject(err error) {
+// Reject counts a rejected tool call; record, when not nil, is kept in
+// Rejects.
+func (r *Result) Reject(err error, record proto.Message, opts Options) {
 	if r.Rejected == nil {
 		r.Rejected = map[string]int{}
 	}
@@ -93,6 +105,33 @@ func (r *Result) reject(err error) {
 	if r.Message == "" {
 		r.Message = err.Error()
 	}
+	rej, ok := err.(*audit.Rejection)
+	if !ok {
+		rej = &audit.Rejection{Reason: audit.ReasonOf(err), Detail: err.Error()}
+	}
+	var raw []byte
+	if record != nil {
+		if !opts.StoreArgs {
+			record = withoutArgs(record)
+		}
+		raw, _ = MarshalJSON(record)
+	}
+	r.Rejects = append(r.Rejects, Reject{Err: rej, Raw: raw})
+}
+
+// withoutArgs is a copy of a span or log record without its argument values.
+func withoutArgs(m proto.Message) proto.Message {
+	m = proto.Clone(m)
+	strip := func(kvs []*commonpb.KeyValue) []*commonpb.KeyValue {
+		return slices.DeleteFunc(kvs, func(kv *commonpb.KeyValue) bool { return kv.GetKey() == attrArguments })
+	}
+	switch x := m.(type) {
+	case *tracepb.Span:
+		x.Attributes = strip(x.Attributes)
+	case *logspb.LogRecord:
+		x.Attributes = strip(x.Attributes)
+	}
+	return m
 }
 
 // The attribute names read (SPEC §1, OpenTelemetry).
@@ -224,6 +263,7 @@ type record struct {
 	latencyMS *float64
 	spanError bool
 	args      *commonpb.AnyValue
+	msg       proto.Message // the span or log record
 }
 
 // FromTraces converts the tool-call spans of a request.
@@ -255,7 +295,7 @@ func FromTraces(req *coltrace.ExportTraceServiceRequest, opts Options) Result {
 					continue
 				}
 				rec := record{traceID: sp.GetTraceId(), spanError: sp.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR,
-					args: attr(sp.GetAttributes(), attrArguments)}
+					args: attr(sp.GetAttributes(), attrArguments), msg: sp}
 				if start := sp.GetStartTimeUnixNano(); start > 0 {
 					rec.ts = unixNano(start)
 					if end := sp.GetEndTimeUnixNano(); end >= start {
@@ -287,7 +327,7 @@ func FromLogs(req *collogs.ExportLogsServiceRequest, opts Options) Result {
 					continue
 				}
 				rec := record{traceID: lr.GetTraceId(), id: hashID(rl.GetResource(), lr),
-					args: attr(lr.GetAttributes(), attrArguments)}
+					args: attr(lr.GetAttributes(), attrArguments), msg: lr}
 				if t := lr.GetTimeUnixNano(); t > 0 {
 					rec.ts = unixNano(t)
 				} else if t := lr.GetObservedTimeUnixNano(); t > 0 {
@@ -307,7 +347,7 @@ func (res *Result) add(r read, rec record, opts Options) {
 		err = e.Validate(audit.Options{MaxFieldBytes: opts.MaxFieldBytes})
 	}
 	if err != nil {
-		res.reject(err)
+		res.Reject(err, rec.msg, opts)
 		return
 	}
 	res.Events = append(res.Events, e)

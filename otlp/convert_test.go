@@ -259,6 +259,15 @@ func TestDroppedAndRejected(t *testing.T) {
 	if res.RejectedCount() != 6 || !strings.Contains(res.Message, "tools/call") {
 		t.Errorf("rejected count %d, message %q", res.RejectedCount(), res.Message)
 	}
+	// The rejected records are kept for dead letters, without argument values.
+	if len(res.Rejects) != 6 {
+		t.Fatalf("rejects %d", len(res.Rejects))
+	}
+	for _, rj := range res.Rejects {
+		if strings.Contains(string(rj.Raw), "xxxx") || strings.Contains(string(rj.Raw), "gen_ai.tool.call.arguments") || !strings.Contains(string(rj.Raw), `"traceId":"0af7651916cd43dd8448eb211c80319c"`) {
+			t.Errorf("%s: raw %.200s", rj.Err.Reason, rj.Raw)
+		}
+	}
 }
 
 func equalCounts(a, b map[string]int) bool {

@@ -30,6 +30,29 @@ const (
 	JSON                     // application/json
 )
 
+// The OTLP signals this package reads.
+const (
+	Traces = "traces"
+	Logs   = "logs"
+)
+
+// Decode decodes an export request of signal (Traces or Logs) and converts
+// its tool calls.
+func Decode(data []byte, enc Encoding, signal string, opts Options) (Result, error) {
+	if signal == Logs {
+		req, err := UnmarshalLogs(data, enc)
+		if err != nil {
+			return Result{}, err
+		}
+		return FromLogs(req, opts), nil
+	}
+	req, err := UnmarshalTraces(data, enc)
+	if err != nil {
+		return Result{}, err
+	}
+	return FromTraces(req, opts), nil
+}
+
 // UnmarshalTraces decodes an ExportTraceServiceRequest.
 func UnmarshalTraces(data []byte, enc Encoding) (*coltrace.ExportTraceServiceRequest, error) {
 	req := &coltrace.ExportTraceServiceRequest{}
@@ -81,7 +104,7 @@ func hexIDsToBase64(data []byte) ([]byte, error) {
 // MarshalJSON encodes a request (or any OTLP message) as OTLP/JSON: protojson
 // with the trace and span ids in hex.
 func MarshalJSON(m proto.Message) ([]byte, error) {
-	data, err := protojson.Marshal(m)
+	data, err := protojson.MarshalOptions{UseEnumNumbers: true}.Marshal(m)
 	if err != nil {
 		return nil, err
 	}

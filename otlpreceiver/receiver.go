@@ -127,8 +127,8 @@ func New(o Options) (*Receiver, error) {
 		}, []string{"signal", "code"}),
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST "+PathTraces, api.RequireToken(o.Token, rc.signal("traces")))
-	mux.Handle("POST "+PathLogs, api.RequireToken(o.Token, rc.signal("logs")))
+	mux.Handle("POST "+PathTraces, api.RequireToken(o.Token, rc.signal(otlp.Traces)))
+	mux.Handle("POST "+PathLogs, api.RequireToken(o.Token, rc.signal(otlp.Logs)))
 	rc.h = mux
 	return rc, nil
 }
@@ -201,19 +201,9 @@ func (rc *Receiver) export(r *http.Request, signal string, enc otlp.Encoding) (p
 	if err != nil {
 		return nil, err
 	}
-	var res otlp.Result
-	if signal == "traces" {
-		req, err := otlp.UnmarshalTraces(body, enc)
-		if err != nil {
-			return nil, &failure{code: http.StatusBadRequest, msg: err.Error()}
-		}
-		res = otlp.FromTraces(req, rc.o.Convert)
-	} else {
-		req, err := otlp.UnmarshalLogs(body, enc)
-		if err != nil {
-			return nil, &failure{code: http.StatusBadRequest, msg: err.Error()}
-		}
-		res = otlp.FromLogs(req, rc.o.Convert)
+	res, err := otlp.Decode(body, enc, signal, rc.o.Convert)
+	if err != nil {
+		return nil, &failure{code: http.StatusBadRequest, msg: err.Error()}
 	}
 	msgs := make([]*nats.Msg, 0, len(res.Events))
 	for i := range res.Events {
@@ -222,13 +212,7 @@ func (rc *Receiver) export(r *http.Request, signal string, enc otlp.Encoding) (p
 			err = &audit.Rejection{Reason: audit.ReasonTooLarge, Detail: fmt.Sprintf("the event of span or record %s has %d bytes: the limit (ingest.max_event_bytes) is %d", res.Events[i].ID, len(m.Data), rc.o.MaxEventBytes)}
 		}
 		if err != nil {
-			if res.Rejected == nil {
-				res.Rejected = map[string]int{}
-			}
-			res.Rejected[audit.ReasonOf(err)]++
-			if res.Message == "" {
-				res.Message = err.Error()
-			}
+			res.Reject(err, nil, rc.o.Convert)
 			continue
 		}
 		msgs = append(msgs, m)
@@ -249,7 +233,7 @@ func (rc *Receiver) export(r *http.Request, signal string, enc otlp.Encoding) (p
 	if rejected > 0 {
 		msg = rejectionMessage(res)
 	}
-	if signal == "traces" {
+	if signal == otlp.Traces {
 		out := &coltrace.ExportTraceServiceResponse{}
 		if rejected > 0 {
 			out.PartialSuccess = &coltrace.ExportTracePartialSuccess{RejectedSpans: rejected, ErrorMessage: msg}
