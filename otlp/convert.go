@@ -298,7 +298,7 @@ func FromTraces(req *coltrace.ExportTraceServiceRequest, opts Options) Result {
 					args: attr(sp.GetAttributes(), attrArguments), msg: sp}
 				if start := sp.GetStartTimeUnixNano(); start > 0 {
 					rec.ts = unixNano(start)
-					if end := sp.GetEndTimeUnixNano(); end >= start {
+					if end := sp.GetEndTimeUnixNano(); end > start {
 						ms := float64(end-start) / 1e6
 						rec.latencyMS = &ms
 					}
@@ -528,6 +528,8 @@ func attr(kvs []*commonpb.KeyValue, key string) *commonpb.AnyValue {
 	}
 	return nil
 }
+
+func hexOf(b []byte) string { return hex.EncodeToString(b) }
 
 func spanKey(trace, span []byte) string { return string(trace) + "/" + string(span) }
 
