@@ -8,24 +8,8 @@
 # each from /readyz to the last event stored (read from /metrics), and prints
 # events/s and serve's peak RSS (/usr/bin/time -v) for both.
 #   EVENTS=200000 bench/otlp.sh
-set -euo pipefail
-cd "$(dirname "$0")/.."
 EVENTS="${EVENTS:-200000}"
-OUT="${OUT:-bench/out}"
-mkdir -p "$OUT"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/mcptrail-otlpbench.XXXXXX")"
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
-
-go build -tags duckdb_arrow -o "$OUT/mcptrail" ./cmd/mcptrail
-go build -o "$OUT/jetstream" ./bench/jetstream
+source "$(dirname "$0")/common.sh" otlpbench
 
 # run PATH: one fresh daemon fed by simulate over PATH (nats or otlp); prints
 # "seconds peak_rss_kib".
