@@ -2,16 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"golang.org/x/sync/errgroup"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -48,6 +51,10 @@ func (b *otlpBatcher) flush() error {
 	return err
 }
 
+// otlpSenders is how many requests simulate --otlp keeps in flight (the
+// receiver serves 4 at once).
+const otlpSenders = 4
+
 // otlpRetries bounds how often one request is sent again after 429 or 503.
 const otlpRetries = 10
 
@@ -68,36 +75,51 @@ func (a *app) sendSimulationOTLP(cmd *cobra.Command, opts simulate.Options, targ
 		}
 	}
 	client := &http.Client{Timeout: time.Minute}
-	var sent, rejected int64
+	var sent, rejected atomic.Int64
 	start := time.Now()
+	// Like a collector's sending queue: a few requests in flight, as the
+	// receiver answers each only once JetStream acknowledged it.
+	g, ctx := errgroup.WithContext(cmd.Context())
+	g.SetLimit(otlpSenders)
 	b := otlpBatcher{send: func(req *coltrace.ExportTraceServiceRequest, spans int) error {
-		body, err := proto.Marshal(req)
-		if err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		g.Go(func() error {
+			body, err := proto.Marshal(req)
+			if err != nil {
+				return err
+			}
+			rej, err := postOTLP(ctx, client, u.String(), token, body)
+			if err == nil {
+				sent.Add(int64(spans) - rej)
+				rejected.Add(rej)
+			}
 			return err
-		}
-		rej, err := postOTLP(cmd, client, u.String(), token, body)
-		if err == nil {
-			sent += int64(spans) - rej
-			rejected += rej
-		}
-		return err
+		})
+		return nil
 	}}
-	if _, err := simulate.Generate(cmd.Context(), opts, b.add); err != nil {
-		return err
+	_, err = simulate.Generate(ctx, opts, b.add)
+	if err == nil {
+		err = b.flush()
 	}
-	if err := b.flush(); err != nil {
+	if werr := g.Wait(); werr != nil {
+		err = werr // the first failed request says why the rest stopped
+	}
+	if err != nil {
 		return err
 	}
 	took := time.Since(start)
-	fmt.Fprintf(a.stdout, "sent %d events in %s (%.0f events/s), %d rejected\n", sent, took.Round(time.Millisecond), float64(sent)/max(took.Seconds(), 1e-9), rejected)
+	fmt.Fprintf(a.stdout, "sent %d events in %s (%.0f events/s), %d rejected\n", sent.Load(), took.Round(time.Millisecond),
+		float64(sent.Load())/max(took.Seconds(), 1e-9), rejected.Load())
 	return nil
 }
 
 // postOTLP sends one request, again after 429 or 503 as Retry-After says,
 // and returns the number of spans the receiver rejected.
-func postOTLP(cmd *cobra.Command, client *http.Client, target, token string, body []byte) (rejected int64, err error) {
+func postOTLP(ctx context.Context, client *http.Client, target, token string, body []byte) (rejected int64, err error) {
 	for try := 0; ; try++ {
-		req, err := http.NewRequestWithContext(cmd.Context(), http.MethodPost, target, bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 		if err != nil {
 			return 0, err
 		}
@@ -123,8 +145,8 @@ func postOTLP(cmd *cobra.Command, client *http.Client, target, token string, bod
 			wait, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
 			select {
 			case <-time.After(time.Duration(max(wait, 1)) * time.Second):
-			case <-cmd.Context().Done():
-				return 0, cmd.Context().Err()
+			case <-ctx.Done():
+				return 0, ctx.Err()
 			}
 		default:
 			var st rpcstatus.Status
