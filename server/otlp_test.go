@@ -3,7 +3,9 @@ package server
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/binary"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -162,4 +164,34 @@ func TestServeOTLPReceiver(t *testing.T) {
 	} {
 		assert.Contains(t, metrics, want)
 	}
+}
+
+func TestServeRefusesABadOTLPSetup(t *testing.T) {
+	store := openStore(t)
+	for _, tc := range []struct {
+		edit      func(*Options)
+		key, want string
+	}{
+		{func(o *Options) { o.OTLPListen = "127.0.0.1:0" }, "http.token", "never served without a token"},
+		{func(o *Options) { o.OTLPListen, o.HTTPToken, o.OTLPServer = "127.0.0.1:0", otlpToken, "a/b" }, "otlp.server", "an MCP server name"},
+	} {
+		opts := testOptions(t)
+		tc.edit(&opts)
+		err := Run(context.Background(), store, opts, testLogger(t), nil)
+		var ce *ConfigError
+		require.ErrorAs(t, err, &ce)
+		assert.Equal(t, tc.key, ce.Key)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+
+	// A taken otlp.listen names the setting.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	opts := testOptions(t)
+	opts.OTLPListen, opts.HTTPToken = ln.Addr().String(), otlpToken
+	err = Run(context.Background(), store, opts, testLogger(t), nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "otlp.listen "+ln.Addr().String())
+	assert.Contains(t, err.Error(), "MCPTRAIL_OTLP_LISTEN")
 }
