@@ -351,6 +351,20 @@ func TestJSONHexIDs(t *testing.T) {
 			t.Errorf("%s: no error", bad)
 		}
 	}
+	// Only member names are ids: the same words inside a string value (an
+	// attribute holding JSON) stay as they are; white space around the colon
+	// is allowed.
+	tricky := `{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId" : "5b8efff798038103d269b633813fc60c","spanId":` +
+		`"eee19b7ec3c1b174","attributes":[{"key":"note","value":{"stringValue":"{\"traceId\":\"zz\",\"spanId\":\"\\\"}"}}]}]}]}]}`
+	req, err = UnmarshalTraces([]byte(tricky), JSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp = req.ResourceSpans[0].ScopeSpans[0].Spans[0]
+	if hex.EncodeToString(sp.TraceId) != "5b8efff798038103d269b633813fc60c" || hex.EncodeToString(sp.SpanId) != "eee19b7ec3c1b174" ||
+		sp.Attributes[0].Value.GetStringValue() != `{"traceId":"zz","spanId":"\"}` {
+		t.Errorf("ids %x %x, attribute %q", sp.TraceId, sp.SpanId, sp.Attributes[0].Value.GetStringValue())
+	}
 	if _, err := UnmarshalTraces([]byte{0xff, 0xff, 0xff}, Protobuf); err == nil {
 		t.Error("malformed protobuf: no error")
 	}

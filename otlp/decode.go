@@ -11,9 +11,8 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
+	"strings"
 
 	collogs "go.opentelemetry.io/proto/otlp/collector/logs/v1"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -117,57 +116,83 @@ func MarshalJSON(m proto.Message) ([]byte, error) {
 	})
 }
 
-// rewriteIDs applies conv to every non-empty id member of a JSON document.
+// rewriteIDs applies conv to the string value of every id member of a JSON
+// document, in one pass over its bytes (no tree is built: a request is up to
+// otlp.max_request_bytes). In valid JSON an unescaped quote followed by one of
+// the id names, a quote and a colon can only open a member name: inside a
+// string a quote is escaped, and a string value is never followed by a colon.
+// Whatever else the document holds is left for protojson to judge.
 func rewriteIDs(data []byte, conv func(key, value string) (string, error)) ([]byte, error) {
-	var doc any
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("otlp: malformed JSON: %w", err)
+	var out []byte // nil until the first id: most of the document is copied once
+	last := 0
+	for i := 0; i < len(data); i++ {
+		if data[i] != '"' || escaped(data, i) {
+			continue
+		}
+		key, end := idKeyAt(data, i)
+		if key == "" {
+			continue
+		}
+		j := skipWS(data, end)
+		if j >= len(data) || data[j] != ':' {
+			continue
+		}
+		j = skipWS(data, j+1)
+		if j >= len(data) || data[j] != '"' {
+			continue // not a string: protojson says what is wrong
+		}
+		close := bytes.IndexByte(data[j+1:], '"')
+		if close < 0 {
+			return nil, fmt.Errorf("otlp: malformed JSON: unterminated %s", key)
+		}
+		value := string(data[j+1 : j+1+close])
+		if value == "" {
+			i = j + 1
+			continue
+		}
+		if strings.IndexByte(value, '\\') >= 0 {
+			return nil, fmt.Errorf("otlp: malformed JSON: %s %q is not an id", key, clip(value))
+		}
+		conv, err := conv(key, value)
+		if err != nil {
+			return nil, err
+		}
+		out = append(append(append(out, data[last:j+1]...), conv...), '"')
+		last = j + 1 + close + 1
+		i = last - 1
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("otlp: malformed JSON: more than one value")
-	}
-	changed, err := walkIDs(doc, conv)
-	if err != nil {
-		return nil, err
-	}
-	if !changed {
+	if out == nil {
 		return data, nil
 	}
-	return json.Marshal(doc)
+	return append(out, data[last:]...), nil
 }
 
-func walkIDs(v any, conv func(key, value string) (string, error)) (changed bool, err error) {
-	switch v := v.(type) {
-	case map[string]any:
-		for k, x := range v {
-			if s, ok := x.(string); ok && idKeys[k] {
-				if s == "" {
-					continue
-				}
-				if v[k], err = conv(k, s); err != nil {
-					return false, err
-				}
-				changed = true
-				continue
-			}
-			c, err := walkIDs(x, conv)
-			if err != nil {
-				return false, err
-			}
-			changed = changed || c
-		}
-	case []any:
-		for _, x := range v {
-			c, err := walkIDs(x, conv)
-			if err != nil {
-				return false, err
-			}
-			changed = changed || c
+// idKeyAt returns the id member name quoted at data[i] and the index after
+// its closing quote, or "".
+func idKeyAt(data []byte, i int) (string, int) {
+	for k := range idKeys {
+		if n := i + 1 + len(k); n < len(data) && data[n] == '"' && string(data[i+1:n]) == k {
+			return k, n + 1
 		}
 	}
-	return changed, nil
+	return "", 0
+}
+
+// escaped reports whether the quote at data[i] is escaped: an odd number of
+// backslashes before it.
+func escaped(data []byte, i int) bool {
+	n := 0
+	for j := i - 1; j >= 0 && data[j] == '\\'; j-- {
+		n++
+	}
+	return n%2 == 1
+}
+
+func skipWS(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
 }
 
 func clip(s string) string {
