@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -107,6 +108,13 @@ func MarshalJSON(m proto.Message) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	// protojson varies its white space on purpose: compact it, so that the
+	// same message always gives the same bytes.
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, data); err != nil {
+		return nil, err
+	}
+	data = compact.Bytes()
 	return rewriteIDs(data, func(k, s string) (string, error) {
 		b, err := base64.StdEncoding.DecodeString(s)
 		if err != nil {
