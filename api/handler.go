@@ -171,7 +171,15 @@ func (h *handler) originAllowed(origin string) bool {
 
 // auth requires the bearer token, compared in constant time.
 func (h *handler) auth(next http.Handler) http.Handler {
-	want := []byte("Bearer " + h.o.Token)
+	return RequireToken(h.o.Token, next)
+}
+
+// RequireToken serves next only to requests that carry token as
+// "Authorization: Bearer <token>" (compared in constant time), and answers
+// 401 to the others: every endpoint of the daemon that takes data or runs
+// commands (the API, the OTLP receiver) uses it.
+func RequireToken(token string, next http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := []byte(r.Header.Get("Authorization"))
 		if subtle.ConstantTimeCompare(got, want) != 1 {

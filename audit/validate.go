@@ -130,6 +130,10 @@ func controlRune(r rune) bool {
 		(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
 }
 
+// BadServerName says why s cannot name a server, or returns "": for
+// settings that name a server (otlp.server).
+func BadServerName(s string) string { return badServerName(s) }
+
 // badServerName says why s cannot name a server, or returns "". A server
 // name is a NATS subject's last tokens (mcp.audit.<server>) and a folder
 // name (report --out DIR/<server>/), so it is made of dot-separated

@@ -13,24 +13,8 @@
 # memory (about 200 MiB for 1M ids): the worst case for RSS. WAIT=10 starts
 # it after the window instead, as a daemon catching up on an older backlog
 # would.
-set -euo pipefail
-cd "$(dirname "$0")/.."
 EVENTS="${EVENTS:-1000000}"
-OUT="${OUT:-bench/out}"
-mkdir -p "$OUT"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/mcptrail-jsbench.XXXXXX")"
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
-
-go build -tags duckdb_arrow -o "$OUT/mcptrail" ./cmd/mcptrail
-go build -o "$OUT/jetstream" ./bench/jetstream
+source "$(dirname "$0")/common.sh" jsbench
 STORE="$WORK/nats"
 NATS="127.0.0.1:$(freeport)"
 HTTP="127.0.0.1:$(freeport)"

@@ -62,6 +62,9 @@ var Defaults = map[string]any{
 	"http.allowed_hosts":                  []string{},
 	"http.tls.cert":                       "",
 	"http.tls.key":                        "",
+	"otlp.listen":                         "",
+	"otlp.max_request_bytes":              "4MiB",
+	"otlp.server":                         "",
 	"query.timeout":                       "30s",
 	"query.max_rows":                      100000,
 	"query.max_bytes":                     "64MiB",
@@ -89,6 +92,7 @@ type Config struct {
 	NATS      NATS
 	Ingest    Ingest
 	HTTP      HTTP
+	OTLP      OTLP
 	Query     Query
 	Recommend Recommend
 	Reports   []map[string]any // validated by the report package
@@ -156,6 +160,13 @@ type HTTP struct {
 	AllowedHosts []string
 	TLSCert      string
 	TLSKey       string
+}
+
+// OTLP is otlp.*: the OTLP/HTTP receiver of serve.
+type OTLP struct {
+	Listen          string // empty: no receiver
+	MaxRequestBytes int64
+	Server          string // names the server of every OTLP event
 }
 
 // Query is query.*: bounds on user SQL.
@@ -275,6 +286,14 @@ func Load(v *viper.Viper) (*Config, error) {
 	if (c.HTTP.TLSCert == "") != (c.HTTP.TLSKey == "") {
 		p.fail("http.tls.key", c.HTTP.TLSKey, "http.tls.cert and http.tls.key go together (PEM files of the API's certificate and key)")
 	}
+	c.OTLP = OTLP{Listen: p.str("otlp.listen", otlpListen), MaxRequestBytes: p.size("otlp.max_request_bytes"),
+		Server: p.str("otlp.server", nil)}
+	if c.OTLP.MaxRequestBytes <= 0 || c.OTLP.MaxRequestBytes > 1<<30 {
+		p.fail("otlp.max_request_bytes", v.Get("otlp.max_request_bytes"), "a positive size up to 1GiB such as 4MiB")
+	}
+	if c.OTLP.Listen != "" && c.OTLP.Listen == c.HTTP.Listen {
+		p.fail("otlp.listen", c.OTLP.Listen, "an address of its own, not http.listen's (OTLP/HTTP's usual port is 4318)")
+	}
 	c.Query = Query{Timeout: p.duration("query.timeout"), MaxRows: p.integer("query.max_rows", 1, 1<<30),
 		MaxBytes: p.size("query.max_bytes")}
 	if c.Query.MaxBytes <= 0 {
@@ -346,6 +365,21 @@ func nonEmpty(s string) string {
 func apiToken(s string) string {
 	if s != "" && len(s) < 16 {
 		return "use at least 16 random characters, or leave it empty for serve to generate one into http.token_file"
+	}
+	return ""
+}
+
+// otlpListen is empty (no receiver) or host:port with the host written out,
+// so that listening beyond this machine is always asked for by name.
+func otlpListen(s string) string {
+	if s == "" {
+		return ""
+	}
+	if why := hostPort(s); why != "" {
+		return why
+	}
+	if host, _, _ := net.SplitHostPort(s); host == "" {
+		return "name the host: 127.0.0.1:4318 for this machine only, or an address of an interface (0.0.0.0:4318 for all) to take spans from other hosts"
 	}
 	return ""
 }

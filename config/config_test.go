@@ -88,6 +88,19 @@ func TestQueryLimits(t *testing.T) {
 	assert.Equal(t, Query{Timeout: 2 * time.Minute, MaxRows: 500, MaxBytes: 1e9}, c.Query)
 }
 
+func TestOTLP(t *testing.T) {
+	c, err := Load(New())
+	require.NoError(t, err)
+	assert.Equal(t, OTLP{MaxRequestBytes: 4 << 20}, c.OTLP, "off by default")
+	v := New()
+	v.Set("otlp.listen", "127.0.0.1:4318")
+	v.Set("otlp.max_request_bytes", "16MiB")
+	v.Set("otlp.server", "proxmox-mcp")
+	c, err = Load(v)
+	require.NoError(t, err)
+	assert.Equal(t, OTLP{Listen: "127.0.0.1:4318", MaxRequestBytes: 16 << 20, Server: "proxmox-mcp"}, c.OTLP)
+}
+
 func TestStreamMaxBytes(t *testing.T) {
 	for in, want := range map[string]int64{"20GB": 20e9, "512MiB": 512 << 20, "1073741824": 1 << 30, "0": 0} {
 		v := New()
@@ -148,6 +161,10 @@ func TestBadValues(t *testing.T) {
 		{"query.max_rows", "0", "query.max_rows = \"0\": must be a whole number from 1 to"},
 		{"query.max_bytes", "0", "query.max_bytes = \"0\": a positive size such as 64MiB"},
 		{"query.max_bytes", "lots", "query.max_bytes = \"lots\": must be a size such as 10GB"},
+		{"otlp.listen", ":4318", "name the host: 127.0.0.1:4318"},
+		{"otlp.listen", "4318", "must be host:port"},
+		{"otlp.listen", "127.0.0.1:8474", "not http.listen's"},
+		{"otlp.max_request_bytes", "0", "a positive size up to 1GiB"},
 	} {
 		t.Run(tc.key+"="+tc.val, func(t *testing.T) {
 			v := New()

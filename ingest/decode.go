@@ -3,10 +3,14 @@ package ingest
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mcptrail/mcptrail/audit"
 )
@@ -199,4 +203,20 @@ func redactedRaw(m Message) []byte {
 		return red
 	}
 	return audit.PayloadDigest(sha256.Sum256(m.Data), len(m.Data))
+}
+
+// EventMsg is the NATS message a gateway publishes for e: the v1 JSON payload
+// on prefix + the server's subject token, with the event id as Nats-Msg-Id so
+// that the stream drops the same event published again within its duplicate
+// window. prefix ends in a dot (mcp.audit.).
+func EventMsg(prefix string, e *audit.Event) (*nats.Msg, error) {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode event %q: %w", e.ID, err)
+	}
+	m := &nats.Msg{Subject: prefix + SubjectToken(e.Server), Data: data}
+	if e.ID != "" {
+		m.Header = nats.Header{jetstream.MsgIDHeader: []string{e.ID}}
+	}
+	return m, nil
 }

@@ -83,6 +83,18 @@ type Options struct {
 	HTTPTLSCert      string   // http.tls.cert: serve HTTPS with this certificate ...
 	HTTPTLSKey       string   // http.tls.key: ... and key
 
+	// OTLPListen (otlp.listen) serves the OTLP/HTTP receiver there; empty:
+	// none. It needs HTTPToken.
+	OTLPListen string
+	// OTLPMaxRequestBytes (otlp.max_request_bytes) bounds an OTLP request
+	// body (4 MiB when 0).
+	OTLPMaxRequestBytes int64
+	// OTLPServer (otlp.server) names the server of every OTLP event.
+	OTLPServer string
+	// OTLPListening, when set, is called with the receiver's address once it
+	// listens. Not a config key: tests listen on port 0.
+	OTLPListening func(addr string)
+
 	// Backend runs the typed API's requests (api); nil serves no API. It
 	// needs HTTPToken.
 	Backend api.Backend
@@ -183,6 +195,12 @@ func (o Options) validate() error {
 	}
 	if o.Backend != nil && o.HTTPToken == "" {
 		return &ConfigError{"http.token", "", "the API is never served without a token: set http.token or let serve generate http.token_file"}
+	}
+	if o.OTLPListen != "" && o.HTTPToken == "" {
+		return &ConfigError{"http.token", "", "the OTLP receiver (otlp.listen) is never served without a token: set http.token or let serve generate http.token_file"}
+	}
+	if o.OTLPServer != "" && audit.BadServerName(o.OTLPServer) != "" {
+		return &ConfigError{"otlp.server", o.OTLPServer, "an MCP server name: " + audit.BadServerName(o.OTLPServer)}
 	}
 	if (o.HTTPTLSCert == "") != (o.HTTPTLSKey == "") {
 		return &ConfigError{"http.tls.key", o.HTTPTLSKey, "http.tls.cert and http.tls.key go together"}

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -152,13 +151,9 @@ func Publish(ctx context.Context, opts PublishOptions, next func() (audit.Event,
 				return finish(ctx.Err())
 			}
 		}
-		data, err := json.Marshal(&e)
+		m, err := ingest.EventMsg(prefix, &e)
 		if err != nil {
-			return finish(fmt.Errorf("publish: encode event %q: %w", e.ID, err))
-		}
-		m := &nats.Msg{Subject: prefix + ingest.SubjectToken(e.Server), Data: data}
-		if e.ID != "" {
-			m.Header = nats.Header{jetstream.MsgIDHeader: []string{e.ID}}
+			return finish(fmt.Errorf("publish: %w", err))
 		}
 		if i == 0 {
 			// The first event goes synchronously, so a missing stream is one

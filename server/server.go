@@ -81,13 +81,15 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 	hs := &http.Server{Handler: a.handler(), ReadHeaderTimeout: min(readHeaderTimeout, rt), ReadTimeout: rt,
 		IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes,
 		ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelDebug)}
+	var tlsConfig *tls.Config // the receivers' too
 	if opts.HTTPTLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(opts.HTTPTLSCert, opts.HTTPTLSKey)
 		if err != nil {
 			_ = ln.Close()
 			return &ConfigError{"http.tls.cert", opts.HTTPTLSCert, fmt.Sprintf("a PEM certificate with its key in http.tls.key: %v", err)}
 		}
-		hs.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		hs.TLSConfig = tlsConfig
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -164,6 +166,14 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 	}()
 	m.connected.Set(1)
 	a.live = nc.IsConnected
+
+	if opts.OTLPListen != "" {
+		stopOTLP, err := startOTLP(opts, nc, m, a.isReady, tlsConfig, log)
+		if err != nil {
+			return err
+		}
+		defer stopOTLP()
+	}
 
 	// Ingestion's health: the sources report a missing stream or failing
 	// commits, and the files the daemon writes are watched.

@@ -144,6 +144,13 @@ func (d *daemon) get(t *testing.T, path, token string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, "http://"+d.opts.HTTPListen+path, nil)
 	require.NoError(t, err)
+	resp, body := do(t, req, token)
+	return resp.StatusCode, string(body)
+}
+
+// do sends req, with token as the bearer token when set, and reads the answer.
+func do(t *testing.T, req *http.Request, token string) (*http.Response, []byte) {
+	t.Helper()
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -152,7 +159,7 @@ func (d *daemon) get(t *testing.T, path, token string) (int, string) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	return resp.StatusCode, string(body)
+	return resp, body
 }
 
 func queryInt(t *testing.T, s *analytics.Store, q string) int {

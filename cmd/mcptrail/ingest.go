@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/otlp"
 )
 
 func newIngestCmd(a *app) *cobra.Command {
@@ -27,16 +29,22 @@ func newIngestCmd(a *app) *cobra.Command {
 		Short: "Load audit events from JSONL files (or stdin) into the database",
 		Long: `Load audit events, one JSON object per line, into the database. The format is
 detected per line (native v1, CloudEvents, Intercept JSONL, docker/mcp-gateway)
-unless --format names one. Rejected lines go to the dead_letters table and are
+unless --format names one. A file whose first line is an OTLP/JSON traces or logs
+request (the OpenTelemetry Collector's file exporter: one request a line) is read
+as OTLP: its MCP tool-call spans and log records become events. Rejected lines go to the dead_letters table and are
 reported; they fail the command only with --strict.`,
 		Example: `  mcptrail ingest events.jsonl
   mcptrail ingest --format intercept --server proxmox-mcp ~/.intercept/events/*.jsonl
   zcat old.jsonl.gz | mcptrail ingest -`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, files []string) error {
-			f, err := audit.ParseFormat(format)
-			if err != nil {
-				return usageErrorf("--format: %v", err)
+			forceOTLP := format == ingest.FormatOTLP
+			f := audit.FormatAuto
+			if !forceOTLP {
+				var err error
+				if f, err = audit.ParseFormat(format); err != nil {
+					return usageErrorf("--format: %v (or otlp)", err)
+				}
 			}
 			for _, name := range files {
 				if name == "-" {
@@ -67,7 +75,7 @@ reported; they fail the command only with --strict.`,
 			bar := a.progressBar(files)
 			var tot ingest.Totals
 			for _, name := range files {
-				t, err := ingestOne(cmd, a, name, opts, store, bar)
+				t, err := ingestOne(cmd, a, name, opts, forceOTLP, store, bar)
 				tot.Result.Add(t.Result)
 				tot.Skipped += t.Skipped
 				tot.Lines += t.Lines
@@ -89,13 +97,13 @@ reported; they fail the command only with --strict.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "auto", "input format: auto, native, cloudevents, intercept or docker")
+	cmd.Flags().StringVar(&format, "format", "auto", "input format: auto, native, cloudevents, intercept, docker or otlp")
 	cmd.Flags().StringVar(&server, "server", "", "server name for every event (Intercept logs name only the upstream command)")
 	cmd.Flags().BoolVar(&strict, "strict", false, "exit 1 when any line is rejected")
 	return cmd
 }
 
-func ingestOne(cmd *cobra.Command, a *app, name string, opts audit.Options, sink ingest.Sink, bar *progressbar.ProgressBar) (ingest.Totals, error) {
+func ingestOne(cmd *cobra.Command, a *app, name string, opts audit.Options, forceOTLP bool, sink ingest.Sink, bar *progressbar.ProgressBar) (ingest.Totals, error) {
 	var r io.Reader = a.stdin
 	if name != "-" {
 		f, err := os.Open(name)
@@ -105,12 +113,20 @@ func ingestOne(cmd *cobra.Command, a *app, name string, opts audit.Options, sink
 		defer f.Close()
 		r = f
 	}
-	dec := &ingest.Decoder{Opts: opts, Workers: runtime.GOMAXPROCS(0)}
 	fo := ingest.FileOptions{Name: name, Log: a.log}
 	if bar != nil {
 		fo.Progress = bar
 	}
-	tot, err := ingest.ReadStream(cmd.Context(), r, dec, sink, fo)
+	br := bufio.NewReaderSize(r, 1<<20)
+	var tot ingest.Totals
+	var err error
+	if forceOTLP || (opts.Format == audit.FormatAuto && ingest.SniffOTLP(br)) {
+		conv := otlp.Options{Server: opts.Server, StoreArgs: opts.StoreArgs, MaxArgsBytes: opts.MaxEventBytes}
+		tot, err = ingest.ReadOTLP(cmd.Context(), br, conv, opts.MaxEventBytes, sink, fo)
+	} else {
+		dec := &ingest.Decoder{Opts: opts, Workers: runtime.GOMAXPROCS(0)}
+		tot, err = ingest.ReadStream(cmd.Context(), br, dec, sink, fo)
+	}
 	if err != nil {
 		return tot, err
 	}

@@ -83,6 +83,7 @@ func (a *app) serverOptions() server.Options {
 		StreamMaxAge: c.NATS.StreamMaxAge, StreamMaxBytes: c.NATS.StreamMaxBytes, BatchSize: c.Ingest.BatchSize, FetchSize: c.Ingest.FetchSize, FlushInterval: c.Ingest.FlushInterval,
 		Decode:     audit.Options{MaxEventBytes: c.Ingest.MaxEventBytes, StoreArgs: c.Ingest.StoreArgs},
 		HTTPListen: c.HTTP.Listen, HTTPAllowedHosts: c.HTTP.AllowedHosts, HTTPTLSCert: c.HTTP.TLSCert, HTTPTLSKey: c.HTTP.TLSKey,
+		OTLPListen: c.OTLP.Listen, OTLPMaxRequestBytes: c.OTLP.MaxRequestBytes, OTLPServer: c.OTLP.Server,
 	}
 }
 

@@ -229,3 +229,45 @@ func ingestedSoFar(addr string) int {
 	}
 	return int(total)
 }
+
+// TestSimulateSendsOTLPToServe: simulate --otlp sends its traffic as OTLP/HTTP
+// to serve's receiver with the token from http.token_file, and every event is
+// stored; simulate --format otlp writes a file that ingest reads back as the
+// same calls.
+func TestSimulateSendsOTLPToServe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the daemon as a child process")
+	}
+	dir := t.TempDir()
+	otlpAddr, db := freeTCPAddr(t), filepath.Join(dir, "mcptrail.duckdb")
+	httpAddr, _ := startServe(t, dir, db, []string{"MCPTRAIL_OTLP_LISTEN=" + otlpAddr},
+		func(addr string) bool { return httpStatus(addr, "/readyz") == http.StatusOK })
+	env := append(os.Environ(), "MCPTRAIL_STORAGE_PATH="+db, "MCPTRAIL_NOW=2026-11-30T00:00:00Z")
+
+	sim := exec.Command(binary, "simulate", "--count", "1200", "--seed", "5", "--otlp", "http://"+otlpAddr)
+	sim.Env = env
+	out, err := sim.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "sent 1200 events")
+	assert.Contains(t, string(out), ", 0 rejected")
+	require.Eventually(t, func() bool { return ingestedSoFar(httpAddr) == 1200 }, 20*time.Second, 50*time.Millisecond)
+
+	sim = exec.Command(binary, "simulate", "--count", "5", "--otlp", "http://"+otlpAddr)
+	sim.Env = append(env, "MCPTRAIL_HTTP_TOKEN=not-the-daemons-token")
+	out, err = sim.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "401 Unauthorized")
+
+	// The same traffic as an OTLP/JSON file, ingested into another database.
+	file := filepath.Join(dir, "traces.jsonl")
+	sim = exec.Command(binary, "simulate", "--count", "1200", "--seed", "5", "--format", "otlp", "--out", file)
+	sim.Env = env
+	out, err = sim.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	other := filepath.Join(dir, "other.duckdb")
+	ing := exec.Command(binary, "ingest", "--db", other, file)
+	ing.Env = env
+	out, err = ing.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "ingested 1200, duplicates 0, rejected 0")
+}

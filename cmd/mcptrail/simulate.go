@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 
 	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/internal/duration"
+	"github.com/mcptrail/mcptrail/otlp"
 	"github.com/mcptrail/mcptrail/simulate"
 )
 
@@ -26,9 +28,11 @@ func newSimulateCmd(a *app) *cobra.Command {
 		natsUser string
 		natsPass string
 		out      string
+		format   string
+		otlpURL  string
 	)
 	cmd := &cobra.Command{
-		Use:   "simulate [--scenario NAME] [--seed N] [--duration D | --count N] [--nats URL | --out FILE]",
+		Use:   "simulate [--scenario NAME] [--seed N] [--duration D | --count N] [--nats URL | --otlp URL | --out FILE [--format jsonl|otlp]]",
 		Short: "Generate realistic gateway traffic for the Proxmox MCP server",
 		Long: `Generate deterministic, realistic MCP gateway audit events for the Proxmox MCP
 server (its real catalog of 286 tools): several agents and grants over several
@@ -37,10 +41,15 @@ occasional runaway loop, rare destructive calls, denials and errors. Traffic
 ends at --now (default: the clock); the same --seed, --count and --now give the
 same events. Events go to --out (JSONL, "-" for stdout) or, with --nats, are
 published through JetStream like a gateway would, signed in as the embedded
-server's gateway user (see --nats-user).`,
+server's gateway user (see --nats-user). --format otlp writes them as OTLP/JSON
+traces instead (one ExportTraceServiceRequest of up to 512 spans a line, as the
+OpenTelemetry Collector's file exporter does), and --otlp URL sends such batches
+as OTLP/HTTP protobuf to a receiver (serve's otlp.listen), with the API token.`,
 		Example: `  mcptrail simulate --count 100000 --out events.jsonl
   mcptrail simulate --scenario loops --seed 7 --out loops.jsonl
-  mcptrail simulate --duration 1h --nats nats://127.0.0.1:4222 --rate 500`,
+  mcptrail simulate --duration 1h --nats nats://127.0.0.1:4222 --rate 500
+  mcptrail simulate --count 10000 --format otlp --out traces.jsonl
+  mcptrail simulate --count 10000 --otlp http://127.0.0.1:4318`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts := simulate.Options{Scenario: scenario, Seed: seed, Count: count, Now: a.now}
@@ -57,8 +66,11 @@ server's gateway user (see --nats-user).`,
 			if count < 0 {
 				return usageErrorf("--count must be positive")
 			}
-			if natsURL != "" && out != "" {
-				return usageErrorf("give --nats URL or --out FILE, not both")
+			if (natsURL != "" && out != "") || (otlpURL != "" && (out != "" || natsURL != "")) {
+				return usageErrorf("give one of --nats URL, --otlp URL or --out FILE")
+			}
+			if format != "jsonl" && format != "otlp" {
+				return usageErrorf("--format %q: allowed values are jsonl and otlp", format)
 			}
 			if rate < 0 {
 				return usageErrorf("--rate must be positive (events per second)")
@@ -69,7 +81,10 @@ server's gateway user (see --nats-user).`,
 			if natsURL != "" {
 				return a.publishSimulation(cmd, opts, natsURL, rate, natsUser, natsPass)
 			}
-			return a.writeSimulation(cmd, opts, out)
+			if otlpURL != "" {
+				return a.sendSimulationOTLP(cmd, opts, otlpURL)
+			}
+			return a.writeSimulation(cmd, opts, out, format == "otlp")
 		},
 	}
 	cmd.Flags().StringVar(&scenario, "scenario", simulate.DefaultScenario, "traffic scenario (see the list below)")
@@ -82,6 +97,8 @@ server's gateway user (see --nats-user).`,
 	cmd.Flags().StringVar(&natsPass, "nats-password-file", "", "with --nats: the file holding its password (default: the embedded server's\n"+
 		"gateway password file, nats-gateway.password beside the database, when it exists)")
 	cmd.Flags().StringVar(&out, "out", "", `write JSONL to this file ("-" or empty: stdout)`)
+	cmd.Flags().StringVar(&format, "format", "jsonl", "what --out holds: jsonl (v1 events) or otlp (OTLP/JSON traces, 512 spans a line)")
+	cmd.Flags().StringVar(&otlpURL, "otlp", "", "send OTLP/HTTP protobuf traces to this receiver (e.g. http://127.0.0.1:4318)")
 	cmd.Long += "\n\nScenarios:\n"
 	for _, s := range simulate.Scenarios() {
 		cmd.Long += fmt.Sprintf("  %-8s %s\n", s.Name, s.Description)
@@ -105,7 +122,7 @@ func checkScenario(name string) error {
 	return usageErrorf("unknown --scenario %q: allowed values are %s", name, names)
 }
 
-func (a *app) writeSimulation(cmd *cobra.Command, opts simulate.Options, out string) error {
+func (a *app) writeSimulation(cmd *cobra.Command, opts simulate.Options, out string, asOTLP bool) error {
 	var w io.Writer = a.stdout
 	var f *os.File
 	if out != "" && out != "-" {
@@ -119,8 +136,24 @@ func (a *app) writeSimulation(cmd *cobra.Command, opts simulate.Options, out str
 	}
 	bw := bufio.NewWriterSize(w, 1<<20)
 	enc := json.NewEncoder(bw)
+	emit := func(e audit.Event) error { return enc.Encode(e) }
+	var batch otlpBatcher
+	if asOTLP {
+		batch.send = func(req *coltrace.ExportTraceServiceRequest, _ int) error {
+			line, err := otlp.MarshalJSON(req)
+			if err != nil {
+				return err
+			}
+			_, err = bw.Write(append(line, '\n'))
+			return err
+		}
+		emit = batch.add
+	}
 	start := time.Now()
-	stats, err := simulate.Generate(cmd.Context(), opts, func(e audit.Event) error { return enc.Encode(e) })
+	stats, err := simulate.Generate(cmd.Context(), opts, emit)
+	if err == nil && asOTLP {
+		err = batch.flush()
+	}
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# OTLP benchmark: the same simulated traffic end to end into DuckDB, live,
+#   1. over NATS: `mcptrail simulate --nats` publishes v1 events (publish acks
+#      on) to a fresh `mcptrail serve`, and
+#   2. over OTLP/HTTP: `mcptrail simulate --otlp` POSTs protobuf trace batches
+#      of 512 spans to the same daemon's receiver (otlp.listen), which maps
+#      them, publishes them to the stream and answers after every ack,
+# each from /readyz to the last event stored (read from /metrics), and prints
+# events/s and serve's peak RSS (/usr/bin/time -v) for both.
+#   EVENTS=200000 bench/otlp.sh
+EVENTS="${EVENTS:-200000}"
+source "$(dirname "$0")/common.sh" otlpbench
+
+# run PATH: one fresh daemon fed by simulate over PATH (nats or otlp); prints
+# "seconds peak_rss_kib".
+run() {
+	local path="$1" dir="$WORK/$1"
+	mkdir -p "$dir"
+	local nats="127.0.0.1:$(freeport)" http="127.0.0.1:$(freeport)" otlp="127.0.0.1:$(freeport)"
+	export MCPTRAIL_STORAGE_PATH="$dir/bench.duckdb" MCPTRAIL_NATS_EMBEDDED_LISTEN="$nats" \
+		MCPTRAIL_NATS_EMBEDDED_STORE_DIR="$dir/nats" MCPTRAIL_HTTP_LISTEN="$http" MCPTRAIL_OTLP_LISTEN="$otlp"
+	/usr/bin/time -v -o "$dir/serve.time" "$OUT/mcptrail" serve 2>"$dir/serve.log" &
+	local serve=$!
+	pids+=("$serve")
+	"$OUT/jetstream" watch -http "$http" -count "$EVENTS" >"$dir/watch.out" &
+	local watch=$!
+	pids+=("$watch")
+	for _ in $(seq 600); do
+		curl -fs "http://$http/readyz" >/dev/null 2>&1 && break
+		sleep 0.05
+	done
+	local target=(--nats "nats://$nats")
+	[ "$path" = otlp ] && target=(--otlp "http://$otlp")
+	"$OUT/mcptrail" simulate --count "$EVENTS" --seed 1 --now 2026-11-29T00:00:00Z "${target[@]}" >"$dir/simulate.out" 2>&1 ||
+		{ cat "$dir/simulate.out" "$dir/serve.log" | tail -20 >&2; return 1; }
+	if ! wait "$watch"; then
+		tail -20 "$dir/serve.log" >&2
+		return 1
+	fi
+	# Stop serve itself (the child of /usr/bin/time), so that time reports.
+	kill -TERM "$(pgrep -P "$serve")"
+	wait "$serve" || true
+	pids=()
+	local stored
+	stored=$("$OUT/mcptrail" query --db "$dir/bench.duckdb" --sql "SELECT count(*) || ', ' || count(DISTINCT id) FROM calls" --format csv | tail -1)
+	echo "$path: $(tail -1 "$dir/simulate.out"); stored (count, distinct ids): $stored" >&2
+	echo "$(cut -d' ' -f1 "$dir/watch.out") $(awk -F': ' '/Maximum resident set size/ {print $2}' "$dir/serve.time")"
+}
+
+read -r t_nats rss_nats < <(run nats)
+read -r t_otlp rss_otlp < <(run otlp)
+rate() { awk -v n="$EVENTS" -v t="$1" 'BEGIN{printf "%.0f", n/t}'; }
+printf 'NATS v1 events -> serve -> DuckDB     : %7.2fs %8s events/s   serve peak RSS %d MiB\n' "$t_nats" "$(rate "$t_nats")" $((rss_nats / 1024))
+printf 'OTLP/HTTP protobuf (512 spans/request): %7.2fs %8s events/s   serve peak RSS %d MiB\n' "$t_otlp" "$(rate "$t_otlp")" $((rss_otlp / 1024))
+printf 'ratio OTLP/NATS: %s   (both with simulate generating on the same 2 cores)\n' "$(awk -v a="$t_nats" -v b="$t_otlp" 'BEGIN{printf "%.2f", a/b}')"

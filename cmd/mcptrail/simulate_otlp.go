@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"golang.org/x/sync/errgroup"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/mcptrail/mcptrail/api"
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/otlp"
+	"github.com/mcptrail/mcptrail/simulate"
+)
+
+// otlpBatchSpans is how many spans simulate puts in one OTLP request (the
+// OpenTelemetry Collector's default batch size).
+const otlpBatchSpans = 512
+
+// otlpBatcher groups events into OTLP trace requests.
+type otlpBatcher struct {
+	events []audit.Event
+	send   func(req *coltrace.ExportTraceServiceRequest, spans int) error
+}
+
+func (b *otlpBatcher) add(e audit.Event) error {
+	b.events = append(b.events, e)
+	if len(b.events) >= otlpBatchSpans {
+		return b.flush()
+	}
+	return nil
+}
+
+func (b *otlpBatcher) flush() error {
+	if len(b.events) == 0 {
+		return nil
+	}
+	err := b.send(otlp.TracesRequest(b.events), len(b.events))
+	b.events = b.events[:0]
+	return err
+}
+
+// otlpSenders is how many requests simulate --otlp keeps in flight (the
+// receiver serves 4 at once).
+const otlpSenders = 4
+
+// otlpRetries bounds how often one request is sent again after 429 or 503.
+const otlpRetries = 10
+
+// sendSimulationOTLP sends simulated traffic to an OTLP/HTTP receiver as
+// protobuf trace requests of otlpBatchSpans spans, with the API token.
+func (a *app) sendSimulationOTLP(cmd *cobra.Command, opts simulate.Options, target string) error {
+	u, err := url.Parse(target)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return usageErrorf("--otlp %q: want an http:// or https:// URL such as http://127.0.0.1:4318", target)
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = "/v1/traces"
+	}
+	token := a.cfg.HTTP.Token
+	if token == "" {
+		if token, err = api.ReadToken(a.tokenFile()); err != nil {
+			return fmt.Errorf("--otlp needs the daemon's API token (http.token, or http.token_file): %w", err)
+		}
+	}
+	client := &http.Client{Timeout: time.Minute}
+	var sent, rejected atomic.Int64
+	start := time.Now()
+	// Like a collector's sending queue: a few requests in flight, as the
+	// receiver answers each only once JetStream acknowledged it.
+	g, ctx := errgroup.WithContext(cmd.Context())
+	g.SetLimit(otlpSenders)
+	b := otlpBatcher{send: func(req *coltrace.ExportTraceServiceRequest, spans int) error {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		g.Go(func() error {
+			body, err := proto.Marshal(req)
+			if err != nil {
+				return err
+			}
+			rej, err := postOTLP(ctx, client, u.String(), token, body)
+			if err == nil {
+				sent.Add(int64(spans) - rej)
+				rejected.Add(rej)
+			}
+			return err
+		})
+		return nil
+	}}
+	_, err = simulate.Generate(ctx, opts, b.add)
+	if err == nil {
+		err = b.flush()
+	}
+	if werr := g.Wait(); werr != nil {
+		err = werr // the first failed request says why the rest stopped
+	}
+	if err != nil {
+		return err
+	}
+	took := time.Since(start)
+	fmt.Fprintf(a.stdout, "sent %d events in %s (%.0f events/s), %d rejected\n", sent.Load(), took.Round(time.Millisecond),
+		float64(sent.Load())/max(took.Seconds(), 1e-9), rejected.Load())
+	return nil
+}
+
+// postOTLP sends one request, again after 429 or 503 as Retry-After says,
+// and returns the number of spans the receiver rejected.
+func postOTLP(ctx context.Context, client *http.Client, target, token string, body []byte) (rejected int64, err error) {
+	for try := 0; ; try++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("Content-Type", "application/x-protobuf")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, fmt.Errorf("send to %s: %w", target, err)
+		}
+		data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		if err != nil {
+			return 0, fmt.Errorf("send to %s: %w", target, err)
+		}
+		switch {
+		case resp.StatusCode == http.StatusOK:
+			var out coltrace.ExportTraceServiceResponse
+			if err := proto.Unmarshal(data, &out); err != nil {
+				return 0, fmt.Errorf("send to %s: the answer is no ExportTraceServiceResponse: %w", target, err)
+			}
+			return out.GetPartialSuccess().GetRejectedSpans(), nil
+		case (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) && try < otlpRetries:
+			wait, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+			select {
+			case <-time.After(time.Duration(max(wait, 1)) * time.Second):
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		default:
+			var st rpcstatus.Status
+			msg := strings.TrimSpace(string(data))
+			if proto.Unmarshal(data, &st) == nil && st.GetMessage() != "" {
+				msg = st.GetMessage()
+			}
+			return 0, fmt.Errorf("send to %s: %s: %s", target, resp.Status, msg)
+		}
+	}
+}

@@ -1,0 +1,376 @@
+// Package otlpreceiver is the daemon's OTLP/HTTP receiver: POST /v1/traces
+// and /v1/logs (protobuf or JSON, gzip or not), each request's tool calls
+// converted by package otlp and published to the JetStream stream like a
+// gateway's events; the answer goes out only once JetStream acknowledged every
+// publish, so a 200 means the events are durable.
+package otlpreceiver
+
+import (
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	collogs "go.opentelemetry.io/proto/otlp/collector/logs/v1"
+	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/mcptrail/mcptrail/api"
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/otlp"
+)
+
+// Paths of the OTLP/HTTP signals.
+const (
+	PathTraces = "/v1/traces"
+	PathLogs   = "/v1/logs"
+)
+
+// DefaultMaxRequestBytes is otlp.max_request_bytes: the largest body, before
+// and after decompression.
+const DefaultMaxRequestBytes = 4 << 20
+
+// retryAfter is what a client is told to wait while the stream cannot take
+// its events.
+const retryAfter = "5"
+
+// publishTimeout bounds the wait for JetStream's acknowledgements.
+const publishTimeout = 10 * time.Second
+
+// Options configure the receiver.
+type Options struct {
+	// Token is the daemon's API token, required as a bearer token.
+	Token string
+	// JS publishes; Subject is the prefix events go under (mcp.audit.).
+	JS      jetstream.JetStream
+	Subject string
+	// Convert maps OTLP to events (otlp.server, ingest.store_args).
+	Convert otlp.Options
+	// MaxEventBytes rejects a record whose event is larger
+	// (ingest.max_event_bytes: the ingester would dead-letter it).
+	MaxEventBytes int
+	// MaxRequestBytes bounds a request body (DefaultMaxRequestBytes when 0).
+	MaxRequestBytes int64
+	// Ready reports whether the daemon ingests; while it does not, requests
+	// get 503.
+	Ready func() bool
+	// Concurrency bounds the requests decoded and published at once (4 when
+	// 0); more get 429.
+	Concurrency int
+	Log         *slog.Logger
+}
+
+// Receiver serves OTLP/HTTP.
+type Receiver struct {
+	o     Options
+	slots chan struct{}
+	h     http.Handler
+
+	received *prometheus.CounterVec
+	accepted *prometheus.CounterVec
+	dropped  *prometheus.CounterVec
+	requests *prometheus.CounterVec
+}
+
+// New makes a receiver.
+func New(o Options) (*Receiver, error) {
+	if o.Token == "" {
+		return nil, errors.New("otlp receiver: no token: it is never open without one")
+	}
+	if o.JS == nil {
+		return nil, errors.New("otlp receiver: no JetStream")
+	}
+	if o.MaxRequestBytes <= 0 {
+		o.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if o.MaxEventBytes <= 0 {
+		o.MaxEventBytes = audit.DefaultMaxEventBytes
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 4
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if !strings.HasSuffix(o.Subject, ".") {
+		o.Subject += "."
+	}
+	rc := &Receiver{o: o, slots: make(chan struct{}, o.Concurrency),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcptrail_otlp_records_received_total",
+			Help: "Spans and log records received by the OTLP receiver, by signal.",
+		}, []string{"signal"}),
+		accepted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcptrail_otlp_records_accepted_total",
+			Help: "Tool calls the OTLP receiver published to the stream (acknowledged by JetStream), by signal.",
+		}, []string{"signal"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcptrail_otlp_records_dropped_total",
+			Help: "Spans and log records not published, by signal and reason: no tool call (not_mcp, other_method, no_tool_name, nested) or a rejected tool call (its audit reason code).",
+		}, []string{"signal", "reason"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcptrail_otlp_requests_total",
+			Help: "OTLP/HTTP requests, by signal and HTTP status code.",
+		}, []string{"signal", "code"}),
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST "+PathTraces, api.RequireToken(o.Token, rc.signal(otlp.Traces)))
+	mux.Handle("POST "+PathLogs, api.RequireToken(o.Token, rc.signal(otlp.Logs)))
+	rc.h = mux
+	return rc, nil
+}
+
+// ServeHTTP serves the OTLP/HTTP paths.
+func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) { rc.h.ServeHTTP(w, r) }
+
+// Collectors are the receiver's metrics, for /metrics.
+func (rc *Receiver) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{rc.received, rc.accepted, rc.dropped, rc.requests}
+}
+
+// failure is an answer other than 200.
+type failure struct {
+	code  int
+	msg   string
+	retry bool
+}
+
+func (f *failure) Error() string { return f.msg }
+
+func (rc *Receiver) signal(signal string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		enc, ok := encodingOf(r.Header.Get("Content-Type"))
+		if !ok {
+			rc.fail(w, signal, otlp.JSON, &failure{code: http.StatusUnsupportedMediaType,
+				msg: fmt.Sprintf("Content-Type %q: want application/x-protobuf or application/json", r.Header.Get("Content-Type"))})
+			return
+		}
+		select {
+		case rc.slots <- struct{}{}:
+			defer func() { <-rc.slots }()
+		default:
+			rc.fail(w, signal, enc, &failure{code: http.StatusTooManyRequests, msg: "too many OTLP requests at once: retry later", retry: true})
+			return
+		}
+		resp, err := rc.export(r, signal, enc)
+		if err != nil {
+			var f *failure
+			if !errors.As(err, &f) {
+				f = &failure{code: http.StatusInternalServerError, msg: err.Error()}
+			}
+			rc.fail(w, signal, enc, f)
+			return
+		}
+		rc.write(w, signal, enc, http.StatusOK, resp)
+	})
+}
+
+func encodingOf(contentType string) (otlp.Encoding, bool) {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return 0, false
+	}
+	switch mt {
+	case "application/x-protobuf":
+		return otlp.Protobuf, true
+	case "application/json":
+		return otlp.JSON, true
+	}
+	return 0, false
+}
+
+// export reads, converts and publishes one request and returns its answer.
+func (rc *Receiver) export(r *http.Request, signal string, enc otlp.Encoding) (proto.Message, error) {
+	if rc.o.Ready != nil && !rc.o.Ready() {
+		return nil, &failure{code: http.StatusServiceUnavailable, msg: "the daemon is not ingesting now: retry later", retry: true}
+	}
+	body, err := rc.read(r)
+	if err != nil {
+		return nil, err
+	}
+	res, err := otlp.Decode(body, enc, signal, rc.o.Convert)
+	if err != nil {
+		return nil, &failure{code: http.StatusBadRequest, msg: err.Error()}
+	}
+	msgs := make([]*nats.Msg, 0, len(res.Events))
+	for i := range res.Events {
+		m, err := ingest.EventMsg(rc.o.Subject, &res.Events[i])
+		if err == nil && len(m.Data) > rc.o.MaxEventBytes {
+			err = &audit.Rejection{Reason: audit.ReasonTooLarge, Detail: fmt.Sprintf("the event of span or record %s has %d bytes: the limit (ingest.max_event_bytes) is %d", res.Events[i].ID, len(m.Data), rc.o.MaxEventBytes)}
+		}
+		if err != nil {
+			res.Reject(err, nil, rc.o.Convert)
+			continue
+		}
+		msgs = append(msgs, m)
+	}
+	if err := rc.publish(r.Context(), msgs); err != nil {
+		rc.o.Log.Warn("otlp: the stream did not take a request's events: answered 503", "signal", signal, "events", len(msgs), "err", err)
+		return nil, &failure{code: http.StatusServiceUnavailable, msg: "the stream did not acknowledge the events: retry later", retry: true}
+	}
+	rc.received.WithLabelValues(signal).Add(float64(res.Records))
+	rc.accepted.WithLabelValues(signal).Add(float64(len(msgs)))
+	for reason, n := range res.Dropped {
+		rc.dropped.WithLabelValues(signal, reason).Add(float64(n))
+	}
+	for reason, n := range res.Rejected {
+		rc.dropped.WithLabelValues(signal, reason).Add(float64(n))
+	}
+	rejected, msg := int64(res.RejectedCount()), ""
+	if rejected > 0 {
+		msg = rejectionMessage(res)
+	}
+	if signal == otlp.Traces {
+		out := &coltrace.ExportTraceServiceResponse{}
+		if rejected > 0 {
+			out.PartialSuccess = &coltrace.ExportTracePartialSuccess{RejectedSpans: rejected, ErrorMessage: msg}
+		}
+		return out, nil
+	}
+	out := &collogs.ExportLogsServiceResponse{}
+	if rejected > 0 {
+		out.PartialSuccess = &collogs.ExportLogsPartialSuccess{RejectedLogRecords: rejected, ErrorMessage: msg}
+	}
+	return out, nil
+}
+
+// rejectionMessage names the counts by reason and the first rejection.
+func rejectionMessage(res otlp.Result) string {
+	reasons := make([]string, 0, len(res.Rejected))
+	for k := range res.Rejected {
+		reasons = append(reasons, k)
+	}
+	slices.Sort(reasons)
+	parts := make([]string, len(reasons))
+	for i, k := range reasons {
+		parts[i] = fmt.Sprintf("%s %d", k, res.Rejected[k])
+	}
+	return fmt.Sprintf("tool calls rejected (%s); first: %s", strings.Join(parts, ", "), res.Message)
+}
+
+// read returns the body, gunzipped, within the size limit.
+func (rc *Receiver) read(r *http.Request) ([]byte, error) {
+	limit := rc.o.MaxRequestBytes
+	tooLarge := &failure{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("the request body is over otlp.max_request_bytes (%d bytes): send smaller batches", limit)}
+	if r.ContentLength > limit {
+		return nil, tooLarge
+	}
+	var src io.Reader = http.MaxBytesReader(nil, r.Body, limit)
+	switch strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))) {
+	case "", "identity":
+	case "gzip":
+		zr, err := gzip.NewReader(src)
+		if err != nil {
+			return nil, bodyError(err, tooLarge)
+		}
+		defer zr.Close()
+		src = zr
+	default:
+		return nil, &failure{code: http.StatusUnsupportedMediaType, msg: fmt.Sprintf("Content-Encoding %q: want gzip or none", r.Header.Get("Content-Encoding"))}
+	}
+	data, err := io.ReadAll(io.LimitReader(src, limit+1))
+	if err != nil {
+		return nil, bodyError(err, tooLarge)
+	}
+	if int64(len(data)) > limit {
+		return nil, tooLarge
+	}
+	return data, nil
+}
+
+func bodyError(err error, tooLarge *failure) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return tooLarge
+	}
+	return &failure{code: http.StatusBadRequest, msg: "reading the body: " + err.Error()}
+}
+
+// publish publishes every message and waits until JetStream acknowledged all
+// of them; any failure fails the whole request (the client sends it again, and
+// the ids keep what was stored from being stored twice).
+func (rc *Receiver) publish(ctx context.Context, msgs []*nats.Msg) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for _, m := range msgs {
+		for {
+			f, err := rc.o.JS.PublishMsgAsync(m)
+			if errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil {
+				continue // the window is full: the client waits for acknowledgements
+			}
+			if err != nil {
+				return fmt.Errorf("publish to %s: %w", m.Subject, err)
+			}
+			futures = append(futures, f)
+			break
+		}
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("publish to %s: %w", f.Msg().Subject, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (rc *Receiver) fail(w http.ResponseWriter, signal string, enc otlp.Encoding, f *failure) {
+	if f.retry {
+		w.Header().Set("Retry-After", retryAfter)
+	}
+	rc.write(w, signal, enc, f.code, &rpcstatus.Status{Code: grpcCode(f.code), Message: f.msg})
+}
+
+// grpcCode is the google.rpc.Code of an HTTP status, for the Status body.
+func grpcCode(code int) int32 {
+	switch code {
+	case http.StatusBadRequest, http.StatusUnsupportedMediaType:
+		return 3 // INVALID_ARGUMENT
+	case http.StatusRequestEntityTooLarge:
+		return 11 // OUT_OF_RANGE
+	case http.StatusTooManyRequests:
+		return 8 // RESOURCE_EXHAUSTED
+	case http.StatusServiceUnavailable:
+		return 14 // UNAVAILABLE
+	}
+	return 13 // INTERNAL
+}
+
+// write answers in the request's encoding.
+func (rc *Receiver) write(w http.ResponseWriter, signal string, enc otlp.Encoding, code int, m proto.Message) {
+	var data []byte
+	var err error
+	if enc == otlp.Protobuf {
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		data, err = proto.Marshal(m)
+	} else {
+		w.Header().Set("Content-Type", "application/json")
+		data, err = otlp.MarshalJSON(m)
+	}
+	if err != nil {
+		code, data = http.StatusInternalServerError, nil
+	}
+	rc.requests.WithLabelValues(signal, strconv.Itoa(code)).Inc()
+	w.WriteHeader(code)
+	_, _ = w.Write(data)
+}
