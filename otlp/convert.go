@@ -378,13 +378,15 @@ func event(r read, rec record, opts Options) (audit.Event, error) {
 	if e.Server == "" {
 		e.Server = r.first(serverAttrs)
 	}
-	switch {
-	case r[attrSession] != "":
-		e.Session = r[attrSession]
-	case r[attrConversation] != "":
-		e.Session = "conversation:" + r[attrConversation]
-	case validID(rec.traceID, 16):
-		e.Session = "trace:" + hex.EncodeToString(rec.traceID)
+	// The correlation ids travel as attributes, so that the event that
+	// crosses NATS resolves its session (and the session's source) the
+	// same way as this one does (audit.ResolveSession, SPEC §3).
+	e.Session = r[attrSession]
+	if v := r[attrConversation]; v != "" {
+		setAttr(&e, audit.AttrConversationID, truncate(v, opts.MaxFieldBytes))
+	}
+	if validID(rec.traceID, 16) {
+		setAttr(&e, audit.AttrTraceID, hex.EncodeToString(rec.traceID))
 	}
 	if d := r.first(decisionAttrs); d != "" {
 		dec, ok := decisionOf(d)
@@ -410,13 +412,18 @@ func event(r read, rec record, opts Options) (audit.Event, error) {
 	}
 	for _, k := range keptAttrs {
 		if v := r[k]; v != "" {
-			if e.Attrs == nil {
-				e.Attrs = map[string]string{}
-			}
-			e.Attrs[k] = truncate(v, opts.MaxFieldBytes)
+			setAttr(&e, k, truncate(v, opts.MaxFieldBytes))
 		}
 	}
+	e.ResolveSession()
 	return e, nil
+}
+
+func setAttr(e *audit.Event, k, v string) {
+	if e.Attrs == nil {
+		e.Attrs = map[string]string{}
+	}
+	e.Attrs[k] = v
 }
 
 // decisionOf reads a gateway's decision attribute.

@@ -81,7 +81,7 @@ func TestSpanMapping(t *testing.T) {
 		ID: "otlp:0af7651916cd43dd8448eb211c80319c:b7ad6b7169203331", TS: t0, Server: "proxmox-mcp",
 		Tool: "get_vm_status", Method: "tools/call", Decision: audit.Allowed, Status: "ok", Gateway: "gw-1",
 		Session: "trace:0af7651916cd43dd8448eb211c80319c", LatencyMS: &ms,
-		Attrs: map[string]string{"service.name": "proxmox-mcp"},
+		Attrs: map[string]string{"service.name": "proxmox-mcp", audit.AttrTraceID: "0af7651916cd43dd8448eb211c80319c"},
 	}
 	code := int64(-32602)
 	cases := []struct {
@@ -135,9 +135,9 @@ func TestSpanMapping(t *testing.T) {
 			func(e *audit.Event) { e.Grant, e.PolicyVersion = "ci", "7" }},
 		{"request id (int)", gatewayResource, toolSpan(kv("jsonrpc.request.id", 42)), Options{}, func(e *audit.Event) { e.RequestID = "42" }},
 		{"session from mcp.session.id", gatewayResource, toolSpan(kv("mcp.session.id", "s-1"), kv("gen_ai.conversation.id", "c-1")), Options{},
-			func(e *audit.Event) { e.Session = "s-1" }},
+			func(e *audit.Event) { e.Session, e.Attrs[audit.AttrConversationID] = "s-1", "c-1" }},
 		{"session from conversation", gatewayResource, toolSpan(kv("gen_ai.conversation.id", "c-1")), Options{},
-			func(e *audit.Event) { e.Session = "conversation:c-1" }},
+			func(e *audit.Event) { e.Session, e.Attrs[audit.AttrConversationID] = "conversation:c-1", "c-1" }},
 		{"client.address to attrs", gatewayResource, toolSpan(kv("client.address", "192.0.2.7")), Options{},
 			func(e *audit.Event) { e.Attrs["client.address"] = "192.0.2.7" }},
 		{"arguments hashed, keys only", gatewayResource, toolSpan(kv("gen_ai.tool.call.arguments", `{"vmid":100,"node":"pve"}`)), Options{},
@@ -165,12 +165,13 @@ func TestSpanMapping(t *testing.T) {
 		}(), Options{}, func(e *audit.Event) {
 			e.ID = hashID(&resourcepb.Resource{Attributes: gatewayResource}, func() *tracepb.Span { s := toolSpan(); s.TraceId, s.SpanId = nil, nil; return s }())
 			e.Session = ""
+			delete(e.Attrs, audit.AttrTraceID)
 		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			want := base
-			want.Attrs = map[string]string{"service.name": "proxmox-mcp"}
+			want.Attrs = map[string]string{"service.name": "proxmox-mcp", audit.AttrTraceID: "0af7651916cd43dd8448eb211c80319c"}
 			c.edit(&want)
 			req := traces(c.resource, c.span)
 			for _, enc := range []Encoding{Protobuf, JSON} {
