@@ -37,7 +37,6 @@ func TestDerivedSessions(t *testing.T) {
 	ev := func(id string, minutes int, agent, session string) audit.Event {
 		e := audit.Event{ID: id, TS: base.Add(time.Duration(minutes) * time.Minute), Server: "srv", Tool: "list_vms",
 			Method: "tools/call", Decision: audit.Allowed, Grant: "g", Gateway: "gw-1", Agent: agent, Session: session}
-		e.ResolveSession()
 		return e
 	}
 	events := []audit.Event{
@@ -48,10 +47,10 @@ func TestDerivedSessions(t *testing.T) {
 		ev("n1", 30, "", ""),                 // no agent: left to the gateway fallback
 	}
 	conv := ev("c1", 31, "bot", "")
-	conv.Attrs = map[string]string{audit.AttrConversationID: "conv-17"}
-	conv.Session, conv.SessionSource = "", ""
-	conv.ResolveSession()
-	events = append(events, conv)
+	conv.Attrs = map[string]string{audit.AttrConversationID: "conv-17", audit.AttrTraceID: "4bf92f35"}
+	trace := ev("t1", 32, "bot", "")
+	trace.Attrs = map[string]string{audit.AttrTraceID: "4bf92f35"}
+	events = append(events, conv, trace)
 
 	want := map[string][2]string{
 		"a1": {"derived:a1", "derived"}, "a2": {"derived:a1", "derived"}, "a3": {"derived:a1", "derived"},
@@ -59,7 +58,8 @@ func TestDerivedSessions(t *testing.T) {
 		"b1": {"derived:b1", "derived"},
 		"s1": {"mcp-session-7", "event"},
 		"n1": {"", "gateway"},
-		"c1": {"conversation:conv-17", "conversation"},
+		"c1": {"conversation:conv-17", "conversation"}, // before its trace
+		"t1": {"trace:4bf92f35", "trace"},
 	}
 	t.Run("one batch", func(t *testing.T) {
 		s := openTemp(t)

@@ -46,7 +46,6 @@ var stagingSchema = arrow.NewSchema([]arrow.Field{
 	{Name: "args", Type: arrow.BinaryTypes.String, Nullable: true},
 	{Name: "policy_version", Type: arrow.BinaryTypes.String, Nullable: true},
 	{Name: "attrs", Type: arrow.MapOf(arrow.BinaryTypes.String, arrow.BinaryTypes.String), Nullable: true},
-	{Name: "session_source", Type: arrow.BinaryTypes.String, Nullable: true},
 }, nil)
 
 var viewSeq atomic.Int64
@@ -55,7 +54,7 @@ var viewSeq atomic.Int64
 // plain strings.
 const (
 	colID, colTS, colErrorCode, colLatency, colArgKeys, colAttrs = 0, 1, 14, 15, 17, 20
-	numCols                                                      = 22
+	numCols                                                      = 21
 )
 
 // dataHint is, per column of stagingSchema, the value bytes per row (x16)
@@ -225,6 +224,5 @@ func (c *columns) add(e *audit.Event) {
 	} else {
 		c.attrs.AppendNull()
 	}
-	s[21].addOpt(e.SessionSource)
 	c.n++
 }

@@ -414,7 +414,7 @@ func eventRow(e *audit.Event) []driver.Value {
 		e.ID, e.TS.UTC(), e.Server, nullable(e.Tool), method, string(e.Decision), nullable(e.Status),
 		nullable(e.Gateway), nullable(e.Grant), nullable(e.Agent), nullable(e.Session), nullable(e.RequestID),
 		nullable(e.Rule), nullable(e.Reason), errorCode, latency, nullable(e.ArgsHash), argKeys, args,
-		nullable(e.PolicyVersion), attrs, nil, nullable(e.SessionSource),
+		nullable(e.PolicyVersion), attrs, nil, nil, // ingested_at and session_source: set by insertCalls
 	}
 }
 

@@ -149,11 +149,7 @@ func (d *decoder) finish(e *Event, requireServer bool) error {
 			e.ID = derivedIDFor(d.opts.Server, d.line)
 		}
 	}
-	if err := e.validate(d.opts, requireServer); err != nil {
-		return err
-	}
-	e.ResolveSession()
-	return nil
+	return e.validate(d.opts, requireServer)
 }
 
 // DerivedID is the id of an event that carries none: "sha256:" and the hex of

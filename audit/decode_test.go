@@ -58,7 +58,6 @@ func TestDecodeNativeFull(t *testing.T) {
 		Args:          json.RawMessage(canon),
 		PolicyVersion: "7",
 		Attrs:         map[string]string{"trace_id": "abc"},
-		SessionSource: SessionFromEvent,
 	}, e)
 	assert.Equal(t, time.UTC, e.TS.Location())
 }

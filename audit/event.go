@@ -72,7 +72,4 @@ type Event struct {
 	Args          json.RawMessage   `json:"args,omitempty"` // kept only when ingest.store_args is true
 	PolicyVersion string            `json:"policy_version,omitempty"`
 	Attrs         map[string]string `json:"attrs,omitempty"`
-	// SessionSource says where Session came from (ResolveSession); not
-	// read from input.
-	SessionSource string `json:"-"`
 }

@@ -164,7 +164,6 @@ func TestDecodeDocker(t *testing.T) {
 			"trigger": "tools/call", "catalog_name": "docker-mcp", "policy_source": "org", "client_version": "1.2",
 			"trace_id": "t-1", "actor_id": "u-1", "outcome_reason": "policy_rule",
 		},
-		SessionSource: SessionFromEvent,
 	}, e)
 	assert.Equal(t, e, decodeEvent(t, line, Options{}), "auto-detected")
 

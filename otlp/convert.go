@@ -257,13 +257,17 @@ func (res *Result) toolCall(r read) bool {
 // record is what the mapping needs of a span or a log record besides its
 // attributes.
 type record struct {
-	id        string
-	traceID   []byte
-	ts        time.Time
-	latencyMS *float64
-	spanError bool
-	args      *commonpb.AnyValue
-	msg       proto.Message // the span or log record
+	id      string
+	traceID []byte
+	// groupTrace is the trace id when it groups more than this call (the
+	// span has a parent: the agent's turn propagated its context); a root
+	// tool-call span is a trace of one call, no correlation key.
+	groupTrace []byte
+	ts         time.Time
+	latencyMS  *float64
+	spanError  bool
+	args       *commonpb.AnyValue
+	msg        proto.Message // the span or log record
 }
 
 // FromTraces converts the tool-call spans of a request.
@@ -303,6 +307,9 @@ func FromTraces(req *coltrace.ExportTraceServiceRequest, opts Options) Result {
 						rec.latencyMS = &ms
 					}
 				}
+				if validID(sp.GetParentSpanId(), 8) {
+					rec.groupTrace = sp.GetTraceId()
+				}
 				if validID(sp.GetTraceId(), 16) && validID(sp.GetSpanId(), 8) {
 					rec.id = "otlp:" + hex.EncodeToString(sp.GetTraceId()) + ":" + hex.EncodeToString(sp.GetSpanId())
 				} else {
@@ -326,7 +333,8 @@ func FromLogs(req *collogs.ExportLogsServiceRequest, opts Options) Result {
 				if !res.toolCall(r) {
 					continue
 				}
-				rec := record{traceID: lr.GetTraceId(), id: hashID(rl.GetResource(), lr),
+				// A log record names no parent: its trace is taken as given.
+				rec := record{traceID: lr.GetTraceId(), groupTrace: lr.GetTraceId(), id: hashID(rl.GetResource(), lr),
 					args: attr(lr.GetAttributes(), attrArguments), msg: lr}
 				if t := lr.GetTimeUnixNano(); t > 0 {
 					rec.ts = unixNano(t)
@@ -378,15 +386,14 @@ func event(r read, rec record, opts Options) (audit.Event, error) {
 	if e.Server == "" {
 		e.Server = r.first(serverAttrs)
 	}
-	// The correlation ids travel as attributes, so that the event that
-	// crosses NATS resolves its session (and the session's source) the
-	// same way as this one does (audit.ResolveSession, SPEC §3).
+	// The correlation ids travel as attributes: the store takes them as the
+	// session of a call without one (SPEC §3), wherever the event went.
 	e.Session = r[attrSession]
 	if v := r[attrConversation]; v != "" {
 		setAttr(&e, audit.AttrConversationID, truncate(v, opts.MaxFieldBytes))
 	}
-	if validID(rec.traceID, 16) {
-		setAttr(&e, audit.AttrTraceID, hex.EncodeToString(rec.traceID))
+	if validID(rec.groupTrace, 16) {
+		setAttr(&e, audit.AttrTraceID, hex.EncodeToString(rec.groupTrace))
 	}
 	if d := r.first(decisionAttrs); d != "" {
 		dec, ok := decisionOf(d)
@@ -415,7 +422,6 @@ func event(r read, rec record, opts Options) (audit.Event, error) {
 			setAttr(&e, k, truncate(v, opts.MaxFieldBytes))
 		}
 	}
-	e.ResolveSession()
 	return e, nil
 }
 

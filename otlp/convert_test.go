@@ -49,9 +49,13 @@ func kv(k string, v any) *commonpb.KeyValue {
 }
 
 // toolSpan is a gateway's span of a tools/call of get_vm_status.
+// agentTurn is the parent of toolSpan: an agent's turn that propagated its
+// trace context, so that the trace groups its calls.
+var agentTurn = []byte{9, 9, 9, 9, 9, 9, 9, 9}
+
 func toolSpan(extra ...*commonpb.KeyValue) *tracepb.Span {
 	return &tracepb.Span{
-		TraceId: traceA, SpanId: spanA, Name: "tools/call get_vm_status",
+		TraceId: traceA, SpanId: spanA, ParentSpanId: agentTurn, Name: "tools/call get_vm_status",
 		Kind:              tracepb.Span_SPAN_KIND_SERVER,
 		StartTimeUnixNano: uint64(t0.UnixNano()), EndTimeUnixNano: uint64(t0.Add(1500 * time.Microsecond).UnixNano()),
 		Attributes: append([]*commonpb.KeyValue{kv("mcp.method.name", "tools/call"), kv("gen_ai.tool.name", "get_vm_status")}, extra...),
@@ -80,8 +84,8 @@ func TestSpanMapping(t *testing.T) {
 	base := audit.Event{
 		ID: "otlp:0af7651916cd43dd8448eb211c80319c:b7ad6b7169203331", TS: t0, Server: "proxmox-mcp",
 		Tool: "get_vm_status", Method: "tools/call", Decision: audit.Allowed, Status: "ok", Gateway: "gw-1",
-		Session: "trace:0af7651916cd43dd8448eb211c80319c", LatencyMS: &ms,
-		Attrs: map[string]string{"service.name": "proxmox-mcp", audit.AttrTraceID: "0af7651916cd43dd8448eb211c80319c"},
+		LatencyMS: &ms,
+		Attrs:     map[string]string{"service.name": "proxmox-mcp", audit.AttrTraceID: "0af7651916cd43dd8448eb211c80319c"},
 	}
 	code := int64(-32602)
 	cases := []struct {
@@ -136,8 +140,10 @@ func TestSpanMapping(t *testing.T) {
 		{"request id (int)", gatewayResource, toolSpan(kv("jsonrpc.request.id", 42)), Options{}, func(e *audit.Event) { e.RequestID = "42" }},
 		{"session from mcp.session.id", gatewayResource, toolSpan(kv("mcp.session.id", "s-1"), kv("gen_ai.conversation.id", "c-1")), Options{},
 			func(e *audit.Event) { e.Session, e.Attrs[audit.AttrConversationID] = "s-1", "c-1" }},
+		{"a root span's trace is no session", gatewayResource, func() *tracepb.Span { s := toolSpan(); s.ParentSpanId = nil; return s }(), Options{},
+			func(e *audit.Event) { delete(e.Attrs, audit.AttrTraceID) }},
 		{"session from conversation", gatewayResource, toolSpan(kv("gen_ai.conversation.id", "c-1")), Options{},
-			func(e *audit.Event) { e.Session, e.Attrs[audit.AttrConversationID] = "conversation:c-1", "c-1" }},
+			func(e *audit.Event) { e.Attrs[audit.AttrConversationID] = "c-1" }},
 		{"client.address to attrs", gatewayResource, toolSpan(kv("client.address", "192.0.2.7")), Options{},
 			func(e *audit.Event) { e.Attrs["client.address"] = "192.0.2.7" }},
 		{"arguments hashed, keys only", gatewayResource, toolSpan(kv("gen_ai.tool.call.arguments", `{"vmid":100,"node":"pve"}`)), Options{},
@@ -305,7 +311,7 @@ func TestLogMapping(t *testing.T) {
 			t.Errorf("records %d dropped %v", res.Records, res.Dropped)
 		}
 		if !e.TS.Equal(t0) || e.Server != "pve" || e.Decision != audit.Denied || e.Status != "" || e.LatencyMS != nil ||
-			e.Session != "trace:0af7651916cd43dd8448eb211c80319c" || e.Gateway != "gw-1" || !strings.HasPrefix(e.ID, "otlp:sha256:") {
+			e.Session != "" || e.Attrs[audit.AttrTraceID] != "0af7651916cd43dd8448eb211c80319c" || e.Gateway != "gw-1" || !strings.HasPrefix(e.ID, "otlp:sha256:") {
 			t.Errorf("encoding %d: %s", enc, eventString(e))
 		}
 		ids = append(ids, e.ID)

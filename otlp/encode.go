@@ -22,7 +22,12 @@ const ExporterName = "mcptrail-simulate"
 // (with ids of its own: the trace id is derived from the session, the span id
 // from the event id). Spans are grouped by gateway (one resource each, its
 // service.instance.id), in the order the gateways first appear.
-func TracesRequest(events []audit.Event) *coltrace.ExportTraceServiceRequest {
+//
+// A span of an event with a session has a parent, the agent's task of that
+// session, so that its trace groups the session's calls (an agent that
+// propagates its trace context). With opts.Stateless the spans carry no
+// mcp.session.id, as stateless MCP traffic (specification 2026-07-28).
+func TracesRequest(events []audit.Event, opts EncodeOptions) *coltrace.ExportTraceServiceRequest {
 	req := &coltrace.ExportTraceServiceRequest{}
 	byGateway := map[string]*tracepb.ScopeSpans{}
 	for i := range events {
@@ -38,13 +43,20 @@ func TracesRequest(events []audit.Event) *coltrace.ExportTraceServiceRequest {
 			req.ResourceSpans = append(req.ResourceSpans, &tracepb.ResourceSpans{
 				Resource: &resourcepb.Resource{Attributes: attrs}, ScopeSpans: []*tracepb.ScopeSpans{ss}})
 		}
-		ss.Spans = append(ss.Spans, Span(e))
+		ss.Spans = append(ss.Spans, Span(e, opts))
 	}
 	return req
 }
 
+// EncodeOptions shape the spans TracesRequest writes.
+type EncodeOptions struct {
+	// Stateless leaves out mcp.session.id: the calls of a session are then
+	// correlated by their trace only.
+	Stateless bool
+}
+
 // Span is the span of one event (see TracesRequest).
-func Span(e *audit.Event) *tracepb.Span {
+func Span(e *audit.Event, opts EncodeOptions) *tracepb.Span {
 	traceKey := e.Session
 	if traceKey == "" {
 		traceKey = e.ID
@@ -59,12 +71,20 @@ func Span(e *audit.Event) *tracepb.Span {
 		TraceId: tsum[:16], SpanId: ssum[:8], Name: method + " " + e.Tool, Kind: tracepb.Span_SPAN_KIND_SERVER,
 		StartTimeUnixNano: uint64(e.TS.UnixNano()), EndTimeUnixNano: uint64(e.TS.UnixNano()),
 	}
+	if e.Session != "" {
+		psum := sha256.Sum256([]byte("task\x00" + e.Session))
+		sp.ParentSpanId = psum[:8]
+	}
+	session := e.Session
+	if opts.Stateless {
+		session = ""
+	}
 	if e.LatencyMS != nil {
 		sp.EndTimeUnixNano += uint64(math.Round(*e.LatencyMS * 1e6))
 	}
 	attrs := []*commonpb.KeyValue{str("mcp.method.name", method), str("gen_ai.operation.name", opExecuteTool)}
 	for _, kv := range [...]struct{ k, v string }{
-		{"gen_ai.tool.name", e.Tool}, {"mcp.server.name", e.Server}, {attrSession, e.Session}, {attrRequestID, e.RequestID},
+		{"gen_ai.tool.name", e.Tool}, {"mcp.server.name", e.Server}, {attrSession, session}, {attrRequestID, e.RequestID},
 		{"gen_ai.agent.id", e.Agent}, {"mcp.gateway.decision", string(e.Decision)}, {"mcp.gateway.grant", e.Grant},
 		{"mcp.gateway.rule", e.Rule}, {"mcp.gateway.reason", e.Reason}, {"mcp.gateway.policy_version", e.PolicyVersion},
 	} {

@@ -18,7 +18,7 @@ func TestTracesRequestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := TracesRequest(events)
+	req := TracesRequest(events, EncodeOptions{})
 	for _, enc := range []Encoding{Protobuf, JSON} {
 		res := FromTraces(roundTrip(t, req, enc), Options{StoreArgs: true})
 		if len(res.Events) != len(events) || res.RejectedCount() != 0 || len(res.Dropped) != 0 {
@@ -31,7 +31,7 @@ func TestTracesRequestRoundTrip(t *testing.T) {
 		}
 		for i := range events {
 			w := events[i]
-			sp := Span(&w)
+			sp := Span(&w, EncodeOptions{})
 			g, ok := got["otlp:"+hexOf(sp.TraceId)+":"+hexOf(sp.SpanId)]
 			if !ok {
 				t.Fatalf("event %s: no span came back", w.ID)
@@ -50,5 +50,48 @@ func TestTracesRequestRoundTrip(t *testing.T) {
 				t.Fatalf("encoding %d:\nwant %s\ngot  %s", enc, eventString(w), eventString(g))
 			}
 		}
+	}
+}
+
+// TestStatelessSpansCorrelateByTrace: without mcp.session.id, the calls of
+// one simulated session come back with one trace id (the store's session,
+// SPEC §3), and different sessions with different ones.
+func TestStatelessSpansCorrelateByTrace(t *testing.T) {
+	var events []audit.Event
+	_, err := simulate.Generate(context.Background(), simulate.Options{Seed: 5, Count: 3000, Now: time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)},
+		func(e audit.Event) error { events = append(events, e); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := FromTraces(roundTrip(t, TracesRequest(events, EncodeOptions{Stateless: true}), Protobuf), Options{})
+	if len(res.Events) != len(events) {
+		t.Fatalf("%d events of %d", len(res.Events), len(events))
+	}
+	byID := map[string]audit.Event{}
+	for _, e := range res.Events {
+		byID[e.ID] = e
+	}
+	traceOf := map[string]string{} // simulated session → session that came back
+	sessionOf := map[string]string{}
+	for i := range events {
+		w := events[i]
+		sp := Span(&w, EncodeOptions{Stateless: true})
+		for _, kv := range sp.Attributes {
+			if kv.Key == attrSession {
+				t.Fatalf("a stateless span carries %s", attrSession)
+			}
+		}
+		g := byID["otlp:"+hexOf(sp.TraceId)+":"+hexOf(sp.SpanId)]
+		trace := g.Attrs[audit.AttrTraceID]
+		if g.Session != "" || len(trace) != 32 {
+			t.Fatalf("event %s: session %q, trace %q", w.ID, g.Session, trace)
+		}
+		if prev, ok := traceOf[w.Session]; ok && prev != trace {
+			t.Fatalf("session %s came back as %s and %s", w.Session, prev, trace)
+		}
+		if prev, ok := sessionOf[trace]; ok && prev != w.Session {
+			t.Fatalf("sessions %s and %s came back as one, %s", prev, w.Session, trace)
+		}
+		traceOf[w.Session], sessionOf[trace] = trace, w.Session
 	}
 }

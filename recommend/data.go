@@ -75,8 +75,12 @@ func (q query) windowStats(ctx context.Context) (w Window, activeDays int, err e
 	err = q.db.QueryRowContext(ctx, `
 SELECT count(*), count(DISTINCT hash(`+sessionKey+`)) FILTER (`+sessionKey+` <> ''), count(DISTINCT agent),
        count(DISTINCT epoch_ms(ts) // 86400000),
-       (SELECT min(ts) FROM calls WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND ts <= $to)
-FROM calls WHERE `+inWindow, q.args()...).Scan(&w.Calls, &w.Sessions, &w.Agents, &activeDays, &first)
+       (SELECT min(ts) FROM calls WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND ts <= $to),
+       count(*) FILTER (session_source = 'event'), count(*) FILTER (session_source = 'conversation'),
+       count(*) FILTER (session_source = 'trace'), count(*) FILTER (session_source = 'derived'),
+       count(*) FILTER (session_source = 'gateway')
+FROM calls WHERE `+inWindow, q.args()...).Scan(&w.Calls, &w.Sessions, &w.Agents, &activeDays, &first,
+		&w.SessionSources.Event, &w.SessionSources.Conversation, &w.SessionSources.Trace, &w.SessionSources.Derived, &w.SessionSources.Gateway)
 	if err != nil {
 		return w, 0, fmt.Errorf("window statistics: %w", err)
 	}

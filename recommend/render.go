@@ -192,6 +192,9 @@ func Text(r *Report, color bool) string {
 	fmt.Fprintf(&b, "%s\n", paint(ansiBold, fmt.Sprintf("mcptrail recommendation for %s (%s)", t(r.Server), t(grant))))
 	fmt.Fprintf(&b, "window   %s → %s (%d days): %s, %s, %s\n", r.Window.From.Format("2006-01-02 15:04"), r.Window.To.Format("2006-01-02 15:04"),
 		r.Window.Days, plural(r.Window.Calls, "call", "calls"), plural(r.Window.Sessions, "session", "sessions"), plural(r.Window.Agents, "agent", "agents"))
+	if note := r.Window.SessionSources.Note(r.Window.Calls); note != "" {
+		fmt.Fprintf(&b, "%s\n", render.Wrap(note, 0, render.TextWidth, "  "))
+	}
 	fmt.Fprintf(&b, "confidence %s", r.Confidence)
 	if r.Draft {
 		fmt.Fprint(&b, paint(severityColor["medium"], " — DRAFT: the data gates are not met"))
@@ -338,6 +341,9 @@ func markdown(r *Report, h int) string {
 	fmt.Fprintf(&b, "Derived from %s in %s by %s between %s and %s (%d days). ",
 		plural(r.Window.Calls, "call", "calls"), plural(r.Window.Sessions, "session", "sessions"), plural(r.Window.Agents, "agent", "agents"),
 		r.Window.From.Format("2006-01-02"), r.Window.To.Format("2006-01-02"), r.Window.Days)
+	if note := r.Window.SessionSources.Note(r.Window.Calls); note != "" {
+		fmt.Fprintf(&b, "%s%s. ", strings.ToUpper(note[:1]), note[1:])
+	}
 	if r.Window.HistoryDays > 0 && r.Window.HistoryDays < r.Window.Days {
 		fmt.Fprintf(&b, "The history covers only the last %d of those days: \"unused\" means unused in those. ", r.Window.HistoryDays)
 	}

@@ -75,6 +75,8 @@ func TestStatelessLoopsAreFoundAndLimitedPerAgent(t *testing.T) {
 		}
 	}
 	assert.Len(t, findings(r, recommend.KindRetryStorm), len(simulate.LoopsTruth.RetryStorms))
+	assert.Equal(t, r.Window.Calls, r.Window.SessionSources.Derived)
+	assert.Contains(t, recommend.Text(r, false), "sessions: derived from agent runs 100% of calls; a gateway cannot count")
 }
 
 // TestLongLivedSessionIsNotThrottled: a CI watcher keeps one session for

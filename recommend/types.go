@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/mcptrail/mcptrail/analytics"
@@ -107,8 +108,11 @@ type Window struct {
 	// Days when the history is younger than the window.
 	HistoryDays int   `json:"history_days"`
 	Calls       int64 `json:"calls"`
-	Sessions    int64 `json:"sessions"`
-	Agents      int64 `json:"agents"`
+	// SessionSources count the window's calls by where their session came
+	// from (SPEC §3): the analyses say which they used.
+	SessionSources SessionSources `json:"session_sources"`
+	Sessions       int64          `json:"sessions"`
+	Agents         int64          `json:"agents"`
 }
 
 // Gate is one data-sufficiency check; a failed gate lowers confidence.
@@ -260,4 +264,31 @@ func (w Window) unusedSpan() string {
 		return fmt.Sprintf("%d days of history (the window is %d days)", w.HistoryDays, w.Days)
 	}
 	return fmt.Sprintf("%d days", w.Days)
+}
+
+// SessionSources count calls by the source of their session.
+type SessionSources struct {
+	Event        int64 `json:"event"`
+	Conversation int64 `json:"conversation"`
+	Trace        int64 `json:"trace"`
+	Derived      int64 `json:"derived"`
+	Gateway      int64 `json:"gateway"`
+}
+
+// Note says, when most calls have no session of their own, what stood in
+// for them, and that the gateway cannot count such sessions; "" otherwise.
+func (s SessionSources) Note(calls int64) string {
+	if calls == 0 || s.Event*2 >= calls {
+		return ""
+	}
+	var parts []string
+	for _, p := range []struct {
+		n    int64
+		name string
+	}{{s.Derived, "derived from agent runs"}, {s.Trace, "trace ids"}, {s.Conversation, "conversation ids"}, {s.Gateway, "the gateway instance"}, {s.Event, "protocol sessions"}} {
+		if p.n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f%%", p.name, 100*float64(p.n)/float64(calls)))
+		}
+	}
+	return "sessions: " + strings.Join(parts, ", ") + " of calls; a gateway cannot count these, so limits are per agent or grant"
 }

@@ -19,17 +19,18 @@ import (
 
 func newSimulateCmd(a *app) *cobra.Command {
 	var (
-		scenario string
-		seed     int64
-		rate     float64
-		dur      string
-		count    int
-		natsURL  string
-		natsUser string
-		natsPass string
-		out      string
-		format   string
-		otlpURL  string
+		scenario  string
+		seed      int64
+		rate      float64
+		dur       string
+		count     int
+		natsURL   string
+		natsUser  string
+		natsPass  string
+		out       string
+		format    string
+		otlpURL   string
+		stateless bool
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate [--scenario NAME] [--seed N] [--duration D | --count N] [--nats URL | --otlp URL | --out FILE [--format jsonl|otlp]]",
@@ -79,12 +80,12 @@ as OTLP/HTTP protobuf to a receiver (serve's otlp.listen), with the API token.`,
 				return err
 			}
 			if natsURL != "" {
-				return a.publishSimulation(cmd, opts, natsURL, rate, natsUser, natsPass)
+				return a.publishSimulation(cmd, opts, natsURL, rate, natsUser, natsPass, stateless)
 			}
 			if otlpURL != "" {
-				return a.sendSimulationOTLP(cmd, opts, otlpURL)
+				return a.sendSimulationOTLP(cmd, opts, otlpURL, stateless)
 			}
-			return a.writeSimulation(cmd, opts, out, format == "otlp")
+			return a.writeSimulation(cmd, opts, out, format == "otlp", stateless)
 		},
 	}
 	cmd.Flags().StringVar(&scenario, "scenario", simulate.DefaultScenario, "traffic scenario (see the list below)")
@@ -98,12 +99,26 @@ as OTLP/HTTP protobuf to a receiver (serve's otlp.listen), with the API token.`,
 		"gateway password file, nats-gateway.password beside the database, when it exists)")
 	cmd.Flags().StringVar(&out, "out", "", `write JSONL to this file ("-" or empty: stdout)`)
 	cmd.Flags().StringVar(&format, "format", "jsonl", "what --out holds: jsonl (v1 events) or otlp (OTLP/JSON traces, 512 spans a line)")
+	cmd.Flags().BoolVar(&stateless, "stateless", false, "stateless MCP (specification 2026-07-28): events carry no session id; as OTLP,\n"+
+		"each session's calls share a trace instead (mcptrail correlates them, SPEC §3)")
 	cmd.Flags().StringVar(&otlpURL, "otlp", "", "send OTLP/HTTP protobuf traces to this receiver (e.g. http://127.0.0.1:4318)")
 	cmd.Long += "\n\nScenarios:\n"
 	for _, s := range simulate.Scenarios() {
 		cmd.Long += fmt.Sprintf("  %-8s %s\n", s.Name, s.Description)
 	}
 	return cmd
+}
+
+// statelessIf wraps emit so that, for stateless traffic, events reach it
+// without their session.
+func statelessIf(stateless bool, emit func(audit.Event) error) func(audit.Event) error {
+	if !stateless {
+		return emit
+	}
+	return func(e audit.Event) error {
+		e.Session = ""
+		return emit(e)
+	}
 }
 
 func checkScenario(name string) error {
@@ -122,7 +137,7 @@ func checkScenario(name string) error {
 	return usageErrorf("unknown --scenario %q: allowed values are %s", name, names)
 }
 
-func (a *app) writeSimulation(cmd *cobra.Command, opts simulate.Options, out string, asOTLP bool) error {
+func (a *app) writeSimulation(cmd *cobra.Command, opts simulate.Options, out string, asOTLP, stateless bool) error {
 	var w io.Writer = a.stdout
 	var f *os.File
 	if out != "" && out != "-" {
@@ -136,8 +151,8 @@ func (a *app) writeSimulation(cmd *cobra.Command, opts simulate.Options, out str
 	}
 	bw := bufio.NewWriterSize(w, 1<<20)
 	enc := json.NewEncoder(bw)
-	emit := func(e audit.Event) error { return enc.Encode(e) }
-	var batch otlpBatcher
+	emit := statelessIf(stateless, func(e audit.Event) error { return enc.Encode(e) })
+	batch := otlpBatcher{opts: otlp.EncodeOptions{Stateless: stateless}}
 	if asOTLP {
 		batch.send = func(req *coltrace.ExportTraceServiceRequest, _ int) error {
 			line, err := otlp.MarshalJSON(req)

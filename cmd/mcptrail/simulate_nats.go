@@ -17,7 +17,7 @@ import (
 
 // publishSimulation publishes simulated traffic through JetStream, with
 // publish acknowledgements, as a gateway would.
-func (a *app) publishSimulation(cmd *cobra.Command, opts simulate.Options, url string, rate float64, user, passwordFile string) error {
+func (a *app) publishSimulation(cmd *cobra.Command, opts simulate.Options, url string, rate float64, user, passwordFile string, stateless bool) error {
 	auth, err := a.gatewayAuth(user, passwordFile)
 	if err != nil {
 		return err
@@ -28,14 +28,14 @@ func (a *app) publishSimulation(cmd *cobra.Command, opts simulate.Options, url s
 	genErr := make(chan error, 1)
 	go func() {
 		defer close(events)
-		_, err := simulate.Generate(ctx, opts, func(e audit.Event) error {
+		_, err := simulate.Generate(ctx, opts, statelessIf(stateless, func(e audit.Event) error {
 			select {
 			case events <- e:
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-		})
+		}))
 		genErr <- err
 	}()
 	next := func() (audit.Event, bool, error) {

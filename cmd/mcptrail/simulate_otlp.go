@@ -31,6 +31,7 @@ const otlpBatchSpans = 512
 // otlpBatcher groups events into OTLP trace requests.
 type otlpBatcher struct {
 	events []audit.Event
+	opts   otlp.EncodeOptions
 	send   func(req *coltrace.ExportTraceServiceRequest, spans int) error
 }
 
@@ -46,7 +47,7 @@ func (b *otlpBatcher) flush() error {
 	if len(b.events) == 0 {
 		return nil
 	}
-	err := b.send(otlp.TracesRequest(b.events), len(b.events))
+	err := b.send(otlp.TracesRequest(b.events, b.opts), len(b.events))
 	b.events = b.events[:0]
 	return err
 }
@@ -60,7 +61,7 @@ const otlpRetries = 10
 
 // sendSimulationOTLP sends simulated traffic to an OTLP/HTTP receiver as
 // protobuf trace requests of otlpBatchSpans spans, with the API token.
-func (a *app) sendSimulationOTLP(cmd *cobra.Command, opts simulate.Options, target string) error {
+func (a *app) sendSimulationOTLP(cmd *cobra.Command, opts simulate.Options, target string, stateless bool) error {
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return usageErrorf("--otlp %q: want an http:// or https:// URL such as http://127.0.0.1:4318", target)
@@ -81,7 +82,7 @@ func (a *app) sendSimulationOTLP(cmd *cobra.Command, opts simulate.Options, targ
 	// receiver answers each only once JetStream acknowledged it.
 	g, ctx := errgroup.WithContext(cmd.Context())
 	g.SetLimit(otlpSenders)
-	b := otlpBatcher{send: func(req *coltrace.ExportTraceServiceRequest, spans int) error {
+	b := otlpBatcher{opts: otlp.EncodeOptions{Stateless: stateless}, send: func(req *coltrace.ExportTraceServiceRequest, spans int) error {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
