@@ -55,6 +55,7 @@ var Defaults = map[string]any{
 	"ingest.fetch_size":                   4096,
 	"ingest.flush_interval":               "2s",
 	"ingest.max_event_bytes":              65536,
+	"ingest.max_message_bytes":            1048576,
 	"ingest.store_args":                   false,
 	"http.listen":                         "127.0.0.1:8474",
 	"http.token":                          "",
@@ -149,7 +150,10 @@ type Ingest struct {
 	FetchSize     int
 	FlushInterval time.Duration
 	MaxEventBytes int
-	StoreArgs     bool
+	// MaxMessageBytes is the largest NATS message (a batch of events) the
+	// embedded server accepts and `publish` packs.
+	MaxMessageBytes int
+	StoreArgs       bool
 }
 
 // HTTP is http.*.
@@ -279,6 +283,7 @@ func Load(v *viper.Viper) (*Config, error) {
 		BatchSize: p.integer("ingest.batch_size", 1, 1_000_000), FetchSize: p.integer("ingest.fetch_size", 1, 100_000),
 		FlushInterval: p.duration("ingest.flush_interval"),
 		MaxEventBytes: p.integer("ingest.max_event_bytes", 1024, 64<<20), StoreArgs: p.boolean("ingest.store_args"),
+		MaxMessageBytes: p.integer("ingest.max_message_bytes", 64<<10, 64<<20),
 	}
 	c.HTTP = HTTP{Listen: p.str("http.listen", hostPort), Token: p.str("http.token", apiToken),
 		TokenFile: p.str("http.token_file", nil), AllowedHosts: p.list("http.allowed_hosts"),

@@ -160,7 +160,7 @@ func (s *CoreSource) Run(ctx context.Context) error {
 			for len(batch) < s.BatchSize {
 				select {
 				case m := <-ch:
-					batch = append(batch, Message{Data: m.Data, Source: m.Subject})
+					batch = appendMessages(batch, m.Data, m.Subject, 0, m.Header)
 				default:
 					break drain
 				}
@@ -171,7 +171,7 @@ func (s *CoreSource) Run(ctx context.Context) error {
 			if len(batch) == 0 {
 				timer.Reset(s.MaxWait)
 			}
-			batch = append(batch, Message{Data: m.Data, Source: m.Subject})
+			batch = appendMessages(batch, m.Data, m.Subject, 0, m.Header)
 			if len(batch) >= s.BatchSize {
 				timer.Stop()
 				flush()

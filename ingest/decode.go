@@ -19,7 +19,7 @@ import (
 type Message struct {
 	Data   []byte
 	Source string // file path ("-" for stdin) or NATS subject
-	Line   int64  // 1-based line number in a file; 0 for NATS
+	Line   int64  // 1-based line number in a file or a batched NATS message (BatchContentType); 0 for a single-event NATS message
 	Seq    uint64 // JetStream stream sequence; 0 otherwise
 	// Whole, when set, is the size and SHA-256 of the whole payload of
 	// which Data holds only the first bytes (a file line over the size

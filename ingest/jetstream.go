@@ -810,8 +810,8 @@ type fetched struct {
 // prepare parses the fetch's metadata and checks that its deliveries follow
 // the previous ones without a gap.
 func (s *JetStreamSource) prepare(msgs []jetstream.Msg) (fetched, error) {
-	b := fetched{msgs: msgs, in: make([]Message, len(msgs))}
-	for i, m := range msgs {
+	b := fetched{msgs: msgs, in: make([]Message, 0, len(msgs))}
+	for _, m := range msgs {
 		md, err := m.Metadata()
 		if err != nil {
 			return b, fmt.Errorf("message on %s without JetStream metadata: %w", m.Subject(), err)
@@ -822,7 +822,7 @@ func (s *JetStreamSource) prepare(msgs []jetstream.Msg) (fetched, error) {
 			return b, &gapError{got: got, want: want, consumer: s.CheckpointKey}
 		}
 		s.nextDelivery = md.Sequence.Consumer + 1
-		b.in[i] = Message{Data: m.Data(), Source: m.Subject(), Seq: md.Sequence.Stream}
+		b.in = appendMessages(b.in, m.Data(), m.Subject(), md.Sequence.Stream, m.Headers())
 		b.pending = md.NumPending
 		if md.Sequence.Stream >= b.maxSeq {
 			b.maxSeq, b.last = md.Sequence.Stream, m

@@ -15,7 +15,7 @@ import (
 type DeadLetter struct {
 	At     time.Time // when it was rejected
 	Source string    // file path ("-" for stdin) or NATS subject
-	Line   int64     // 1-based line number in a file; 0 for NATS
+	Line   int64     // 1-based line number in a file or a batched NATS message; 0 for a single-event NATS message
 	Seq    uint64    // JetStream stream sequence; 0 for files and core NATS
 	Format string    // the format it was decoded as, or "auto" when undetectable
 	Reason string    // machine-readable reason code (audit.Reason*)

@@ -49,8 +49,7 @@ func startEmbedded(opts Options, auth *embeddedAuth, log *slog.Logger) (*natsser
 		JetStream:  opts.JetStream,
 		StoreDir:   opts.EmbeddedStoreDir,
 		NoSigs:     true, // the daemon owns SIGTERM/SIGINT
-		// Gateways may send up to ingest.max_event_bytes; leave headroom for headers.
-		MaxPayload: int32(min(max(opts.Decode.MaxEventBytes, 64<<10)+64<<10, 64<<20)),
+		MaxPayload: embeddedMaxPayload(opts),
 	}
 	auth.apply(sopts)
 	ns, err := natsserver.NewServer(sopts)
@@ -249,4 +248,12 @@ func connectExternal(ctx context.Context, rawURL string, a Auth, log *slog.Logge
 		}()
 		return nil, ctx.Err()
 	}
+}
+
+// embeddedMaxPayload is the largest message the embedded server accepts: a
+// batch of ingest.max_message_bytes or one event of ingest.max_event_bytes,
+// with headroom for headers.
+func embeddedMaxPayload(opts Options) int32 {
+	largest := max(opts.MaxMessageBytes, opts.Decode.MaxEventBytes, 64<<10)
+	return int32(min(largest+64<<10, 64<<20))
 }

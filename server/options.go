@@ -76,6 +76,9 @@ type Options struct {
 	FetchSize     int           // ingest.fetch_size (JetStream)
 	FlushInterval time.Duration // ingest.flush_interval
 	Decode        audit.Options // ingest.max_event_bytes, ingest.store_args (Format auto)
+	// MaxMessageBytes is ingest.max_message_bytes: the embedded server's
+	// max_payload, so that batched messages (SPEC §2) fit.
+	MaxMessageBytes int
 
 	HTTPListen       string   // http.listen
 	HTTPToken        string   // the API's bearer token (http.token or the generated http.token_file)

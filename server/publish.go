@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/ingest"
@@ -21,6 +18,10 @@ import (
 // DefaultPublishInFlight is the async-publish window: enough unacknowledged
 // messages to keep the link busy, few enough to bound memory.
 const DefaultPublishInFlight = 4096
+
+// DefaultPublishAttempts is how many times Publish sends a message that
+// JetStream does not acknowledge before it counts the message as failed.
+const DefaultPublishAttempts = 8
 
 // PublishOptions configures Publish.
 type PublishOptions struct {
@@ -35,6 +36,21 @@ type PublishOptions struct {
 	// InFlight bounds the publishes awaiting their acknowledgement
 	// (DefaultPublishInFlight when <= 0).
 	InFlight int
+	// Batch is how many consecutive events of one server share a message
+	// (ingest.BatchContentType, SPEC §2); <= 1 sends each event as its own
+	// message.
+	Batch int
+	// MaxMessageBytes bounds a batched message's payload
+	// (ingest.DefaultMaxMessageBytes when <= 0): keep it at or under the
+	// NATS server's max_payload.
+	MaxMessageBytes int
+	// Attempts is how many times a message is sent before it counts as
+	// failed (DefaultPublishAttempts when <= 0). A message sent again keeps
+	// its Nats-Msg-Id, so that the stream stores it once.
+	Attempts int
+	// AckWait is how long a message waits for its acknowledgement before it
+	// is sent again (10 s when <= 0).
+	AckWait time.Duration
 }
 
 // PublishStats reports what Publish achieved.
@@ -42,20 +58,23 @@ type PublishStats struct {
 	Published  int           // events acknowledged by JetStream (duplicates included)
 	Duplicates int           // of those, acknowledged as duplicates of an earlier Nats-Msg-Id
 	Failed     int           // events JetStream did not acknowledge
+	Messages   int           // messages acknowledged
+	Resent     int           // messages sent again after an acknowledgement did not come
 	Duration   time.Duration // from the first publish to the last acknowledgement
 	Rate       float64       // Published per second
 }
 
-// Publish publishes events like a gateway does: each event as a JSON v1
-// payload to mcp.audit.<server> through JetStream, with the event id as
-// Nats-Msg-Id (so the stream drops a republished event within its duplicate
-// window) and waiting for every publish acknowledgement. next returns the
-// next event, false when there are no more, or an error that stops
-// publishing. Publish returns an error when any event was not acknowledged.
+// Publish publishes events like a careful gateway does: as JSON v1 payloads
+// to mcp.audit.<server> through JetStream, one event per message with its id
+// as Nats-Msg-Id or, with Batch, many per message (ingest.Batcher); it waits
+// for every acknowledgement and sends what was not acknowledged again with
+// the same Nats-Msg-Id (so the stream keeps one copy), up to Attempts times.
+// next returns the next event, false when there are no more, or an error
+// that stops publishing. Publish returns an error when any event was not
+// acknowledged.
 func Publish(ctx context.Context, opts PublishOptions, next func() (audit.Event, bool, error)) (PublishStats, error) {
-	var st PublishStats
 	if opts.URL == "" {
-		return st, errors.New("publish: no NATS URL")
+		return PublishStats{}, errors.New("publish: no NATS URL")
 	}
 	prefix := opts.Subject
 	if prefix == "" {
@@ -64,13 +83,9 @@ func Publish(ctx context.Context, opts PublishOptions, next func() (audit.Event,
 	if !strings.HasSuffix(prefix, ".") {
 		prefix += "."
 	}
-	inFlight := opts.InFlight
-	if inFlight <= 0 {
-		inFlight = DefaultPublishInFlight
-	}
 	natsOpts, err := authOptions(opts.Auth)
 	if err != nil {
-		return st, err
+		return PublishStats{}, err
 	}
 	// The server refuses a subject this user may not publish to only with an
 	// asynchronous error: stop at once instead of waiting for acks that
@@ -78,6 +93,8 @@ func Publish(ctx context.Context, opts PublishOptions, next func() (audit.Event,
 	ctx, deny := context.WithCancelCause(ctx)
 	defer deny(nil)
 	natsOpts = append(natsOpts, nats.Name("mcptrail publish"), nats.Timeout(5*time.Second),
+		// A gateway keeps trying while its NATS server restarts.
+		nats.MaxReconnects(-1),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrPermissionViolation) {
 				deny(fmt.Errorf("%w (check the NATS user's permissions; on the embedded server, the servers of its nats.embedded.users entry)", err))
@@ -85,126 +102,55 @@ func Publish(ctx context.Context, opts PublishOptions, next func() (audit.Event,
 		}))
 	nc, err := nats.Connect(opts.URL, natsOpts...)
 	if err != nil {
-		return st, fmt.Errorf("connect to NATS at %s: %w", redact.URL(opts.URL), err)
+		return PublishStats{}, fmt.Errorf("connect to NATS at %s: %w", redact.URL(opts.URL), err)
 	}
 	defer nc.Close()
 
-	var acked, dups, failed atomic.Int64
-	var errMu sync.Mutex
-	var firstErr error
-	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(inFlight),
-		jetstream.WithPublishAsyncTimeout(30*time.Second),
-		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, _ *nats.Msg, ack *jetstream.PubAck) {
-			acked.Add(1)
-			if ack.Duplicate {
-				dups.Add(1)
-			}
-		}),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
-			failed.Add(1)
-			errMu.Lock()
-			if firstErr == nil {
-				firstErr = fmt.Errorf("%s: %w", m.Subject, err)
-			}
-			errMu.Unlock()
-		}),
-	)
+	p, err := newPublisher(nc, opts)
 	if err != nil {
-		return st, fmt.Errorf("publish: %w", err)
+		return PublishStats{}, err
 	}
-
-	start := time.Now()
-	finish := func(err error) (PublishStats, error) {
-		st.Published, st.Duplicates = int(acked.Load()), int(dups.Load())
-		st.Failed += int(failed.Load())
-		st.Duration = time.Since(start)
-		if st.Duration > 0 {
-			st.Rate = float64(st.Published) / st.Duration.Seconds()
+	batcher := &ingest.Batcher{Prefix: prefix, MaxEvents: opts.Batch, MaxBytes: opts.MaxMessageBytes}
+	send := func(m *nats.Msg) error {
+		if m == nil {
+			return nil
 		}
-		if cause := context.Cause(ctx); err != nil && errors.Is(cause, nats.ErrPermissionViolation) {
-			err = cause
-		}
-		if err == nil && st.Failed > 0 {
-			errMu.Lock()
-			err = fmt.Errorf("publish: %d of %d events were not acknowledged by JetStream: %w", st.Failed, st.Published+st.Failed, firstErr)
-			errMu.Unlock()
-		}
-		return st, err
+		return p.send(ctx, m)
 	}
-
 	for i := 0; ; i++ {
 		if err := ctx.Err(); err != nil {
-			return finish(err)
+			return p.finish(ctx, err)
 		}
 		e, ok, err := next()
 		if err != nil {
-			waitComplete(ctx, js)
-			return finish(fmt.Errorf("publish: next event: %w", err))
+			_ = send(batcher.Flush())
+			_ = p.drain(ctx)
+			return p.finish(ctx, fmt.Errorf("publish: next event: %w", err))
 		}
 		if !ok {
 			break
 		}
 		if opts.Rate > 0 {
-			due := start.Add(time.Duration(float64(i) / opts.Rate * float64(time.Second)))
+			due := p.start.Add(time.Duration(float64(i) / opts.Rate * float64(time.Second)))
 			if d := time.Until(due); d > 0 && !wait.Sleep(ctx, d) {
-				return finish(ctx.Err())
+				return p.finish(ctx, ctx.Err())
 			}
 		}
-		m, err := ingest.EventMsg(prefix, &e)
-		if err != nil {
-			return finish(fmt.Errorf("publish: %w", err))
-		}
-		if i == 0 {
-			// The first event goes synchronously, so a missing stream is one
-			// clear error instead of a flood of asynchronous failures.
-			if err := publishFirst(ctx, js, m, &acked, &dups); err != nil {
-				return finish(err)
-			}
-			continue
-		}
-		for {
-			_, err = js.PublishMsgAsync(m)
-			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) || ctx.Err() != nil {
-				break // the window is full: wait for acknowledgements and retry
-			}
+		var m *nats.Msg
+		if opts.Batch > 1 {
+			m, err = batcher.Add(&e)
+		} else {
+			m, err = ingest.EventMsg(prefix, &e)
 		}
 		if err != nil {
-			st.Failed++
-			return finish(fmt.Errorf("publish to %s: %w", m.Subject, err))
+			return p.finish(ctx, fmt.Errorf("publish: %w", err))
+		}
+		if err := send(m); err != nil {
+			return p.finish(ctx, err)
 		}
 	}
-	if err := waitComplete(ctx, js); err != nil {
-		return finish(err)
+	if err := send(batcher.Flush()); err != nil {
+		return p.finish(ctx, err)
 	}
-	return finish(nil)
-}
-
-func publishFirst(ctx context.Context, js jetstream.JetStream, m *nats.Msg, acked, dups *atomic.Int64) error {
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	ack, err := js.PublishMsg(pctx, m)
-	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-		return fmt.Errorf("publish to %s: no JetStream stream captures this subject: start `mcptrail serve` first (it creates the stream) or create one on mcp.audit.>: %w", m.Subject, err)
-	}
-	if err != nil {
-		return fmt.Errorf("publish to %s: %w", m.Subject, err)
-	}
-	acked.Add(1)
-	if ack.Duplicate {
-		dups.Add(1)
-	}
-	return nil
-}
-
-// waitComplete waits for every outstanding acknowledgement.
-func waitComplete(ctx context.Context, js jetstream.JetStream) error {
-	select {
-	case <-js.PublishAsyncComplete():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(time.Minute):
-		return fmt.Errorf("publish: %d acknowledgements still outstanding after a minute", js.PublishAsyncPending())
-	}
+	return p.finish(ctx, p.drain(ctx))
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strings"
 
 	"github.com/mattn/go-isatty"
 	"github.com/schollz/progressbar/v3"
@@ -38,31 +39,18 @@ reported; they fail the command only with --strict.`,
   zcat old.jsonl.gz | mcptrail ingest -`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, files []string) error {
-			forceOTLP := format == ingest.FormatOTLP
-			f := audit.FormatAuto
-			if !forceOTLP {
-				var err error
-				if f, err = audit.ParseFormat(format); err != nil {
-					return usageErrorf("--format: %v (or otlp)", err)
-				}
+			f, forceOTLP, err := inputFormat(format)
+			if err != nil {
+				return err
 			}
-			for _, name := range files {
-				if name == "-" {
-					continue
-				}
-				st, err := os.Stat(name)
-				if err != nil {
-					return fmt.Errorf("cannot read %s: %w", name, errors.Unwrap(err))
-				}
-				if st.IsDir() {
-					return fmt.Errorf("%s is a folder: give the JSONL files in it", name)
-				}
+			if err := checkInputFiles(files); err != nil {
+				return err
 			}
 			softMemoryLimit(768 << 20)
 			store, closeStore, err := a.openStore(cmd.Context(), false)
 			if err != nil {
 				if errors.Is(err, analytics.ErrLocked) && a.daemonHoldsDB(cmd.Context()) {
-					return fmt.Errorf("mcptrail serve is running and holds %s: publish the events to NATS (mcp.audit.<server>) for it to ingest, or stop it first", a.dbPath())
+					return fmt.Errorf("mcptrail serve is running and holds %s: send the events through NATS for it to ingest with `mcptrail publish %s`, or stop it first", a.dbPath(), strings.Join(files, " "))
 				}
 				if errors.Is(err, analytics.ErrLocked) {
 					return fmt.Errorf("%w; ingest needs the file for writing", err)
@@ -134,6 +122,35 @@ func ingestOne(cmd *cobra.Command, a *app, name string, opts audit.Options, forc
 		a.log.Warn("input is empty", "file", name)
 	}
 	return tot, nil
+}
+
+// inputFormat parses --format of ingest and publish: an audit format, or
+// otlp (forceOTLP).
+func inputFormat(format string) (f audit.Format, forceOTLP bool, err error) {
+	if format == ingest.FormatOTLP {
+		return audit.FormatAuto, true, nil
+	}
+	if f, err = audit.ParseFormat(format); err != nil {
+		return f, false, usageErrorf("--format: %v (or otlp)", err)
+	}
+	return f, false, nil
+}
+
+// checkInputFiles fails on a file that cannot be read before any is.
+func checkInputFiles(files []string) error {
+	for _, name := range files {
+		if name == "-" {
+			continue
+		}
+		st, err := os.Stat(name)
+		if err != nil {
+			return fmt.Errorf("cannot read %s: %w", name, errors.Unwrap(err))
+		}
+		if st.IsDir() {
+			return fmt.Errorf("%s is a folder: give the JSONL files in it", name)
+		}
+	}
+	return nil
 }
 
 // progressBar shows progress on a terminal only; pipes and CI stay quiet.

@@ -72,6 +72,7 @@ answers SQL over the whole call history, and recommends each server's policy.jso
 	})
 	root.AddCommand(
 		newIngestCmd(a),
+		newPublishCmd(a),
 		newQueryCmd(a),
 		newQueriesCmd(a),
 		newSimulateCmd(a),

@@ -81,7 +81,7 @@ func (a *app) serverOptions() server.Options {
 		User: c.NATS.User, Password: c.NATS.Password,
 		TLS:          server.TLS{CA: c.NATS.TLSCA, Cert: c.NATS.TLSCert, Key: c.NATS.TLSKey},
 		StreamMaxAge: c.NATS.StreamMaxAge, StreamMaxBytes: c.NATS.StreamMaxBytes, BatchSize: c.Ingest.BatchSize, FetchSize: c.Ingest.FetchSize, FlushInterval: c.Ingest.FlushInterval,
-		Decode:     audit.Options{MaxEventBytes: c.Ingest.MaxEventBytes, StoreArgs: c.Ingest.StoreArgs},
+		Decode: audit.Options{MaxEventBytes: c.Ingest.MaxEventBytes, StoreArgs: c.Ingest.StoreArgs}, MaxMessageBytes: c.Ingest.MaxMessageBytes,
 		HTTPListen: c.HTTP.Listen, HTTPAllowedHosts: c.HTTP.AllowedHosts, HTTPTLSCert: c.HTTP.TLSCert, HTTPTLSKey: c.HTTP.TLSKey,
 		OTLPListen: c.OTLP.Listen, OTLPMaxRequestBytes: c.OTLP.MaxRequestBytes, OTLPServer: c.OTLP.Server,
 	}

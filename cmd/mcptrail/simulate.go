@@ -14,6 +14,7 @@ import (
 	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/internal/duration"
 	"github.com/mcptrail/mcptrail/otlp"
+	"github.com/mcptrail/mcptrail/server"
 	"github.com/mcptrail/mcptrail/simulate"
 )
 
@@ -27,6 +28,7 @@ func newSimulateCmd(a *app) *cobra.Command {
 		natsURL   string
 		natsUser  string
 		natsPass  string
+		batch     int
 		out       string
 		format    string
 		otlpURL   string
@@ -49,6 +51,7 @@ as OTLP/HTTP protobuf to a receiver (serve's otlp.listen), with the API token.`,
 		Example: `  mcptrail simulate --count 100000 --out events.jsonl
   mcptrail simulate --scenario loops --seed 7 --out loops.jsonl
   mcptrail simulate --duration 1h --nats nats://127.0.0.1:4222 --rate 500
+  mcptrail simulate --count 1000000 --nats nats://127.0.0.1:4222 --batch 64
   mcptrail simulate --count 10000 --format otlp --out traces.jsonl
   mcptrail simulate --count 10000 --otlp http://127.0.0.1:4318`,
 		Args: cobra.NoArgs,
@@ -76,11 +79,19 @@ as OTLP/HTTP protobuf to a receiver (serve's otlp.listen), with the API token.`,
 			if rate < 0 {
 				return usageErrorf("--rate must be positive (events per second)")
 			}
+			if batch < 1 || batch > 100_000 {
+				return usageErrorf("--batch %d: give the events per message, 1 to 100000 (1 sends each event alone)", batch)
+			}
 			if err := checkScenario(scenario); err != nil {
 				return err
 			}
 			if natsURL != "" {
-				return a.publishSimulation(cmd, opts, natsURL, rate, natsUser, natsPass, stateless)
+				auth, err := a.gatewayAuth(natsUser, natsPass)
+				if err != nil {
+					return err
+				}
+				po := server.PublishOptions{URL: natsURL, Auth: auth, Rate: rate, Batch: batch, MaxMessageBytes: a.cfg.Ingest.MaxMessageBytes}
+				return a.publishSimulation(cmd, opts, po, stateless)
 			}
 			if otlpURL != "" {
 				return a.sendSimulationOTLP(cmd, opts, otlpURL, stateless)
@@ -94,6 +105,7 @@ as OTLP/HTTP protobuf to a receiver (serve's otlp.listen), with the API token.`,
 	cmd.Flags().StringVar(&dur, "duration", "", "span of simulated time ending at --now (e.g. 7d)")
 	cmd.Flags().IntVar(&count, "count", 0, "exact number of events")
 	cmd.Flags().StringVar(&natsURL, "nats", "", "publish to this NATS server through JetStream")
+	cmd.Flags().IntVar(&batch, "batch", 1, "with --nats: events per message (application/x-ndjson, SPEC §2); 1: each event alone")
 	cmd.Flags().StringVar(&natsUser, "nats-user", "", `with --nats: the gateway's NATS user (default "gateway" with a password file)`)
 	cmd.Flags().StringVar(&natsPass, "nats-password-file", "", "with --nats: the file holding its password (default: the embedded server's\n"+
 		"gateway password file, nats-gateway.password beside the database, when it exists)")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -17,11 +18,7 @@ import (
 
 // publishSimulation publishes simulated traffic through JetStream, with
 // publish acknowledgements, as a gateway would.
-func (a *app) publishSimulation(cmd *cobra.Command, opts simulate.Options, url string, rate float64, user, passwordFile string, stateless bool) error {
-	auth, err := a.gatewayAuth(user, passwordFile)
-	if err != nil {
-		return err
-	}
+func (a *app) publishSimulation(cmd *cobra.Command, opts simulate.Options, po server.PublishOptions, stateless bool) error {
 	ctx, cancel := context.WithCancel(cmd.Context())
 	defer cancel()
 	events := make(chan audit.Event, 4096)
@@ -42,22 +39,17 @@ func (a *app) publishSimulation(cmd *cobra.Command, opts simulate.Options, url s
 		e, ok := <-events
 		return e, ok, nil
 	}
-	st, err := server.Publish(ctx, server.PublishOptions{URL: url, Rate: rate, Auth: auth}, next)
+	st, err := server.Publish(ctx, po, next)
 	cancel()
 	for range events { // let the generator finish
 	}
 	if gerr := <-genErr; gerr != nil && err == nil && ctx.Err() == nil {
 		err = gerr
 	}
-	if errors.Is(err, nats.ErrAuthorization) {
-		return fmt.Errorf("publish to %s: %w: give a gateway user with --nats-user and --nats-password-file "+
-			"(the embedded server's default gateway is %s, its password in %s)", redact.URL(url), err, server.DefaultGatewayUser, a.gatewayPasswordFile())
-	}
 	if err != nil {
-		return fmt.Errorf("publish to %s: %w", redact.URL(url), err)
+		return a.publishError(po.URL, err)
 	}
-	fmt.Fprintf(a.stdout, "published %d events in %s (%.0f events/s), %d duplicates\n",
-		st.Published, st.Duration.Round(1e6), st.Rate, st.Duplicates)
+	a.printPublished(st)
 	return nil
 }
 
@@ -95,4 +87,20 @@ func (a *app) gatewayAuth(user, passwordFile string) (server.Auth, error) {
 // gatewayPasswordFile is the embedded server's default gateway password file.
 func (a *app) gatewayPasswordFile() string {
 	return server.GatewayPasswordFile(a.cfg.NATS.GatewayPasswordFile, a.cfg.Storage.Path)
+}
+
+// publishError says where publishing failed and, for a refused sign-in,
+// how to give a gateway user.
+func (a *app) publishError(url string, err error) error {
+	if errors.Is(err, nats.ErrAuthorization) {
+		return fmt.Errorf("publish to %s: %w: give a gateway user with --nats-user and --nats-password-file "+
+			"(the embedded server's default gateway is %s, its password in %s)", redact.URL(url), err, server.DefaultGatewayUser, a.gatewayPasswordFile())
+	}
+	return fmt.Errorf("publish to %s: %w", redact.URL(url), err)
+}
+
+// printPublished reports what Publish achieved.
+func (a *app) printPublished(st server.PublishStats) {
+	fmt.Fprintf(a.stdout, "published %d events in %d messages in %s (%.0f events/s), %d duplicates, %d messages sent again\n",
+		st.Published, st.Messages, st.Duration.Round(time.Millisecond), st.Rate, st.Duplicates, st.Resent)
 }

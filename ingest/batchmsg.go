@@ -1,0 +1,150 @@
+package ingest
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"math"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mcptrail/mcptrail/audit"
+)
+
+// BatchContentType marks a NATS message whose payload holds many events,
+// one JSON object per line (SPEC §2). Each line is decoded, validated,
+// dead-lettered or stored on its own; the message's stream sequence is the
+// checkpoint of all of them, and their ids de-duplicate.
+const BatchContentType = "application/x-ndjson"
+
+// contentTypeHeader is the NATS header that names a payload's type.
+const contentTypeHeader = "Content-Type"
+
+// isBatch reports whether a message's headers mark it as a batch.
+func isBatch(h nats.Header) bool {
+	return h != nil && h.Get(contentTypeHeader) == BatchContentType
+}
+
+// appendMessages appends what one NATS message holds: itself, or for a
+// batch each of its non-blank lines, numbered from 1 within the message
+// (Line), all with the message's subject and stream sequence.
+func appendMessages(out []Message, data []byte, subject string, seq uint64, h nats.Header) []Message {
+	if !isBatch(h) {
+		return append(out, Message{Data: data, Source: subject, Seq: seq})
+	}
+	line := int64(0)
+	for len(data) > 0 {
+		var l []byte
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			l, data = data[:i], data[i+1:]
+		} else {
+			l, data = data, nil
+		}
+		line++
+		if len(bytes.TrimSpace(l)) == 0 {
+			continue
+		}
+		out = append(out, Message{Data: l, Source: subject, Seq: seq, Line: line})
+	}
+	return out
+}
+
+// DefaultMaxMessageBytes is the payload a batched message stays under by
+// default: the NATS server's default max_payload (1 MiB).
+const DefaultMaxMessageBytes = 1 << 20
+
+// Batcher packs events into batched messages (BatchContentType) the way a
+// careful gateway does: consecutive events for one subject, at most
+// MaxEvents of them and MaxBytes of payload per message (an event larger
+// than MaxBytes goes alone). Each message's Nats-Msg-Id is derived from its
+// events' ids, so that the stream drops the same batch published again
+// within its duplicate window; each event's own id still de-duplicates it
+// in the store.
+type Batcher struct {
+	Prefix    string // subject prefix, e.g. "mcp.audit."
+	MaxEvents int    // events per message (64 when <= 0)
+	MaxBytes  int    // payload bytes per message (DefaultMaxMessageBytes when <= 0)
+
+	subject string
+	data    bytes.Buffer
+	ids     hash.Hash
+	n       int
+}
+
+// Add encodes e into the open batch. When e does not join it (another
+// subject, or the batch is full), the batch is closed first and returned.
+func (b *Batcher) Add(e *audit.Event) (*nats.Msg, error) {
+	line, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode event %q: %w", e.ID, err)
+	}
+	maxEvents, maxBytes := b.MaxEvents, b.MaxBytes
+	if maxEvents <= 0 {
+		maxEvents = 64
+	}
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxMessageBytes
+	}
+	subject := b.Prefix + SubjectToken(e.Server)
+	var done *nats.Msg
+	if b.n > 0 && (subject != b.subject || b.n >= maxEvents || b.data.Len()+len(line)+1 > maxBytes) {
+		done = b.Flush()
+	}
+	if b.ids == nil {
+		b.ids = sha256.New()
+	}
+	b.subject = subject
+	b.data.Write(line)
+	b.data.WriteByte('\n')
+	b.ids.Write([]byte(e.ID))
+	b.ids.Write([]byte{0})
+	b.n++
+	return done, nil
+}
+
+// Flush closes the open batch and returns it; nil when it is empty.
+func (b *Batcher) Flush() *nats.Msg {
+	if b.n == 0 {
+		return nil
+	}
+	m := &nats.Msg{Subject: b.subject, Data: bytes.Clone(b.data.Bytes()), Header: nats.Header{
+		contentTypeHeader:     []string{BatchContentType},
+		jetstream.MsgIDHeader: []string{"batch:" + hex.EncodeToString(b.ids.Sum(nil)[:16])},
+	}}
+	b.data.Reset()
+	b.ids.Reset()
+	b.n = 0
+	return m
+}
+
+// BatchMsg is the one batched message that carries events, all of which
+// must be for one server.
+func BatchMsg(prefix string, events []audit.Event) (*nats.Msg, error) {
+	if len(events) == 0 {
+		return nil, fmt.Errorf("encode batch: no events")
+	}
+	b := Batcher{Prefix: prefix, MaxEvents: len(events), MaxBytes: math.MaxInt}
+	for i := range events {
+		done, err := b.Add(&events[i])
+		if err != nil {
+			return nil, err
+		}
+		if done != nil {
+			return nil, fmt.Errorf("encode batch: event %q is for %s, the batch for %s", events[i].ID, b.subject, done.Subject)
+		}
+	}
+	return b.Flush(), nil
+}
+
+// EventsIn counts the events a message published by EventMsg or BatchMsg
+// carries.
+func EventsIn(m *nats.Msg) int {
+	if isBatch(m.Header) {
+		return bytes.Count(m.Data, []byte{'\n'})
+	}
+	return 1
+}

@@ -1,0 +1,224 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/internal/wait"
+)
+
+// publisher sends messages through JetStream asynchronously and sends again,
+// with the same Nats-Msg-Id, each one whose acknowledgement does not come.
+type publisher struct {
+	js       jetstream.JetStream
+	attempts int
+	start    time.Time
+	first    bool // the first message has been sent
+
+	mu       sync.Mutex
+	st       PublishStats
+	firstErr error
+	tries    map[string]int // sends so far per Nats-Msg-Id, of messages not yet acknowledged
+	retry    []resend       // messages waiting to be sent again
+}
+
+// resend is a message to send again once due.
+type resend struct {
+	m   *nats.Msg
+	due time.Time
+}
+
+func newPublisher(nc *nats.Conn, opts PublishOptions) (*publisher, error) {
+	inFlight := opts.InFlight
+	if inFlight <= 0 {
+		inFlight = DefaultPublishInFlight
+	}
+	ackWait := opts.AckWait
+	if ackWait <= 0 {
+		ackWait = 10 * time.Second
+	}
+	p := &publisher{attempts: opts.Attempts, tries: map[string]int{}, start: time.Now()}
+	if p.attempts <= 0 {
+		p.attempts = DefaultPublishAttempts
+	}
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(inFlight),
+		jetstream.WithPublishAsyncTimeout(ackWait),
+		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
+			p.acked(m, ack)
+		}),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
+			p.failed(m, err)
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("publish: %w", err)
+	}
+	p.js = js
+	return p, nil
+}
+
+func (p *publisher) acked(m *nats.Msg, ack *jetstream.PubAck) {
+	n := ingest.EventsIn(m)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.tries, m.Header.Get(jetstream.MsgIDHeader))
+	p.st.Published += n
+	p.st.Messages++
+	if ack.Duplicate {
+		p.st.Duplicates += n
+	}
+}
+
+// failed schedules a message that was not acknowledged to be sent again,
+// after a backoff that doubles with each attempt, or gives up on it.
+func (p *publisher) failed(m *nats.Msg, err error) {
+	id := m.Header.Get(jetstream.MsgIDHeader)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	tries := p.tries[id]
+	if tries >= p.attempts || errors.Is(err, nats.ErrPermissionViolation) {
+		delete(p.tries, id)
+		p.st.Failed += ingest.EventsIn(m)
+		if p.firstErr == nil {
+			p.firstErr = fmt.Errorf("%s after %d attempt(s): %w", m.Subject, tries, err)
+		}
+		return
+	}
+	backoff := min(250*time.Millisecond<<min(tries-1, 5), 5*time.Second)
+	// The reply subject was set by the failed publish: a new message.
+	again := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header}
+	p.retry = append(p.retry, resend{m: again, due: time.Now().Add(backoff)})
+}
+
+// send publishes m, and first whatever is due to be sent again. The first
+// message goes synchronously, so that a missing stream is one clear error
+// instead of a flood of asynchronous failures.
+func (p *publisher) send(ctx context.Context, m *nats.Msg) error {
+	if !p.first {
+		p.first = true
+		return p.sendFirst(ctx, m)
+	}
+	if err := p.resendDue(ctx, false); err != nil {
+		return err
+	}
+	return p.sendAsync(ctx, m)
+}
+
+func (p *publisher) sendFirst(ctx context.Context, m *nats.Msg) error {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	p.count(m)
+	ack, err := p.js.PublishMsg(pctx, m)
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("publish to %s: no JetStream stream captures this subject: start `mcptrail serve` first (it creates the stream) or create one on mcp.audit.>: %w", m.Subject, err)
+	}
+	if err != nil {
+		return fmt.Errorf("publish to %s: %w", m.Subject, err)
+	}
+	p.acked(m, ack)
+	return nil
+}
+
+// count notes one more send of m.
+func (p *publisher) count(m *nats.Msg) {
+	p.mu.Lock()
+	p.tries[m.Header.Get(jetstream.MsgIDHeader)]++
+	p.mu.Unlock()
+}
+
+func (p *publisher) sendAsync(ctx context.Context, m *nats.Msg) error {
+	p.count(m)
+	for {
+		_, err := p.js.PublishMsgAsync(m)
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil {
+			continue // the window is full: wait for acknowledgements and retry
+		}
+		if err != nil {
+			// Not handed to the connection (e.g. closed): the error handler
+			// never hears of it, so it is retried from here.
+			p.failed(m, err)
+		}
+		return nil
+	}
+}
+
+// resendDue sends again the messages whose backoff is over (all of them
+// with all).
+func (p *publisher) resendDue(ctx context.Context, all bool) error {
+	p.mu.Lock()
+	var due []*nats.Msg
+	keep := p.retry[:0]
+	now := time.Now()
+	for _, r := range p.retry {
+		if all || !r.due.After(now) {
+			due = append(due, r.m)
+		} else {
+			keep = append(keep, r)
+		}
+	}
+	p.retry = keep
+	p.st.Resent += len(due)
+	p.mu.Unlock()
+	for _, m := range due {
+		if err := p.sendAsync(ctx, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// drain waits until every message is acknowledged or given up on, sending
+// again what is due meanwhile.
+func (p *publisher) drain(ctx context.Context) error {
+	for {
+		select {
+		case <-p.js.PublishAsyncComplete():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		p.mu.Lock()
+		var next time.Time
+		for _, r := range p.retry {
+			if next.IsZero() || r.due.Before(next) {
+				next = r.due
+			}
+		}
+		p.mu.Unlock()
+		if next.IsZero() {
+			return nil
+		}
+		if !wait.Sleep(ctx, time.Until(next)) {
+			return ctx.Err()
+		}
+		if err := p.resendDue(ctx, false); err != nil {
+			return err
+		}
+	}
+}
+
+// finish reports the stats and the error that ended publishing: err, or
+// the permission the server refused, or the events never acknowledged.
+func (p *publisher) finish(ctx context.Context, err error) (PublishStats, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.st
+	st.Duration = time.Since(p.start)
+	if st.Duration > 0 {
+		st.Rate = float64(st.Published) / st.Duration.Seconds()
+	}
+	if cause := context.Cause(ctx); err != nil && errors.Is(cause, nats.ErrPermissionViolation) {
+		err = cause
+	}
+	if err == nil && st.Failed > 0 {
+		err = fmt.Errorf("publish: %d of %d events were not acknowledged by JetStream: %w", st.Failed, st.Published+st.Failed, p.firstErr)
+	}
+	return st, err
+}
