@@ -148,3 +148,20 @@ func EventsIn(m *nats.Msg) int {
 	}
 	return 1
 }
+
+// messagesFitting is how many of msgs, from the first, carry at most room
+// events in all (a batched message is never split, since its stream
+// sequence is the checkpoint of all its events).
+func messagesFitting(msgs []jetstream.Msg, room int) int {
+	events := 0
+	for i, m := range msgs {
+		n := 1
+		if isBatch(m.Headers()) {
+			n = bytes.Count(m.Data(), []byte{'\n'})
+		}
+		if events += n; events > room {
+			return i
+		}
+	}
+	return len(msgs)
+}

@@ -56,6 +56,7 @@ func TestJetStreamBatchedMessages(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(4), cp, "the checkpoint is the last message's stream sequence (two batches, two single events)")
 	sink.mu.Lock()
+	assert.LessOrEqual(t, sink.largest, 100, "a batch takes the messages whose events fit BatchSize")
 	defer sink.mu.Unlock()
 	seen := map[string]bool{}
 	for _, e := range sink.events {

@@ -503,7 +503,16 @@ func (p *pipeline) fill(ctx context.Context, fetches <-chan fetchResult) error {
 			// a small row group that the next checkpoint had to merge and
 			// rewrite (measured: 2.8 s at 1M rows instead of 0.3 s).
 			for msgs := fr.msgs; len(msgs) > 0; {
-				n := min(len(msgs), p.src.BatchSize-p.filled())
+				n := messagesFitting(msgs, p.src.BatchSize-p.filled())
+				if n == 0 && p.filled() > 0 {
+					// The next batched message does not fit: store what is
+					// in hand first.
+					if !p.flush(ctx) {
+						return nil
+					}
+					continue
+				}
+				n = max(n, 1) // a message larger than a whole batch goes alone
 				if err := p.add(ctx, fetchResult{msgs: msgs[:n], took: fr.took, full: fr.full}); err != nil {
 					return err
 				}

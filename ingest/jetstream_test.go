@@ -72,6 +72,7 @@ type memSink struct {
 	dead    []DeadLetter
 	cp      map[string]uint64
 	appends int
+	largest int // the most events (and dead letters) in one batch
 	failN   int // fail this many appends first
 }
 
@@ -83,6 +84,7 @@ func (s *memSink) Append(ctx context.Context, b Batch) (Result, error) {
 		return Result{}, errors.New("disk full")
 	}
 	s.appends++
+	s.largest = max(s.largest, len(b.Events)+len(b.DeadLetters))
 	s.events = append(s.events, b.Events...)
 	s.dead = append(s.dead, b.DeadLetters...)
 	if b.Checkpoint != nil {
