@@ -51,6 +51,8 @@ var Defaults = map[string]any{
 	"nats.tls.key":                        "",
 	"nats.stream_max_age":                 "7d",
 	"nats.stream_max_bytes":               0,
+	"nats.stream_replicas":                1,
+	"nats.startup_timeout":                "2m",
 	"ingest.batch_size":                   122880,
 	"ingest.fetch_size":                   4096,
 	"ingest.flush_interval":               "2s",
@@ -134,6 +136,12 @@ type NATS struct {
 	// StreamMaxBytes bounds the stream's size (oldest events go first); 0
 	// means no limit.
 	StreamMaxBytes int64
+	// StreamReplicas is the stream's replicas when serve creates it (an
+	// existing stream with fewer is raised, one with more kept).
+	StreamReplicas int
+	// StartupTimeout is how long serve waits at start for the stream to
+	// answer (a leader election, a cluster coming up) before it gives up.
+	StartupTimeout time.Duration
 }
 
 // NATSUser is one entry of nats.embedded.users.
@@ -277,6 +285,7 @@ func Load(v *viper.Viper) (*Config, error) {
 		Token: p.str("nats.token", nil), User: p.str("nats.user", nil), Password: p.str("nats.password", nil),
 		TLSCA: p.str("nats.tls.ca", nil), TLSCert: p.str("nats.tls.cert", nil), TLSKey: p.str("nats.tls.key", nil),
 		StreamMaxAge: p.duration("nats.stream_max_age"), StreamMaxBytes: p.size("nats.stream_max_bytes"),
+		StreamReplicas: p.integer("nats.stream_replicas", 1, 5), StartupTimeout: p.duration("nats.startup_timeout"),
 		Users: p.natsUsers("nats.embedded.users"), GatewayPasswordFile: p.str("nats.embedded.gateway_password_file", nil),
 	}
 	c.Ingest = Ingest{

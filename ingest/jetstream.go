@@ -69,6 +69,9 @@ type StreamSpec struct {
 	MaxAge     time.Duration // 0: DefaultStreamMaxAge; < 0: unlimited
 	MaxBytes   int64         // <= 0: unlimited
 	Duplicates time.Duration // Nats-Msg-Id de-duplication window; 0: DefaultDuplicates
+	// Replicas of a stream created here (1 when <= 0); an existing stream
+	// with fewer is raised to it, one with more (an operator's choice) kept.
+	Replicas int
 }
 
 func (s StreamSpec) maxAge() time.Duration {
@@ -117,7 +120,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) 
 			MaxBytes:    spec.maxBytes(),
 			MaxMsgs:     -1,
 			Duplicates:  spec.duplicatesFor(spec.maxAge()),
-			Replicas:    1,
+			Replicas:    max(spec.Replicas, 1),
 		}
 		st, err = js.CreateStream(ctx, cfg)
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -151,13 +154,16 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) 
 	if d := spec.duplicatesFor(cfg.MaxAge); cfg.Duplicates != d {
 		cfg.Duplicates, changed = d, true
 	}
+	if cfg.Replicas < spec.Replicas {
+		cfg.Replicas, changed = spec.Replicas, true
+	}
 	if !changed {
 		return st, nil
 	}
 	st, err = js.UpdateStream(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("update stream %s (subjects %s, max age %s, max bytes %d): %w",
-			spec.Name, strings.Join(cfg.Subjects, ", "), cfg.MaxAge, cfg.MaxBytes, err)
+		return nil, fmt.Errorf("update stream %s (subjects %s, max age %s, max bytes %d, replicas %d): %w",
+			spec.Name, strings.Join(cfg.Subjects, ", "), cfg.MaxAge, cfg.MaxBytes, cfg.Replicas, err)
 	}
 	return st, nil
 }

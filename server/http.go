@@ -67,7 +67,13 @@ func (a *httpAPI) isReady() bool {
 
 func (a *httpAPI) readyz(w http.ResponseWriter, _ *http.Request) {
 	if !a.ready.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
+		answer := map[string]string{"status": "starting"}
+		if a.health != nil {
+			if ok, reason := a.health(); !ok {
+				answer["reason"] = reason // e.g. waiting for the stream
+			}
+		}
+		writeJSON(w, http.StatusServiceUnavailable, answer)
 		return
 	}
 	if a.live != nil && !a.live() {

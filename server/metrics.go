@@ -123,7 +123,7 @@ func newMetrics(dbSize func() float64) *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	for _, stage := range []string{"fetch", "append", "ack"} {
+	for _, stage := range []string{"fetch", "append", "ack", "stream_setup"} {
 		m.errors.WithLabelValues(stage) // export zeros so that rate() works from the start
 	}
 	for _, what := range []string{"stream", "consumer"} {

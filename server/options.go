@@ -71,6 +71,10 @@ type Options struct {
 
 	StreamMaxAge   time.Duration // nats.stream_max_age: 7 days when 0, unlimited when < 0
 	StreamMaxBytes int64         // nats.stream_max_bytes: unlimited when <= 0
+	StreamReplicas int           // nats.stream_replicas: 1 when <= 0
+	// StartupTimeout is nats.startup_timeout: how long the start waits for
+	// the stream to answer (DefaultStartupTimeout when <= 0).
+	StartupTimeout time.Duration
 
 	BatchSize     int           // ingest.batch_size
 	FetchSize     int           // ingest.fetch_size (JetStream)

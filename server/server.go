@@ -241,22 +241,12 @@ func runJetStream(ctx context.Context, nc *nats.Conn, store *analytics.Store, op
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	sspec := ingest.StreamSpec{
 		Name:     opts.Stream,
 		Subjects: []string{opts.Subject},
 		MaxAge:   opts.StreamMaxAge,
 		MaxBytes: opts.StreamMaxBytes,
-	}
-	stream, err := ingest.EnsureStream(sctx, js, sspec)
-	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) ||
-		errors.Is(err, nats.ErrNoResponders) {
-		return fmt.Errorf("nats.jetstream: %w: enable JetStream on the NATS server (and for this account), "+
-			"or set nats.jetstream: false for core mode, which is at-most-once", err)
-	}
-	if err != nil {
-		return fmt.Errorf("nats.stream: %w", err)
+		Replicas: opts.StreamReplicas,
 	}
 	cspec := ingest.ConsumerSpec{
 		Stream:    opts.Stream,
@@ -268,9 +258,10 @@ func runJetStream(ctx context.Context, nc *nats.Conn, store *analytics.Store, op
 	if len(opts.Servers) > 0 {
 		cspec.FilterSubjects = opts.subjects()
 	}
-	cons, err := ingest.EnsureConsumer(sctx, js, cspec)
+	setup := streamSetup{js: js, nc: nc, stream: sspec, cons: cspec, timeout: opts.StartupTimeout, m: m, log: log, onHealth: onHealth}
+	stream, cons, err := setup.run(ctx)
 	if err != nil {
-		return fmt.Errorf("nats.consumer: %w", err)
+		return err
 	}
 	log.Info("stream and consumer ready", "stream", opts.Stream, "subjects", opts.Subject,
 		"consumer", opts.Consumer, "filter", cspec.FilterSubjects)
