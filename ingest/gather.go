@@ -13,11 +13,15 @@ import (
 const fetchLinger = 50 * time.Millisecond
 
 // gatherer turns the messages a Consume handler receives one by one into
-// fetches of up to size messages, in delivery order, for one goroutine to
-// take with next. The handler blocks while two fetches wait untaken, so the
-// client stops pulling until decoding catches up.
+// fetches of up to size messages and maxBytes of payload (batched messages
+// hold many events each), in delivery order, for one goroutine to take with
+// next. The handler blocks while two fetches wait untaken, so the client
+// stops pulling until decoding catches up.
 type gatherer struct {
-	size int
+	size     int
+	maxBytes int // 0: no byte limit
+
+	bytes int // payload bytes in msgs
 
 	mu     sync.Mutex
 	room   *sync.Cond // signalled when next takes messages or on close
@@ -28,8 +32,8 @@ type gatherer struct {
 	wake   chan struct{} // a first message, a full fetch or an error
 }
 
-func newGatherer(size int) *gatherer {
-	g := &gatherer{size: size, msgs: make([]jetstream.Msg, 0, 2*size), wake: make(chan struct{}, 1)}
+func newGatherer(size, maxBytes int) *gatherer {
+	g := &gatherer{size: size, maxBytes: maxBytes, msgs: make([]jetstream.Msg, 0, 2*size), wake: make(chan struct{}, 1)}
 	g.room = sync.NewCond(&g.mu)
 	return g
 }
@@ -37,7 +41,7 @@ func newGatherer(size int) *gatherer {
 // add is the Consume handler: it is called for one message at a time.
 func (g *gatherer) add(m jetstream.Msg) {
 	g.mu.Lock()
-	for len(g.msgs) >= 2*g.size && !g.closed {
+	for (len(g.msgs) >= 2*g.size || (g.maxBytes > 0 && g.bytes >= 2*g.maxBytes)) && !g.closed {
 		g.room.Wait()
 	}
 	if g.closed {
@@ -47,12 +51,14 @@ func (g *gatherer) add(m jetstream.Msg) {
 		return
 	}
 	g.msgs = append(g.msgs, m)
+	g.bytes += len(m.Data())
 	n := len(g.msgs)
 	if n == 1 {
 		g.first = time.Now()
 	}
+	full := g.fullFetch() < n || n == g.size
 	g.mu.Unlock()
-	if n == 1 || n == g.size {
+	if n == 1 || full {
 		g.signal()
 	}
 }
@@ -91,10 +97,11 @@ func (g *gatherer) next(ctx context.Context) (fr fetchResult, ok bool) {
 	for {
 		g.mu.Lock()
 		n := len(g.msgs)
+		k := g.fullFetch()
 		switch {
-		case n >= g.size || g.err != nil || (n > 0 && time.Since(g.first) >= fetchLinger):
-			fr = g.take(min(n, g.size))
-			if n <= g.size {
+		case k < n || n >= g.size || g.err != nil || (n > 0 && time.Since(g.first) >= fetchLinger):
+			fr = g.take(k)
+			if k == n {
 				fr.err, g.err = g.err, nil
 			}
 			g.mu.Unlock()
@@ -112,9 +119,28 @@ func (g *gatherer) next(ctx context.Context) (fr fetchResult, ok bool) {
 	}
 }
 
+// fullFetch is how many messages, from the first, make one fetch: up to
+// size of them and maxBytes of payload, and at least one; g.mu is held.
+func (g *gatherer) fullFetch() int {
+	n := min(len(g.msgs), g.size)
+	if g.maxBytes <= 0 || g.bytes <= g.maxBytes {
+		return n
+	}
+	bytes := 0
+	for i, m := range g.msgs[:n] {
+		if bytes += len(m.Data()); bytes > g.maxBytes {
+			return max(i, 1)
+		}
+	}
+	return n
+}
+
 // take removes the first n messages; g.mu is held.
 func (g *gatherer) take(n int) fetchResult {
-	fr := fetchResult{took: time.Since(g.first), full: n == g.size}
+	fr := fetchResult{took: time.Since(g.first), full: n == g.size || n < len(g.msgs)}
+	for _, m := range g.msgs[:n] {
+		g.bytes -= len(m.Data())
+	}
 	if n > 0 {
 		fr.msgs = make([]jetstream.Msg, n)
 		copy(fr.msgs, g.msgs)

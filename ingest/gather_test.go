@@ -11,11 +11,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// numbered stands in for a delivered message; the gatherer never calls it.
+// numbered stands in for a delivered message of size payload bytes; the
+// gatherer calls only its Data.
 type numbered struct {
 	jetstream.Msg
-	n int
+	n, size int
 }
+
+func (m numbered) Data() []byte { return make([]byte, m.size) }
 
 func numbers(fr fetchResult) []int {
 	out := make([]int, len(fr.msgs))
@@ -26,7 +29,7 @@ func numbers(fr fetchResult) []int {
 }
 
 func TestGathererHandsOnFullFetchesThenLingers(t *testing.T) {
-	g := newGatherer(4)
+	g := newGatherer(4, 0)
 	for i := range 8 { // as many as may wait
 		g.add(numbered{n: i})
 	}
@@ -46,7 +49,7 @@ func TestGathererHandsOnFullFetchesThenLingers(t *testing.T) {
 }
 
 func TestGathererDeliversAnErrorAfterTheMessagesBeforeIt(t *testing.T) {
-	g := newGatherer(4)
+	g := newGatherer(4, 0)
 	for i := range 6 {
 		g.add(numbered{n: i})
 	}
@@ -65,7 +68,7 @@ func TestGathererDeliversAnErrorAfterTheMessagesBeforeIt(t *testing.T) {
 
 // The handler blocks while two fetches wait, and close releases it.
 func TestGathererBlocksTheHandlerUntilTaken(t *testing.T) {
-	g := newGatherer(2)
+	g := newGatherer(2, 0)
 	for i := range 4 {
 		g.add(numbered{n: i})
 	}
@@ -91,4 +94,28 @@ func TestGathererBlocksTheHandlerUntilTaken(t *testing.T) {
 	fr, ok = g.next(ctx)
 	require.True(t, ok, "what arrived before close is still handed on")
 	assert.Equal(t, []int{2, 3}, numbers(fr))
+}
+
+// TestGathererBoundsFetchesInBytes: batched messages make fetches by their
+// payload, not their number; a message larger than the budget goes alone.
+func TestGathererBoundsFetchesInBytes(t *testing.T) {
+	g := newGatherer(100, 1000)
+	for i := range 5 {
+		g.add(numbered{n: i, size: 400})
+	}
+	ctx := context.Background()
+	fr, ok := g.next(ctx)
+	require.True(t, ok)
+	assert.Equal(t, []int{0, 1}, numbers(fr), "two fit in 1000 bytes, a third would not")
+	assert.True(t, fr.full, "more are waiting: a backlog")
+	fr, ok = g.next(ctx)
+	require.True(t, ok)
+	assert.Equal(t, []int{2, 3}, numbers(fr))
+	g.add(numbered{n: 5, size: 3000})
+	fr, ok = g.next(ctx)
+	require.True(t, ok)
+	assert.Equal(t, []int{4}, numbers(fr), "the large one does not join")
+	fr, ok = g.next(ctx)
+	require.True(t, ok)
+	assert.Equal(t, []int{5}, numbers(fr), "and goes alone")
 }

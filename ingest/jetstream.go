@@ -275,8 +275,12 @@ type JetStreamSource struct {
 	Sink   Sink
 	// CheckpointKey names the checkpoint row; use one per stream and consumer.
 	CheckpointKey string
-	BatchSize     int // messages per transaction; DefaultBatchSize when <= 0
+	BatchSize     int // events per transaction; DefaultBatchSize when <= 0
 	FetchSize     int // messages decoded together; DefaultFetchSize when <= 0, at most BatchSize
+	// MaxMessageBytes is the largest message the stream may hold
+	// (ingest.max_message_bytes; DefaultMaxMessageBytes when <= 0): what
+	// the client buffers must hold at least one.
+	MaxMessageBytes int
 	// MaxWait is the flush interval: a batch is stored at the latest this
 	// long after its first message arrived (DefaultMaxWait when <= 0; at
 	// most 5 s).
@@ -439,6 +443,17 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 	return nil
 }
 
+// fetchBytesPerMessage sizes a fetch's byte budget: FetchSize single events
+// (a few hundred bytes each) fit in it with room to spare.
+const fetchBytesPerMessage = 1 << 10
+
+func (s *JetStreamSource) maxMessageBytes() int {
+	if s.MaxMessageBytes > 0 {
+		return s.MaxMessageBytes
+	}
+	return DefaultMaxMessageBytes
+}
+
 // startFetcher consumes continuously (the client keeps pull requests for
 // up to two fetches outstanding, so the server never waits for the next
 // request) and hands the messages on FetchSize at a time from its own
@@ -451,8 +466,12 @@ func (s *JetStreamSource) startFetcher(ctx context.Context) (<-chan fetchResult,
 	fctx, cancel := context.WithCancel(ctx)
 	out := make(chan fetchResult, 1)
 	done := make(chan struct{})
-	g := newGatherer(s.FetchSize)
-	cc, err := s.Consumer.Consume(g.add, jetstream.PullMaxMessages(2*s.FetchSize),
+	// Fetches and what the client buffers are bounded in bytes as well as
+	// messages: a batched message holds many events, and 2 x FetchSize of
+	// them would hold hundreds of megabytes.
+	fetchBytes := max(s.FetchSize*fetchBytesPerMessage, s.maxMessageBytes())
+	g := newGatherer(s.FetchSize, fetchBytes)
+	cc, err := s.Consumer.Consume(g.add, jetstream.PullMaxBytes(2*fetchBytes),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { g.fail(err) }))
 	if err != nil {
 		out <- fetchResult{err: fmt.Errorf("pull from consumer %s: %w", s.CheckpointKey, err)}
