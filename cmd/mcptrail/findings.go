@@ -77,9 +77,13 @@ func (a *app) runFindings(ctx context.Context, store *analytics.Store, req *api.
 		return err
 	}
 	w := render.New(f, a.stdout)
-	_ = w.Header([]string{"id", "kind", "tool", "state", "severity", "first_seen", "last_seen"})
+	if err := w.Header([]string{"id", "kind", "tool", "state", "severity", "first_seen", "last_seen"}); err != nil {
+		return fmt.Errorf("findings: %w", err)
+	}
 	for _, r := range recs {
-		_ = w.Row([]any{r.ID, r.Kind, r.Tool, r.State, r.Severity, r.FirstSeen, r.LastSeen})
+		if err := w.Row([]any{r.ID, r.Kind, r.Tool, r.State, r.Severity, r.FirstSeen, r.LastSeen}); err != nil {
+			return fmt.Errorf("findings: %w", err)
+		}
 	}
 	return w.Close()
 }

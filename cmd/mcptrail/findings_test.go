@@ -105,3 +105,26 @@ func TestFindingsLifecycle(t *testing.T) {
 
 // short is a rate limit finding's id without its kind and scope.
 func short(id string) string { return strings.TrimPrefix(id, "rate_limit:hist-mcp:g1:") }
+
+// TestFindingsRecordedInDaemon: while the daemon holds the database, a
+// recommend sent to it is recorded there, and findings reads it there.
+func TestFindingsRecordedInDaemon(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a daemon")
+	}
+	tmp := t.TempDir()
+	db := filepath.Join(tmp, "mcptrail.duckdb")
+	samples, err := filepath.Abs("../../testdata/samples")
+	require.NoError(t, err)
+	env := []string{"MCPTRAIL_NOW=2026-11-30T00:00:00Z", "MCPTRAIL_HTTP_LISTEN=127.0.0.1:1"}
+	_, code, errOut := runCLI(t, tmp, env, []string{"ingest", filepath.Join(samples, "native.jsonl"), "--db", db})
+	require.Zero(t, code, errOut)
+	env = append(env, "MCPTRAIL_HTTP_LISTEN="+startDaemon(t, tmp, db))
+
+	_, code, errOut = runCLI(t, tmp, env, []string{"recommend", "--server", "proxmox-mcp", "--db", db})
+	require.Zero(t, code, errOut)
+	assert.NotContains(t, errOut, "not recorded")
+	out, code, errOut := runCLI(t, tmp, env, []string{"findings", "--server", "proxmox-mcp", "--state", "open", "--db", db})
+	require.Zero(t, code, errOut)
+	assert.Contains(t, out, "risky_tool:proxmox-mcp:ops-bot:vm_agent_exec")
+}
