@@ -114,6 +114,39 @@ CREATE TABLE derived_sessions (
 	PRIMARY KEY (server, agent, "grant", gateway)
 );
 `},
+	{3, "finding history", `
+CREATE TABLE recommend_runs (
+	run_id      BIGINT PRIMARY KEY,
+	server      VARCHAR NOT NULL,
+	"grant"     VARCHAR NOT NULL,
+	"at"        TIMESTAMPTZ NOT NULL,
+	window_from TIMESTAMPTZ NOT NULL,
+	window_to   TIMESTAMPTZ NOT NULL,
+	source      VARCHAR NOT NULL
+);
+CREATE TABLE findings (
+	finding_id  VARCHAR NOT NULL,
+	server      VARCHAR NOT NULL,
+	"grant"     VARCHAR NOT NULL,
+	kind        VARCHAR NOT NULL,
+	tool        VARCHAR,
+	first_seen  TIMESTAMPTZ NOT NULL,
+	last_seen   TIMESTAMPTZ NOT NULL,
+	state       VARCHAR NOT NULL,
+	severity    VARCHAR NOT NULL,
+	summary     VARCHAR,
+	action      VARCHAR,
+	last_run_id BIGINT NOT NULL,
+	changed_at  TIMESTAMPTZ NOT NULL
+);
+CREATE TABLE finding_log (
+	"at"       TIMESTAMPTZ NOT NULL,
+	finding_id VARCHAR NOT NULL,
+	from_state VARCHAR,
+	to_state   VARCHAR NOT NULL,
+	run_id     BIGINT NOT NULL
+);
+`},
 }
 
 // backfillSessionSource gives the rows stored before session sources a

@@ -72,6 +72,8 @@ type Store struct {
 	wconn  *sql.Conn
 	closed bool
 
+	historyMu sync.Mutex // serialises the recorded recommend runs (RecordRun)
+
 	// threads: DuckDB's own default (all cores) and the ingest setting;
 	// boosts counts the Boosts held.
 	boostMu       sync.Mutex

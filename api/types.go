@@ -35,6 +35,7 @@ const (
 	PathSuppressions = "/api/v1/suppressions"
 	PathPolicies     = "/api/v1/policies"
 	PathForget       = "/api/v1/policies/forget"
+	PathFindings     = "/api/v1/findings"
 )
 
 // Request is implemented by every request type.
@@ -235,6 +236,16 @@ type ForgetRequest struct {
 	AllGrants bool   `json:"all_grants,omitempty"`
 }
 
+// FindingsRequest lists the findings that recommend runs recorded for a
+// server: of one grant (every grant's when empty), in one state when set.
+type FindingsRequest struct {
+	Common
+	Server string `json:"server"`
+	Grant  string `json:"grant,omitempty"`
+	State  string `json:"state,omitempty"`  // open, accepted, dismissed, resolved
+	Format string `json:"format,omitempty"` // table (default), json, csv
+}
+
 // PoliciesRequest lists the recorded current policies.
 type PoliciesRequest struct {
 	Common
@@ -254,6 +265,7 @@ func (*UnsuppressRequest) Path() string    { return PathUnsuppress }
 func (*SuppressionsRequest) Path() string  { return PathSuppressions }
 func (*PoliciesRequest) Path() string      { return PathPolicies }
 func (*ForgetRequest) Path() string        { return PathForget }
+func (*FindingsRequest) Path() string      { return PathFindings }
 
 // newRequest makes an empty request for an endpoint.
 func newRequest(path string) Request {
@@ -282,6 +294,8 @@ func newRequest(path string) Request {
 		return &PoliciesRequest{}
 	case PathForget:
 		return &ForgetRequest{}
+	case PathFindings:
+		return &FindingsRequest{}
 	}
 	return nil
 }

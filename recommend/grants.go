@@ -229,6 +229,11 @@ type GrantsOptions struct {
 	// suppressions, target, log); RecommendGrants sets their Server, Grant,
 	// Now and Params. The grant is "" for a server whose calls carry none.
 	Inputs func(ctx context.Context, grant string) (Options, error)
+	// Record, when set, records the run's reports (one per scope) in the
+	// finding history before they are returned; it marks their findings
+	// (AdvanceHistory). An error fails the run: a recommendation whose
+	// recording failed is not shown as if it had been recorded.
+	Record func(ctx context.Context, reports []*Report) error
 }
 
 // RecommendGrants proposes a server's policies as `mcptrail recommend` and
@@ -270,7 +275,13 @@ func RecommendGrants(ctx context.Context, db *sql.DB, o GrantsOptions) (*Report,
 			return nil, nil, fmt.Errorf("%w for server %q and grant %q between %s and %s; the grants with calls there are %s: pass one of them to --grant, or leave --grant out for one policy per grant",
 				ErrNoCalls, o.Server, o.Grant, from.Format(time.RFC3339), o.Now.Format(time.RFC3339), strings.Join(names, ", "))
 		}
-		return r, nil, err
+		if err == nil && o.Record != nil {
+			err = o.Record(ctx, []*Report{r})
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		return r, nil, nil
 	}
 	set := &Set{Server: o.Server, Grants: grants, UngrantedCalls: ungranted, Policies: map[string]*Report{}}
 	for _, g := range grants {
@@ -281,6 +292,13 @@ func RecommendGrants(ctx context.Context, db *sql.DB, o GrantsOptions) (*Report,
 		set.Policies[g] = r
 		set.GeneratedAt = r.GeneratedAt
 	}
-	set.Window, err = ServerWindow(ctx, db, o.Server, from, o.Now)
-	return nil, set, err
+	if set.Window, err = ServerWindow(ctx, db, o.Server, from, o.Now); err != nil {
+		return nil, nil, err
+	}
+	if o.Record != nil {
+		if err := o.Record(ctx, set.Reports()); err != nil {
+			return nil, nil, err
+		}
+	}
+	return nil, set, nil
 }

@@ -223,7 +223,7 @@ func Text(r *Report, color bool) string {
 			main = append(main, f)
 		}
 	}
-	fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, fmt.Sprintf("Findings: %d (%d suppressed)", len(r.Findings), c.suppressed)))
+	fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, fmt.Sprintf("Findings: %d (%d suppressed%s)", len(r.Findings), c.suppressed, newSince(r.Findings))))
 	if len(main) == 0 {
 		fmt.Fprintln(&b, "  no other findings")
 	}
@@ -237,17 +237,21 @@ func Text(r *Report, color bool) string {
 		}
 		// The summary wraps under itself; the id gets a line of its own,
 		// whole, for suppress to be given.
-		fmt.Fprintf(&b, "  %s %-15s %s\n           → %s  [%s confidence]\n             %s\n",
+		mark := changeMark(f)
+		if mark != "" {
+			mark = paint(severityColor[Medium], mark)
+		}
+		fmt.Fprintf(&b, "  %s %-15s %s\n           → %s  [%s confidence]%s\n             %s\n",
 			paint(severityColor[f.Severity], fmt.Sprintf("%-8s", strings.ToUpper(f.Severity))), f.Kind,
 			render.Wrap(t(f.Summary), 27, render.TextWidth, strings.Repeat(" ", 27)), act, f.Confidence,
-			paint(ansiDim, t(f.ID)))
+			mark, paint(ansiDim, t(f.ID)))
 	}
 	if len(limits) > 0 {
-		fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, fmt.Sprintf("Rate limits from observed peaks: %d tools", len(limits))))
+		fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, fmt.Sprintf("Rate limits from observed peaks: %d tools%s", len(limits), newSince(limits))))
 		for _, f := range limits {
 			l := f.Action.Limit
-			fmt.Fprintf(&b, "  %-28s %4d/%s per %-7s p99 %-4s max %-4s over %s [%s]\n", t(f.Tool), l.Max, l.Window, l.EffectiveScope(),
-				evidenceValue(f.Evidence["p99"]), evidenceValue(f.Evidence["max"]), evidenceValue(f.Evidence["scopes"])+" "+l.EffectiveScope()+"s", f.Confidence)
+			fmt.Fprintf(&b, "  %-28s %4d/%s per %-7s p99 %-4s max %-4s over %s [%s\n", t(f.Tool), l.Max, l.Window, l.EffectiveScope(),
+				evidenceValue(f.Evidence["p99"]), evidenceValue(f.Evidence["max"]), evidenceValue(f.Evidence["scopes"])+" "+l.EffectiveScope()+"s", f.Confidence+"]"+changeMark(f))
 		}
 	}
 	if len(hides) > 0 {
@@ -270,7 +274,7 @@ func Text(r *Report, color bool) string {
 				parts = append(parts, fmt.Sprintf("%d %s", byCat[cat], cat))
 			}
 		}
-		fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, fmt.Sprintf("Unused in the last %s, to hide: %d tools", r.Window.unusedSpan(), len(hides))))
+		fmt.Fprintf(&b, "\n%s\n", paint(ansiBold, fmt.Sprintf("Unused in the last %s, to hide: %d tools%s", r.Window.unusedSpan(), len(hides), newSince(hides))))
 		fmt.Fprintf(&b, "  %s\n", strings.Join(parts, ", "))
 		if len(risky) > 0 {
 			shown := risky
@@ -302,6 +306,57 @@ func Text(r *Report, color bool) string {
 		}
 	}
 	return render.Fit(b.String(), render.TextWidth)
+}
+
+// change is what changed in a finding since the previous recorded run of
+// its scope: "new", "changed" or "" (not recorded, or unchanged).
+func change(f Finding) string {
+	switch {
+	case f.History == nil:
+		return ""
+	case f.History.New:
+		return "new"
+	case f.History.Changed:
+		return "changed"
+	}
+	return ""
+}
+
+// changeMark marks a finding new or changed for the text output.
+func changeMark(f Finding) string {
+	if ch := change(f); ch != "" {
+		return "  " + strings.ToUpper(ch)
+	}
+	return ""
+}
+
+// newSince counts the findings new or changed since the previous recorded
+// run, as ", N new, M changed" ("" when none).
+func newSince(fs []Finding) string {
+	var parts []string
+	for _, ch := range []string{"new", "changed"} {
+		n := 0
+		for _, f := range fs {
+			if change(f) == ch {
+				n++
+			}
+		}
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, ch))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ", " + strings.Join(parts, ", ")
+}
+
+// markdownMark is changeMark for a Markdown cell.
+func markdownMark(f Finding) string {
+	if ch := change(f); ch != "" {
+		return " **" + ch + "**"
+	}
+	return ""
 }
 
 func suppressionDetail(ch analytics.SuppressionChange) string {
@@ -351,6 +406,9 @@ func markdown(r *Report, h int) string {
 		plural(int64(c.hide), "unused tool", "unused tools"), plural(int64(c.approval), "rarely used risky tool", "rarely used risky tools"),
 		plural(int64(c.limits), "rate limit", "rate limits"))
 	fmt.Fprintf(&b, "**Replay:** over the same window the proposed policy %s.\n\n", ReplaySentence(&r.Replay))
+	if since := newSince(r.Findings); since != "" {
+		fmt.Fprintf(&b, "**Since the previous run:** %s (marked below).\n\n", strings.TrimPrefix(since, ", "))
+	}
 
 	if widen := OpenWidenings(r); len(widen) > 0 {
 		fmt.Fprintf(&b, h2+"⚠️ Access widened for %s\n\n", plural(int64(len(widen)), "tool", "tools"))
@@ -383,7 +441,7 @@ func markdown(r *Report, h int) string {
 			hides = append(hides, f)
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", changeText(f), cell(f.Tool), text(f.Summary), evidenceText(f), f.Confidence)
+		fmt.Fprintf(&b, "| %s%s | %s | %s | %s | %s |\n", changeText(f), markdownMark(f), cell(f.Tool), text(f.Summary), evidenceText(f), f.Confidence)
 	}
 	b.WriteString("\n")
 	if len(hides) > 0 {
@@ -394,7 +452,7 @@ func markdown(r *Report, h int) string {
 			if t, ok := f.Evidence["last_called"].(*time.Time); ok && t != nil {
 				last = t.Format("2006-01-02")
 			}
-			fmt.Fprintf(&b, "| hide | %s | %s | %s | %v | %s |\n", cell(f.Tool), text(fmt.Sprint(f.Evidence["category"])), last, f.Evidence["denied_attempts"], f.Confidence)
+			fmt.Fprintf(&b, "| hide%s | %s | %s | %s | %v | %s |\n", markdownMark(f), cell(f.Tool), text(fmt.Sprint(f.Evidence["category"])), last, f.Evidence["denied_attempts"], f.Confidence)
 		}
 		b.WriteString("\n</details>\n\n")
 	}
@@ -407,7 +465,7 @@ func markdown(r *Report, h int) string {
 	if len(review) > 0 {
 		b.WriteString(h2 + "For review (not applied)\n\n| Severity | Finding | Subject | What we saw | Evidence |\n|---|---|---|---|---|\n")
 		for _, f := range review {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", f.Severity, f.Kind, cell(f.Tool), text(f.Summary), evidenceText(f))
+			fmt.Fprintf(&b, "| %s%s | %s | %s | %s | %s |\n", f.Severity, markdownMark(f), f.Kind, cell(f.Tool), text(f.Summary), evidenceText(f))
 		}
 		b.WriteString("\n")
 	}

@@ -96,6 +96,9 @@ type Report struct {
 	// Gateway is the proposal in the scope of Options.Target's gateway; nil
 	// when the target enforces policy.json's own scopes.
 	Gateway *GatewayPolicy `json:"-"`
+	// Recorded is what recording the run in the finding history did; nil
+	// when the run was not recorded (AdvanceHistory).
+	Recorded *Recorded `json:"-"`
 }
 
 // Window describes the analysed history.
@@ -184,6 +187,9 @@ type Finding struct {
 	Evidence   map[string]any `json:"evidence"`
 	Action     Action         `json:"action"`
 	Suppressed *Suppressed    `json:"suppressed,omitempty"`
+	// History is the finding's place in the finding history; nil when the
+	// run was not recorded (recommend/history.go, SPEC §5).
+	History *History `json:"history,omitempty"`
 }
 
 // Action is what the proposed policy does about a finding.

@@ -149,6 +149,11 @@ func Build(ctx context.Context, store *analytics.Store, opts Options) (*Report, 
 		return nil, fmt.Errorf("report: %w", err)
 	}
 	r.Changes = changes(r, opts.Previous, opts.PreviousFolder, log, q.from)
+	if set != nil {
+		historyChanges(&r.Changes, set.Reports())
+	} else {
+		historyChanges(&r.Changes, []*recommend.Report{rec})
+	}
 	return r, nil
 }
 

@@ -193,6 +193,9 @@ func htmlChanges(b *strings.Builder, r *Report) {
 		}
 		b.WriteString(").</p>\n")
 	}
+	if c.History != nil {
+		fmt.Fprintf(b, "<p>Findings: since the previous recorded run of the recommendation (%s), from the finding history (<code>mcptrail findings</code>).</p>\n", esc(minute(c.History.PreviousRunAt)))
+	}
 	nothing := true
 	if len(c.NewTools) > 0 {
 		nothing = false

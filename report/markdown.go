@@ -188,6 +188,9 @@ func markdownChanges(b *strings.Builder, r *Report) {
 		}
 		b.WriteString(").\n\n")
 	}
+	if c.History != nil {
+		fmt.Fprintf(b, "Findings: since the previous recorded run of the recommendation (%s), from the finding history (`mcptrail findings`).\n\n", minute(c.History.PreviousRunAt))
+	}
 	nothing := true
 	if len(c.NewTools) > 0 {
 		nothing = false

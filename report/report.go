@@ -249,6 +249,12 @@ type Changes struct {
 	// suppressed; ReopenedFindings were suppressed and are open again.
 	SuppressedFindings []FindingRef `json:"suppressed_findings"`
 	ReopenedFindings   []FindingRef `json:"reopened_findings"`
+	// AcceptedFindings are findings whose change the current policy now
+	// holds; only from the finding history (History).
+	AcceptedFindings []FindingRef `json:"accepted_findings,omitempty"`
+	// History is set when the finding lists come from the finding history
+	// (SPEC §5) rather than from the previous report.
+	History *HistoryRef `json:"history,omitempty"`
 	// SuppressionChanges are the changes to suppressions since the previous
 	// report's window ended (or in this window, for the first report).
 	SuppressionChanges []analytics.SuppressionChange `json:"suppression_changes"`
@@ -267,6 +273,7 @@ func (c Changes) findingLists() []findingList {
 		{"Resolved findings", c.ResolvedFindings},
 		{"Suppressed since", c.SuppressedFindings},
 		{"Reopened (suppression ended)", c.ReopenedFindings},
+		{"Accepted (now in the current policy)", c.AcceptedFindings},
 	}
 }
 

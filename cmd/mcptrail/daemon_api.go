@@ -89,6 +89,9 @@ func (b *daemonBackend) Run(ctx context.Context, req api.Request, out api.Output
 	case *api.ForgetRequest:
 		a.cmdUsage = "mcptrail policies forget"
 		err = a.runForget(ctx, b.store, r)
+	case *api.FindingsRequest:
+		a.cmdUsage = "mcptrail findings"
+		err = a.runFindings(ctx, b.store, r)
 	default:
 		err = fmt.Errorf("the daemon has no command for %T", req)
 	}

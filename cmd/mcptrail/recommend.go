@@ -157,7 +157,7 @@ func (a *app) recommendAll(ctx context.Context, store *analytics.Store, server, 
 			return nil, nil, err
 		}
 	}
-	o := a.grantsOptions(store, server, params, target)
+	o := a.grantsOptions(store, server, params, target, "recommend")
 	o.Grant = grant
 	r, set, err := recommend.RecommendGrants(ctx, store.DB(), o)
 	if err != nil && !errors.Is(err, recommend.ErrNoCalls) {
@@ -173,15 +173,18 @@ func (a *app) recommendAll(ctx context.Context, store *analytics.Store, server, 
 // grantsOptions select a server's recommendation for every grant, as
 // `recommend` and `report` (and the daemon's scheduled reports) make it:
 // each grant's recorded inputs (recommendInputs) as of a.now, for the
-// target format ("" for the report).
-func (a *app) grantsOptions(store *analytics.Store, server string, params recommend.Params, target string) recommend.GrantsOptions {
+// target format ("" for the report). Every run is recorded in the finding
+// history as made by source (recommend, report, schedule), which marks its
+// findings new or changed.
+func (a *app) grantsOptions(store *analytics.Store, server string, params recommend.Params, target, source string) recommend.GrantsOptions {
 	o := recommend.GrantsOptions{Server: server, Now: a.now, Params: params,
 		Inputs: func(ctx context.Context, g string) (recommend.Options, error) {
 			opts, err := a.recommendInputs(ctx, store, server, g, nil, nil)
 			opts.Log = a.log
 			opts.Target = target // limits in the target gateway's scope (recommend/intercept.go)
 			return opts, err
-		}}
+		},
+		Record: a.recordFindings(store, source)}
 	if a.nowIsFixed() {
 		o.GeneratedAt = a.now
 	}

@@ -55,6 +55,6 @@ func (a *app) reportInputs(store *analytics.Store) func(server string, now time.
 	return func(server string, now time.Time) recommend.GrantsOptions {
 		at := *a
 		at.now = now
-		return at.grantsOptions(store, server, a.recommendParams(), "")
+		return at.grantsOptions(store, server, a.recommendParams(), "", "schedule")
 	}
 }

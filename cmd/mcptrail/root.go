@@ -84,6 +84,7 @@ answers SQL over the whole call history, and recommends each server's policy.jso
 		newUnsuppressCmd(a),
 		newSuppressionsCmd(a),
 		newPoliciesCmd(a),
+		newFindingsCmd(a),
 		newServeCmd(a),
 		newDemoCmd(a),
 	)
