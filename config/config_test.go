@@ -243,3 +243,17 @@ func TestBadNATSURLHidesCredentials(t *testing.T) {
 	assert.NotContains(t, err.Error(), "s3cret-pw")
 	assert.NotContains(t, err.Error(), "t0ken")
 }
+
+// alerts.* have working defaults and refuse what would break the alarm's promise.
+func TestAlertsKeys(t *testing.T) {
+	c, err := Load(New())
+	require.NoError(t, err)
+	assert.Equal(t, Alerts{Enabled: true, Interval: 10 * time.Second}, c.Alerts)
+	for key, val := range map[string]any{"alerts.interval": "2m", "alerts.runaway_polls": -1} {
+		v := New()
+		v.Set(key, val)
+		_, err := Load(v)
+		require.Error(t, err, key)
+		assert.Contains(t, err.Error(), key)
+	}
+}
