@@ -8,6 +8,22 @@ import (
 	"time"
 )
 
+// The run definitions of SPEC §5 as pure functions, shared with the live
+// alarm, which extends runs call by call instead of in SQL.
+
+// IsRetryStorm tells a retry storm from polling: a run mostly of errors,
+// ending in one.
+func IsRetryStorm(polls, errors int64, lastErr bool) bool { return errors*2 >= polls && lastErr }
+
+// StartsLoop tells whether a run may be a polling loop by how it started:
+// after a call of another tool, at most maxGap before its first call.
+func StartsLoop(startTool, tool string, startGap, maxGap time.Duration) bool {
+	return startTool != "" && startTool != tool && startGap <= maxGap
+}
+
+// RunawayThreshold is the loop length over which a loop is runaway.
+func RunawayThreshold(p95 float64, p Params) float64 { return p.RunawayFactor * p95 }
+
 // LoopLengths measures a server's polling loops in the window (from, to] as
 // the polling_loop detector finds them (SPEC §5): how many, and the p95 of
 // their lengths in polls (lower nearest rank). The live alarm derives its
