@@ -10,6 +10,7 @@
 package alarm
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -18,15 +19,17 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/ingest"
 	"github.com/mcptrail/mcptrail/policy"
 	"github.com/mcptrail/mcptrail/recommend"
 )
 
-// SubjectPrefix is where alerts are published: SubjectPrefix + server.
-const SubjectPrefix = "mcptrail.alerts."
+// DefaultSubjectPrefix is where alerts are published: prefix + server.
+const DefaultSubjectPrefix = "mcptrail.alerts."
 
 // Kinds and states of an alert.
 const (
@@ -43,6 +46,9 @@ const (
 	// derive one: fewer than MinLoops loops in the window.
 	DefaultFloor = 30
 	MinLoops     = 20
+	// DefaultMinGap is the least time between two evaluations that Wake
+	// brings forward: a busy ingest wakes the alarm after every batch.
+	DefaultMinGap = time.Second
 	// DefaultRefresh is how often derived thresholds are computed again.
 	DefaultRefresh = time.Hour
 	// maxLookback bounds how far back the alarm reads calls: at start (the
@@ -58,9 +64,13 @@ type Config struct {
 	// derives one per server: Params.RunawayFactor × the p95 loop length
 	// over Params.Window, or Floor with fewer than MinLoops loops.
 	RunawayPolls int
-	Floor        int           // DefaultFloor when 0
-	Refresh      time.Duration // DefaultRefresh when 0
-	Params       recommend.Params
+	// SubjectPrefix is alerts.subject_prefix: an alert goes to it + server;
+	// DefaultSubjectPrefix when "".
+	SubjectPrefix string
+	MinGap        time.Duration // DefaultMinGap when 0
+	Floor         int           // DefaultFloor when 0
+	Refresh       time.Duration // DefaultRefresh when 0
+	Params        recommend.Params
 }
 
 // Alert is the JSON published on mcptrail.alerts.<server>.
@@ -107,6 +117,8 @@ type Alarm struct {
 	Metrics *Metrics         // may be nil
 	Now     func() time.Time // the clock; time.Now when nil
 
+	once       sync.Once
+	wake       chan struct{}
 	tracks     map[trackKey]*track
 	watermark  time.Time // the newest ingested_at read
 	thresholds map[string]threshold
@@ -155,6 +167,26 @@ func (a *Alarm) log() *slog.Logger {
 	return a.Log
 }
 
+// Wake asks for an evaluation before the interval is up: the ingest loop
+// calls it after each stored batch. It never blocks.
+func (a *Alarm) Wake() {
+	select {
+	case a.wakeC() <- struct{}{}:
+	default:
+	}
+}
+
+func (a *Alarm) wakeC() chan struct{} {
+	a.once.Do(func() { a.wake = make(chan struct{}, 1) })
+	return a.wake
+}
+
+// subject is the server's alert subject, its name written as in the audit
+// subjects (one token).
+func (a *Alarm) subject(server string) string {
+	return cmp.Or(a.Config.SubjectPrefix, DefaultSubjectPrefix) + ingest.SubjectToken(server)
+}
+
 // Run rebuilds the runs in progress from the stored calls, then evaluates
 // every Config.Interval until ctx ends. Errors are logged and counted; the
 // next evaluation tries again.
@@ -167,17 +199,28 @@ func (a *Alarm) Run(ctx context.Context) {
 		a.log().Error("alarm: start", "err", err)
 		a.Metrics.failed()
 	}
+	minGap := min(cmp.Or(a.Config.MinGap, DefaultMinGap), interval)
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	wake := a.wakeC()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-wake:
 		}
+		// At most one evaluation per minGap, however often batches arrive.
+		next := time.NewTimer(minGap)
 		if err := a.Evaluate(ctx); err != nil && ctx.Err() == nil {
 			a.log().Error("alarm: evaluate", "err", err)
 			a.Metrics.failed()
+		}
+		select {
+		case <-ctx.Done():
+			next.Stop()
+			return
+		case <-next.C:
 		}
 	}
 }
@@ -281,16 +324,14 @@ func (a *Alarm) refresh() time.Duration {
 // read feeds the calls stored after the watermark (and not older than
 // since) into the sessions' runs.
 func (a *Alarm) read(ctx context.Context, since time.Time) error {
-	calls, err := a.Store.AlarmCalls(ctx, a.watermark, since)
+	calls, newest, err := a.Store.AlarmCalls(ctx, a.watermark, since)
 	if err != nil {
 		return err
 	}
+	a.watermark = newest
 	maxGap := a.Config.Params.PollMaxInterval
 	for i := range calls {
 		c := &calls[i]
-		if c.IngestedAt.After(a.watermark) {
-			a.watermark = c.IngestedAt
-		}
 		if c.Session == "" {
 			continue
 		}
@@ -377,10 +418,10 @@ func (a *Alarm) emit(ctx context.Context, now time.Time) error {
 // (""). Unlike recommend, a loop's regularity is not required: a runaway
 // loop is worth an alert whatever its rhythm.
 func (a *Alarm) kind(r *run) string {
-	if r.errors*2 >= r.polls && r.lastErr {
+	if recommend.IsRetryStorm(r.polls, r.errors, r.lastErr) {
 		return KindRetryStorm
 	}
-	if r.startTool != "" && r.startTool != r.tool && r.startGap <= a.Config.Params.PollMaxInterval {
+	if recommend.StartsLoop(r.startTool, r.tool, r.startGap, a.Config.Params.PollMaxInterval) {
 		return KindRunawayLoop
 	}
 	return ""
@@ -447,7 +488,7 @@ func (a *Alarm) send(al *Alert) error {
 	if a.Publish == nil {
 		return nil
 	}
-	if err := a.Publish(SubjectPrefix+al.Server, data); err != nil {
+	if err := a.Publish(a.subject(al.Server), data); err != nil {
 		return fmt.Errorf("publish alert %s: %w", al.ID, err)
 	}
 	return nil
@@ -512,7 +553,7 @@ func (a *Alarm) derive(ctx context.Context, server string, now time.Time) (thres
 	if loops < MinLoops {
 		return threshold{float64(a.floor()), "floor"}, nil
 	}
-	return threshold{p.RunawayFactor * p95, "derived"}, nil
+	return threshold{recommend.RunawayThreshold(p95, p), "derived"}, nil
 }
 
 // limit is the current policy's limit on the run's tool: the run's grant's

@@ -25,7 +25,7 @@ import (
 
 const testServer = "pve"
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -36,13 +36,13 @@ func freeAddr(t *testing.T) string {
 // env is one database and embedded NATS store that daemons start on, one
 // after the other.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	db     string
 	opts   server.Options
 	config alarm.Config
 }
 
-func newEnv(t *testing.T, cfg alarm.Config) *env {
+func newEnv(t testing.TB, cfg alarm.Config) *env {
 	dir := t.TempDir()
 	return &env{t: t, db: filepath.Join(dir, "mcptrail.duckdb"), config: cfg, opts: server.Options{
 		EmbeddedListen: freeAddr(t), EmbeddedStoreDir: filepath.Join(dir, "nats"),
@@ -66,9 +66,11 @@ func (e *env) start() *daemon {
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &daemon{store: store, cancel: cancel, done: make(chan error, 1)}
 	opts := e.opts
+	al := &alarm.Alarm{Store: store, Config: e.config, Log: slog.New(slog.DiscardHandler)}
+	opts.Stored = al.Wake
 	opts.Background = func(ctx context.Context, nc *nats.Conn) {
-		(&alarm.Alarm{Store: store, Config: e.config, Log: slog.New(slog.DiscardHandler),
-			Publish: func(subject string, data []byte) error { return nc.Publish(subject, data) }}).Run(ctx)
+		al.Publish = func(subject string, data []byte) error { return nc.Publish(subject, data) }
+		al.Run(ctx)
 	}
 	ready := make(chan struct{})
 	go func() { d.done <- server.Run(ctx, store, opts, nil, func() { close(ready) }) }()
@@ -95,18 +97,20 @@ func (d *daemon) stop() {
 
 // collector subscribes to mcptrail.alerts.> as the daemon's user.
 type collector struct {
-	mu     sync.Mutex
-	alerts []alarm.Alert
+	mu       sync.Mutex
+	alerts   []alarm.Alert
+	received []time.Time
 }
 
-func (c *collector) subscribe(t *testing.T, addr string) *nats.Conn {
+func (c *collector) subscribe(t testing.TB, addr string) *nats.Conn {
 	nc, err := nats.Connect("nats://"+addr, nats.UserInfo("admin", "admin-secret"))
 	require.NoError(t, err)
 	_, err = nc.Subscribe("mcptrail.alerts.>", func(m *nats.Msg) {
 		var a alarm.Alert
-		if json.Unmarshal(m.Data, &a) == nil && m.Subject == alarm.SubjectPrefix+a.Server {
+		if json.Unmarshal(m.Data, &a) == nil && m.Subject == alarm.DefaultSubjectPrefix+a.Server {
 			c.mu.Lock()
 			c.alerts = append(c.alerts, a)
+			c.received = append(c.received, time.Now())
 			c.mu.Unlock()
 		}
 	})
@@ -128,6 +132,18 @@ func (c *collector) count(session, kind, state string) int {
 	return n
 }
 
+// arrival is when the session's first alert in that state arrived, or zero.
+func (c *collector) arrival(session, state string) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, a := range c.alerts {
+		if a.Session == session && a.State == state {
+			return c.received[i]
+		}
+	}
+	return time.Time{}
+}
+
 func (c *collector) sessions() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -145,7 +161,7 @@ type gateway struct {
 	n  atomic.Int64
 }
 
-func newGateway(t *testing.T, addr string) *gateway {
+func newGateway(t testing.TB, addr string) *gateway {
 	nc, err := nats.Connect("nats://"+addr, nats.UserInfo("admin", "admin-secret"),
 		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	require.NoError(t, err)

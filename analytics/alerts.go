@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 )
@@ -25,27 +26,42 @@ type AlarmCall struct {
 
 // AlarmCalls returns the tool calls stored after ingestedAfter (exclusive)
 // whose ts is at or after since, in the order the alarm follows them: by
-// server, session and time.
-func (s *Store) AlarmCalls(ctx context.Context, ingestedAfter, since time.Time) ([]AlarmCall, error) {
+// server, session and time; and the newest ingested_at of every call stored
+// after ingestedAfter (ingestedAfter when none), which is where the next
+// read starts even when no call passed since. Appends hold the write lock
+// from their ingested_at to their commit, so no later read finds a call
+// stored before that mark.
+func (s *Store) AlarmCalls(ctx context.Context, ingestedAfter, since time.Time) ([]AlarmCall, time.Time, error) {
+	var newest sql.NullTime
+	if err := s.db.QueryRowContext(ctx, `SELECT max(ingested_at) FROM calls WHERE ingested_at > ?`,
+		ingestedAfter.UTC()).Scan(&newest); err != nil {
+		return nil, ingestedAfter, fmt.Errorf("alarm: newest call: %w", err)
+	}
+	if !newest.Valid {
+		return nil, ingestedAfter, nil
+	}
 	rows, err := s.db.QueryContext(ctx, `
 SELECT server, coalesce(session, 'gateway:' || gateway, '') AS skey, tool, coalesce(args_hash, ''),
        coalesce("grant", ''), coalesce(agent, ''), ts, coalesce(status = 'error', false), ingested_at
-FROM calls WHERE ingested_at > ? AND ts >= ? AND tool IS NOT NULL
-ORDER BY server, skey, ts, tool, args_hash`, ingestedAfter.UTC(), since.UTC())
+FROM calls WHERE ingested_at > ? AND ingested_at <= ? AND ts >= ? AND tool IS NOT NULL
+ORDER BY server, skey, ts, tool, args_hash`, ingestedAfter.UTC(), newest.Time.UTC(), since.UTC())
 	if err != nil {
-		return nil, fmt.Errorf("alarm: read calls: %w", err)
+		return nil, ingestedAfter, fmt.Errorf("alarm: read calls: %w", err)
 	}
 	defer rows.Close()
 	var out []AlarmCall
 	for rows.Next() {
 		var c AlarmCall
 		if err := rows.Scan(&c.Server, &c.Session, &c.Tool, &c.ArgsHash, &c.Grant, &c.Agent, &c.TS, &c.Error, &c.IngestedAt); err != nil {
-			return nil, fmt.Errorf("alarm: read calls: %w", err)
+			return nil, ingestedAfter, fmt.Errorf("alarm: read calls: %w", err)
 		}
 		c.TS, c.IngestedAt = c.TS.UTC(), c.IngestedAt.UTC()
 		out = append(out, c)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, ingestedAfter, fmt.Errorf("alarm: read calls: %w", err)
+	}
+	return out, newest.Time.UTC(), nil
 }
 
 // AlertRecord is an alert the alarm sent (table alerts).

@@ -86,6 +86,7 @@ var Defaults = map[string]any{
 	"alerts.enabled":                      true,
 	"alerts.interval":                     "10s",
 	"alerts.runaway_polls":                0,
+	"alerts.subject_prefix":               "mcptrail.alerts.",
 	"reports":                             []any{},
 }
 
@@ -208,6 +209,8 @@ type Alerts struct {
 	// RunawayPolls is the absolute runaway threshold; 0 derives it per
 	// server from recommend.runaway_factor and the loops' p95 length.
 	RunawayPolls int
+	// SubjectPrefix: an alert is published on it + the server's name.
+	SubjectPrefix string
 }
 
 // Error is a configuration error: exit code 2.
@@ -323,7 +326,10 @@ func Load(v *viper.Viper) (*Config, error) {
 		Overrides: p.str("recommend.overrides", nil), SessionGap: p.duration("recommend.session_gap"),
 	}
 	c.Alerts = Alerts{Enabled: p.boolean("alerts.enabled"), Interval: p.duration("alerts.interval"),
-		RunawayPolls: p.integer("alerts.runaway_polls", 0, 1<<30)}
+		RunawayPolls: p.integer("alerts.runaway_polls", 0, 1<<30), SubjectPrefix: p.str("alerts.subject_prefix", nil)}
+	if pre := c.Alerts.SubjectPrefix; pre == "" || !strings.HasSuffix(pre, ".") || strings.ContainsAny(pre, "*> \t") {
+		p.fail("alerts.subject_prefix", pre, "a NATS subject prefix ending in '.', without wildcards or spaces, such as mcptrail.alerts.")
+	}
 	if c.Alerts.Interval > time.Minute {
 		p.fail("alerts.interval", v.Get("alerts.interval"), "at most 1m (an alert is due within 60 s of the loop crossing its threshold), such as 10s")
 	}

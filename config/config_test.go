@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -248,8 +249,10 @@ func TestBadNATSURLHidesCredentials(t *testing.T) {
 func TestAlertsKeys(t *testing.T) {
 	c, err := Load(New())
 	require.NoError(t, err)
-	assert.Equal(t, Alerts{Enabled: true, Interval: 10 * time.Second}, c.Alerts)
-	for key, val := range map[string]any{"alerts.interval": "2m", "alerts.runaway_polls": -1} {
+	assert.Equal(t, Alerts{Enabled: true, Interval: 10 * time.Second, SubjectPrefix: "mcptrail.alerts."}, c.Alerts)
+	for key, val := range map[string]any{"alerts.interval": "2m", "alerts.runaway_polls": -1,
+		"alerts.subject_prefix": "mcptrail.alerts.>", "alerts.subject_prefix ": "alerts"} {
+		key = strings.TrimSpace(key)
 		v := New()
 		v.Set(key, val)
 		_, err := Load(v)
