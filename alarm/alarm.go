@@ -132,6 +132,7 @@ type trackKey struct{ server, session string }
 type track struct {
 	prevTool string
 	prevTS   time.Time
+	stored   time.Time // the ingested_at of its newest call
 	cur      *run
 }
 
@@ -367,6 +368,7 @@ func (a *Alarm) read(ctx context.Context, since time.Time) error {
 			t.cur = nr
 		}
 		t.prevTool, t.prevTS = c.Tool, c.TS
+		t.stored = maxTime(t.stored, c.IngestedAt)
 	}
 	return nil
 }
@@ -384,7 +386,10 @@ func (a *Alarm) emit(ctx context.Context, now time.Time) error {
 	open := 0
 	for k, t := range a.tracks {
 		r := t.cur
-		quiet := now.Sub(t.prevTS) > maxGap
+		// Quiet by the clock of the calls and of their storing: calls reach
+		// the store up to a flush interval after they were made, so a loop
+		// still running may look idle by its calls' times alone.
+		quiet := now.Sub(t.prevTS) > maxGap && now.Sub(t.stored) > maxGap
 		if r != nil && r.alert == nil && !quiet {
 			if kind := a.kind(r); kind != "" {
 				th := a.threshold(ctx, r.server, now)
@@ -597,6 +602,13 @@ func (a *Alarm) limit(ctx context.Context, r *run) (*Limit, error) {
 		}
 	}
 	return nil, nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func minTime(a, b time.Time) time.Time {
