@@ -147,6 +147,21 @@ CREATE TABLE finding_log (
 	run_id     BIGINT NOT NULL
 );
 `},
+	{4, "live alerts", `
+CREATE TABLE alerts (
+	id         VARCHAR PRIMARY KEY,
+	kind       VARCHAR NOT NULL,
+	server     VARCHAR NOT NULL,
+	session    VARCHAR NOT NULL,
+	tool       VARCHAR NOT NULL,
+	args_hash  VARCHAR,
+	first_ts   TIMESTAMPTZ NOT NULL,
+	polls      BIGINT NOT NULL,
+	threshold  BIGINT NOT NULL,
+	sent_at    TIMESTAMPTZ NOT NULL,
+	ended_at   TIMESTAMPTZ
+);
+`},
 }
 
 // backfillSessionSource gives the rows stored before session sources a

@@ -14,7 +14,9 @@
 # still inside the stream's Nats-Msg-Id window, which JetStream keeps in
 # memory (about 200 MiB for 1M ids): the worst case for RSS. WAIT=10 starts
 # it after the window instead, as a daemon catching up on an older backlog
-# would.
+# would. ALERTS=false runs serve without its live alarm (alerts.enabled), to
+# measure what the alarm costs; NOW=$(date -u +%FT%TZ) ends the simulated
+# traffic now, so that its newest calls are inside the alarm's lookback.
 EVENTS="${EVENTS:-1000000}"
 BATCH="${BATCH:-1}"
 source "$(dirname "$0")/common.sh" jsbench
@@ -26,7 +28,7 @@ HTTP="127.0.0.1:$(freeport)"
 "$OUT/jetstream" nats -store "$STORE" -listen "$NATS" >"$WORK/nats.out" &
 pids+=($!)
 for _ in $(seq 100); do grep -q ready "$WORK/nats.out" 2>/dev/null && break; sleep 0.1; done
-prefill=$("$OUT/mcptrail" simulate --count "$EVENTS" --seed 1 --now 2026-11-29T00:00:00Z --nats "nats://$NATS" --batch "$BATCH" 2>&1 | tail -1)
+prefill=$("$OUT/mcptrail" simulate --count "$EVENTS" --seed 1 --now "${NOW:-2026-11-29T00:00:00Z}" --nats "nats://$NATS" --batch "$BATCH" 2>&1 | tail -1)
 echo "pre-fill: $prefill"
 # The ceiling's consumer counts messages: "published N events in M messages".
 MESSAGES=$(echo "$prefill" | awk '{for (i = 1; i < NF; i++) if ($(i+1) == "messages") {print $i; exit}}')
@@ -40,7 +42,7 @@ sleep "${WAIT:-0}"
 # 2. serve drains the stream into DuckDB.
 MCPTRAIL_STORAGE_PATH="$WORK/bench.duckdb" \
 	MCPTRAIL_NATS_EMBEDDED_LISTEN="$NATS" MCPTRAIL_NATS_EMBEDDED_STORE_DIR="$STORE" \
-	MCPTRAIL_HTTP_LISTEN="$HTTP" \
+	MCPTRAIL_HTTP_LISTEN="$HTTP" MCPTRAIL_ALERTS_ENABLED="${ALERTS:-true}" \
 	"$OUT/mcptrail" serve 2>"$WORK/serve.log" &
 SERVE=$!
 pids+=("$SERVE")
@@ -51,6 +53,7 @@ fi
 kill -TERM "$SERVE"
 wait "$SERVE"
 pids=()
+echo "alerts (alerts.enabled=${ALERTS:-true}): $(grep -c 'msg="alarm: [a-z_]* running' "$WORK/serve.log" || true) sent while draining"
 echo "stored (count, distinct ids): $("$OUT/mcptrail" query --db "$WORK/bench.duckdb" --sql "SELECT count(*) || ', ' || count(DISTINCT id) FROM calls" --format csv | tail -1)"
 
 # 3. The transport ceiling on the same stream (own durable consumers).

@@ -86,6 +86,10 @@ var Defaults = map[string]any{
 	"recommend.runaway_factor":            3.0,
 	"recommend.grace":                     "14d",
 	"recommend.overrides":                 "",
+	"alerts.enabled":                      true,
+	"alerts.interval":                     "10s",
+	"alerts.runaway_polls":                0,
+	"alerts.subject_prefix":               "mcptrail.alerts.",
 	"reports":                             []any{},
 }
 
@@ -98,6 +102,7 @@ type Config struct {
 	OTLP      OTLP
 	Query     Query
 	Recommend Recommend
+	Alerts    Alerts
 	Reports   []map[string]any // validated by the report package
 	// File is the config file that was read, or "" when none.
 	File string
@@ -207,6 +212,17 @@ type Recommend struct {
 	// SessionGap splits the derived sessions of events that carry none
 	// (analytics.Options.SessionGap); it applies as events are stored.
 	SessionGap time.Duration
+}
+
+// Alerts is alerts.*: the daemon's live loop alarm (package alarm).
+type Alerts struct {
+	Enabled  bool
+	Interval time.Duration // how often the store is checked
+	// RunawayPolls is the absolute runaway threshold; 0 derives it per
+	// server from recommend.runaway_factor and the loops' p95 length.
+	RunawayPolls int
+	// SubjectPrefix: an alert is published on it + the server's name.
+	SubjectPrefix string
 }
 
 // Error is a configuration error: exit code 2.
@@ -322,6 +338,14 @@ func Load(v *viper.Viper) (*Config, error) {
 		PollMaxInterval: p.duration("recommend.poll_max_interval"), PollMaxCV: p.float("recommend.poll_max_cv", 0.0001, 10),
 		RunawayFactor: p.float("recommend.runaway_factor", 1, 1000), Grace: p.duration("recommend.grace"),
 		Overrides: p.str("recommend.overrides", nil), SessionGap: p.duration("recommend.session_gap"),
+	}
+	c.Alerts = Alerts{Enabled: p.boolean("alerts.enabled"), Interval: p.duration("alerts.interval"),
+		RunawayPolls: p.integer("alerts.runaway_polls", 0, 1<<30), SubjectPrefix: p.str("alerts.subject_prefix", nil)}
+	if pre := c.Alerts.SubjectPrefix; pre == "" || !strings.HasSuffix(pre, ".") || strings.ContainsAny(pre, "*> \t") {
+		p.fail("alerts.subject_prefix", pre, "a NATS subject prefix ending in '.', without wildcards or spaces, such as mcptrail.alerts.")
+	}
+	if c.Alerts.Interval > time.Minute {
+		p.fail("alerts.interval", v.Get("alerts.interval"), "at most 1m (an alert is due within 60 s of the loop crossing its threshold), such as 10s")
 	}
 	if raw := v.Get("reports"); raw != nil {
 		list, ok := raw.([]any)

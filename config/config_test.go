@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -242,4 +243,20 @@ func TestBadNATSURLHidesCredentials(t *testing.T) {
 	assert.Contains(t, err.Error(), `nats.url = "http://admin:xxxxx@nats-1:4222,http://xxxxx@nats-2:4222": the scheme must be nats`)
 	assert.NotContains(t, err.Error(), "s3cret-pw")
 	assert.NotContains(t, err.Error(), "t0ken")
+}
+
+// alerts.* have working defaults and refuse what would break the alarm's promise.
+func TestAlertsKeys(t *testing.T) {
+	c, err := Load(New())
+	require.NoError(t, err)
+	assert.Equal(t, Alerts{Enabled: true, Interval: 10 * time.Second, SubjectPrefix: "mcptrail.alerts."}, c.Alerts)
+	for key, val := range map[string]any{"alerts.interval": "2m", "alerts.runaway_polls": -1,
+		"alerts.subject_prefix": "mcptrail.alerts.>", "alerts.subject_prefix ": "alerts"} {
+		key = strings.TrimSpace(key)
+		v := New()
+		v.Set(key, val)
+		_, err := Load(v)
+		require.Error(t, err, key)
+		assert.Contains(t, err.Error(), key)
+	}
 }

@@ -209,7 +209,7 @@ func days(d time.Duration) string {
 }
 
 // isStorm tells a retry storm from polling: a run mostly of errors.
-func isStorm(r run) bool { return r.Errors*2 >= r.Polls && r.LastStatus == "error" }
+func isStorm(r run) bool { return IsRetryStorm(r.Polls, r.Errors, r.LastStatus == "error") }
 
 // detectRetryStorms reports tools whose same call was repeated in bursts
 // after errors.
@@ -298,7 +298,7 @@ func (s *state) detectLoops(ctx context.Context, _ map[string]bool) error {
 // isLoop tells a polling loop from other runs: not a retry storm, started
 // by another tool's call shortly before, at a regular interval.
 func (s *state) isLoop(r run) bool {
-	if isStorm(r) || r.StartTool == "" || r.StartTool == r.Tool || r.StartGap > s.p.PollMaxInterval.Seconds() {
+	if isStorm(r) || !StartsLoop(r.StartTool, r.Tool, time.Duration(r.StartGap*float64(time.Second)), s.p.PollMaxInterval) {
 		return false
 	}
 	return cv(r) <= s.p.PollMaxCV
@@ -319,7 +319,7 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []run) error 
 		polls[i], gaps[i], cvs[i] = float64(r.Polls), r.MedianGap, cv(r)
 	}
 	p95 := quantile(polls, 0.95)
-	limitRunaway := s.p.RunawayFactor * p95
+	limitRunaway := RunawayThreshold(p95, s.p)
 	var runaway []run
 	var wasted int64
 	sessions := map[string]bool{}

@@ -113,6 +113,10 @@ type Options struct {
 	// connection, and runs until the daemon stops (e.g. the report
 	// schedules); Run waits for it to return before closing NATS.
 	Background func(ctx context.Context, nc *nats.Conn)
+	// Stored, when set, is told after every batch the ingest loop committed
+	// (e.g. the live alarm looks at the new calls sooner than its interval).
+	// It runs on the ingest path: it must return at once.
+	Stored func()
 
 	// HTTPReadTimeout replaces the HTTP read timeout (a minute) when set.
 	// Not a config key: tests shorten it.
@@ -283,3 +287,10 @@ func errAddrInUse(key, env, addr string, err error) error {
 }
 
 var errNotReady = errors.New("not ready")
+
+// stored tells Stored about a batch that stored new events.
+func (o Options) stored(r ingest.BatchReport) {
+	if o.Stored != nil && r.Result.Ingested > 0 {
+		o.Stored()
+	}
+}

@@ -288,7 +288,7 @@ func runJetStream(ctx context.Context, nc *nats.Conn, store *analytics.Store, op
 		AckEach:         opts.AckEach,
 		Log:             log.With("component", "ingest"),
 		Started:         markReady,
-		OnBatch:         func(r ingest.BatchReport) { m.observe(r, prefix) },
+		OnBatch:         func(r ingest.BatchReport) { m.observe(r, prefix); opts.stored(r) },
 		OnError:         func(stage string, _ error) { m.errors.WithLabelValues(stage).Inc() },
 		Recreate: func(ctx context.Context) (jetstream.Consumer, error) {
 			return ingest.EnsureConsumer(ctx, js, cspec)
@@ -335,7 +335,7 @@ func runCore(ctx context.Context, nc *nats.Conn, store *analytics.Store, opts Op
 		Workers:   ingest.DefaultDecodeWorkers,
 		Log:       log.With("component", "ingest"),
 		Started:   markReady,
-		OnBatch:   func(r ingest.BatchReport) { m.observe(r, prefix) },
+		OnBatch:   func(r ingest.BatchReport) { m.observe(r, prefix); opts.stored(r) },
 		OnError:   func(stage string, _ error) { m.errors.WithLabelValues(stage).Inc() },
 		OnDropped: func(n int) { m.dropped.Add(float64(n)) },
 		OnHealth:  onHealth,

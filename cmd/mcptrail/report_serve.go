@@ -34,12 +34,7 @@ func (a *app) scheduleReports(store *analytics.Store, schedules []report.Schedul
 			Inputs:  a.reportInputs(store),
 			Metrics: metrics,
 			Log:     log,
-			Publish: func(subject string, data []byte) error {
-				if err := nc.Publish(subject, data); err != nil {
-					return err
-				}
-				return nc.FlushTimeout(5 * time.Second)
-			},
+			Publish: natsPublish(nc),
 		}
 		run := func(ctx context.Context, s report.Schedule, now time.Time) error {
 			defer store.Boost(ctx)()
