@@ -106,9 +106,10 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.RunawayPollsCut += cut
 		for _, t := range fast {
 			tr := r.tool(t)
+			tr.Loop.Cut, tr.Loop.Changed = cut[t].total, cut[t].changed
+			tr.Loop.changedBy(policy.Verdict{Decision: policy.RateLimited, Rule: limitRule(t, limits[t])}, cut[t].changed)
 			tr.add(policy.RateLimited, limited[t].total)
 			tr.add(policy.Allowed, tools[t].calls-limited[t].total)
 			tr.Changed += limited[t].changed
@@ -122,7 +123,11 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 			return nil, err
 		}
 	}
+	if err := q.loopCalls(ctx, o.Loops, r, staticVerdict); err != nil {
+		return nil, err
+	}
 	for t, tr := range r.ByTool {
+		r.RunawayPollsCut += tr.Loop.Cut
 		r.Calls += tr.Calls
 		r.Allowed += tr.Allowed
 		r.Denied += tr.Denied
@@ -373,26 +378,26 @@ type overflowCount struct{ total, changed int64 }
 // overflow counts, in SQL, the calls each tool's single limit would refuse:
 // in each fixed window and scope key, every call after the first max (in
 // ts, id order).
-// It also returns how many of the refused calls fall inside the runaway
+// It also returns, by tool, the refused calls that fall inside the runaway
 // loops given.
-func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, loops []RunawayLoop, acc *affected, firstN int) (map[string]overflowCount, int64, error) {
+func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, loops []RunawayLoop, acc *affected, firstN int) (map[string]overflowCount, map[string]overflowCount, error) {
 	out := map[string]overflowCount{}
 	conn, err := q.db.Conn(ctx)
 	if err != nil {
-		return nil, 0, fmt.Errorf("replay: %w", err)
+		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
 	defer conn.Close()
 	// Limits go by a small integer id: the big aggregate below groups on
 	// it rather than on the tool's name (measured a quarter cheaper).
 	if _, err := conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE replay_limits (
 		lid INTEGER, limit_tool VARCHAR, bucket_ms BIGINT, lim BIGINT, limit_scope VARCHAR, limit_rule VARCHAR)`); err != nil {
-		return nil, 0, fmt.Errorf("replay: %w", err)
+		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
 	for i, t := range sortedKeys(limits) {
 		l := limits[t]
 		if _, err := conn.ExecContext(ctx, `INSERT INTO replay_limits VALUES (?, ?, ?, ?, ?, ?)`,
 			i, t, bucketMillis(l.Window), l.Max, l.EffectiveScope(), limitRule(t, l)); err != nil {
-			return nil, 0, fmt.Errorf("replay: %w", err)
+			return nil, nil, fmt.Errorf("replay: %w", err)
 		}
 	}
 	defer q.timed("replay overflow")()
@@ -408,7 +413,7 @@ SELECT lid AS b_lid, `+keyExpr+` AS b_k, epoch_ms(ts) // bucket_ms AS b_w, any_v
 FROM calls JOIN replay_limits ON tool = limit_tool
 WHERE `+inWindow+`
 GROUP BY ALL HAVING count(*) > any_value(lim)`, q.args()...); err != nil {
-		return nil, 0, fmt.Errorf("replay: %w", err)
+		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
 	if _, err := conn.ExecContext(ctx, `
 CREATE OR REPLACE TEMP TABLE overflow_calls AS
@@ -423,26 +428,26 @@ WITH c AS (
 SELECT id, ts, limit_tool AS tool, decision, coalesce(session, '') AS session, coalesce(agent, '') AS agent,
        `+sessionID+` AS sk, limit_rule
 FROM o JOIN replay_limits USING (lid) WHERE rn > b_lim`, q.args()...); err != nil {
-		return nil, 0, fmt.Errorf("replay: %w", err)
+		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
 	rows, err := conn.QueryContext(ctx, `SELECT tool, count(*), count(*) FILTER (decision = 'allowed') FROM overflow_calls GROUP BY tool`)
 	if err != nil {
-		return nil, 0, fmt.Errorf("replay: %w", err)
+		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var tool string
 		var n overflowCount
 		if err := rows.Scan(&tool, &n.total, &n.changed); err != nil {
-			return nil, 0, fmt.Errorf("replay: %w", err)
+			return nil, nil, fmt.Errorf("replay: %w", err)
 		}
 		out[tool] = n
 	}
 	if err := rows.Err(); err != nil {
-		return nil, 0, fmt.Errorf("replay: %w", err)
+		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
 	if err := q.newlyAllowed(ctx, conn, sortedKeys(limits), "id IN (SELECT id FROM overflow_calls WHERE decision <> 'allowed')", acc); err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	// The calls whose recorded "allowed" the limit changes: their sessions
 	// and agents (rows without a call), then the earliest of them in time
@@ -456,7 +461,7 @@ UNION ALL (
 )
 ORDER BY ts NULLS FIRST, id`, sql.Named("n", max(firstN*4, 0)))
 	if err != nil {
-		return nil, 0, fmt.Errorf("replay: %w", err)
+		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -465,7 +470,7 @@ ORDER BY ts NULLS FIRST, id`, sql.Named("n", max(firstN*4, 0)))
 		var id, session, rule sql.NullString
 		var ts sql.NullTime
 		if err := rows.Scan(&c.Tool, &sk, &c.Agent, &id, &ts, &session, &rule); err != nil {
-			return nil, 0, fmt.Errorf("replay: %w", err)
+			return nil, nil, fmt.Errorf("replay: %w", err)
 		}
 		if !id.Valid {
 			acc.add(c, sk, 0) // a session and agent only
@@ -475,32 +480,39 @@ ORDER BY ts NULLS FIRST, id`, sql.Named("n", max(firstN*4, 0)))
 		acc.add(c, sk, firstN)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, 0, fmt.Errorf("replay: %w", err)
+		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
 	cut, err := runawayCut(ctx, conn, loops)
 	return out, cut, err
 }
 
-// runawayCut counts the overflow calls that fall inside runaway loops.
-func runawayCut(ctx context.Context, conn *sql.Conn, loops []RunawayLoop) (int64, error) {
+// runawayCut counts, by tool, the overflow calls that fall inside runaway
+// loops: all of them, and those the gateway allowed.
+func runawayCut(ctx context.Context, conn *sql.Conn, loops []RunawayLoop) (map[string]overflowCount, error) {
+	out := map[string]overflowCount{}
 	if len(loops) == 0 {
-		return 0, nil
+		return out, nil
 	}
-	runs := make([]run, len(loops))
-	for i, l := range loops {
-		runs[i] = run{SessionHash: l.SessionHash, Tool: l.Tool, First: l.First, Last: l.Last}
+	if err := loadExcluded(ctx, conn, loopRuns(loops)); err != nil {
+		return nil, err
 	}
-	if err := loadExcluded(ctx, conn, runs); err != nil {
-		return 0, err
-	}
-	var n int64
-	err := conn.QueryRowContext(ctx, `
-SELECT count(*) FROM overflow_calls o SEMI JOIN excluded_runs x
-	ON x.skh::VARCHAR = o.sk AND x.tool = o.tool AND epoch_ms(o.ts) BETWEEN x.t0 AND x.t1`).Scan(&n)
+	rows, err := conn.QueryContext(ctx, `
+SELECT tool, count(*), count(*) FILTER (decision = 'allowed') FROM overflow_calls o SEMI JOIN excluded_runs x
+	ON x.skh::VARCHAR = o.sk AND x.tool = o.tool AND epoch_ms(o.ts) BETWEEN x.t0 AND x.t1
+GROUP BY tool`)
 	if err != nil {
-		return 0, fmt.Errorf("replay: runaway polls: %w", err)
+		return nil, fmt.Errorf("replay: runaway polls: %w", err)
 	}
-	return n, nil
+	defer rows.Close()
+	for rows.Next() {
+		var t string
+		var n overflowCount
+		if err := rows.Scan(&t, &n.total, &n.changed); err != nil {
+			return nil, fmt.Errorf("replay: runaway polls: %w", err)
+		}
+		out[t] = n
+	}
+	return out, rows.Err()
 }
 
 // stream feeds the tools' calls through the evaluator in time order.
@@ -538,14 +550,8 @@ FROM calls WHERE `+inWindow+` AND list_contains($tools, tool) ORDER BY ts, id`, 
 			tr.NewlyAllowed++
 			acc.noteNewly(AffectedCall{TS: ts.UTC(), ID: id, Tool: tool, Session: session, Agent: agent, Recorded: recorded, Replayed: v.Decision})
 		}
-		if v.Decision == policy.RateLimited {
-			ms := ts.UnixMilli()
-			for _, l := range inLoop[tool+"\x00"+sk] {
-				if ms >= l.First.UnixMilli() && ms <= l.Last.UnixMilli() {
-					r.RunawayPollsCut++
-					break
-				}
-			}
+		if inside(inLoop[tool+"\x00"+sk], ts) {
+			tr.Loop.refused(v, recorded == policy.Allowed)
 		}
 		if recorded == policy.Allowed && v.Decision != policy.Allowed {
 			tr.Changed++

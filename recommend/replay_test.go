@@ -155,5 +155,10 @@ func TestReplayCausesAndRunawayCut(t *testing.T) {
 			sum += n
 		}
 		assert.Equal(t, tr.Changed, sum, tool)
+		assert.LessOrEqual(t, tr.Loop.Changed, tr.Loop.Allowed, tool)
+		assert.LessOrEqual(t, tr.Loop.Changed, tr.Changed, tool)
 	}
+	loops := fast.ByTool["vm_agent_exec_status"].Loop
+	assert.Equal(t, polls, loops.Calls, "every poll of the loops is counted inside them")
+	assert.Positive(t, loops.Changed)
 }

@@ -254,6 +254,9 @@ type ToolReplay struct {
 	// a limit's pointer); the backtest reports it, recommend's outputs leave
 	// it out.
 	ChangedBy map[Cause]int64 `json:"-"`
+	// Loop are the calls inside ReplayOptions.Loops (counted in the fields
+	// above too).
+	Loop LoopCalls `json:"-"`
 }
 
 // Cause is why a replayed policy refuses a call: its decision and the rule
