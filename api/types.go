@@ -35,6 +35,7 @@ const (
 	PathSuppressions = "/api/v1/suppressions"
 	PathPolicies     = "/api/v1/policies"
 	PathForget       = "/api/v1/policies/forget"
+	PathBacktest     = "/api/v1/backtest"
 )
 
 // Request is implemented by every request type.
@@ -161,6 +162,19 @@ type ReplayRequest struct {
 	Settings *Settings `json:"settings,omitempty"`
 }
 
+// BacktestRequest scores a server's proposals on the windows that follow
+// their training windows.
+type BacktestRequest struct {
+	Common
+	Server   string    `json:"server"`
+	Grant    string    `json:"grant,omitempty"`
+	Train    string    `json:"train,omitempty"`
+	Test     string    `json:"test,omitempty"`
+	Folds    int       `json:"folds,omitempty"`
+	Format   string    `json:"format,omitempty"` // text (default), json, markdown
+	Settings *Settings `json:"settings,omitempty"`
+}
+
 // ReportRequest builds reports.
 type ReportRequest struct {
 	Common
@@ -254,6 +268,7 @@ func (*UnsuppressRequest) Path() string    { return PathUnsuppress }
 func (*SuppressionsRequest) Path() string  { return PathSuppressions }
 func (*PoliciesRequest) Path() string      { return PathPolicies }
 func (*ForgetRequest) Path() string        { return PathForget }
+func (*BacktestRequest) Path() string      { return PathBacktest }
 
 // newRequest makes an empty request for an endpoint.
 func newRequest(path string) Request {
@@ -282,6 +297,8 @@ func newRequest(path string) Request {
 		return &PoliciesRequest{}
 	case PathForget:
 		return &ForgetRequest{}
+	case PathBacktest:
+		return &BacktestRequest{}
 	}
 	return nil
 }

@@ -48,13 +48,16 @@ func Run(ctx context.Context, db *sql.DB, o Options) (*Result, error) {
 		case errors.Is(err, recommend.ErrNoCalls) && i > 0:
 			// An older fold may start before the history does.
 			f.Note = "no calls to train on in this fold's training window"
+		case errors.Is(err, recommend.ErrNoCalls):
+			return nil, fmt.Errorf("%w for server %q%s in the training window %s → %s: check the name (mcptrail query calls_by_tool lists servers) or widen --train",
+				recommend.ErrNoCalls, o.Server, grantPhrase(o.Grant), f.TrainFrom.Format(time.RFC3339), f.TrainTo.Format(time.RFC3339))
 		case err != nil:
-			return nil, err
+			return nil, fmt.Errorf("backtest: fold %d: %w", f.Fold, err)
 		}
 		for _, r := range reports {
 			s, err := score(ctx, db, o, r, f.TestFrom, f.TestTo)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("backtest: fold %d, grant %q: %w", f.Fold, r.Grant, err)
 			}
 			traffic = traffic || !s.NoTestTraffic
 			f.Grants = append(f.Grants, s)
@@ -63,7 +66,7 @@ func Run(ctx context.Context, db *sql.DB, o Options) (*Result, error) {
 	}
 	if !traffic {
 		last := res.Folds[len(res.Folds)-1]
-		return nil, fmt.Errorf("%w: server %q%s has no call between %s and %s%s, so no proposal can be scored; move --now to a time with traffic after it",
+		return nil, fmt.Errorf("%w: server %q%s has no call between %s and %s%s, so no proposal can be scored: shorten --test, or set --now to a time the test window before it has calls",
 			ErrNoTestTraffic, o.Server, grantPhrase(o.Grant), res.Folds[0].TestFrom.Format(time.RFC3339), last.TestTo.Format(time.RFC3339),
 			map[bool]string{true: " (in any fold's test window)", false: ""}[o.Folds > 1])
 	}

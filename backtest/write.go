@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/mcptrail/mcptrail/policy"
 	"github.com/mcptrail/mcptrail/render"
 )
 
@@ -69,11 +70,18 @@ func pct(r *float64) string {
 	return fmt.Sprintf("%.2f%%", *r*100)
 }
 
-// causes renders a tool's causes as "denied by (default deny), …".
+// causes renders a tool's causes as "8 denied (default deny), 3 rate_limited by /tools/t/limits/c".
 func (tu ToolUnder) causes() string {
 	parts := make([]string, len(tu.Causes))
 	for i, c := range tu.Causes {
-		parts[i] = fmt.Sprintf("%d %s by %s", c.Calls, c.Decision, c.Rule)
+		switch {
+		case c.Rule == policy.RuleHidden:
+			parts[i] = fmt.Sprintf("%d %s", c.Calls, c.Decision)
+		case strings.HasPrefix(c.Rule, "("):
+			parts[i] = fmt.Sprintf("%d %s %s", c.Calls, c.Decision, c.Rule)
+		default:
+			parts[i] = fmt.Sprintf("%d %s by %s", c.Calls, c.Decision, c.Rule)
+		}
 	}
 	return strings.Join(parts, ", ")
 }
