@@ -1,7 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -10,6 +15,7 @@ import (
 	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/backtest"
 	"github.com/mcptrail/mcptrail/internal/duration"
+	"github.com/mcptrail/mcptrail/recommend"
 )
 
 // defaultTest is the backtest's test window when --test is not given.
@@ -107,4 +113,36 @@ func (a *app) runBacktest(ctx context.Context, store *analytics.Store, req *api.
 	}
 	f, _ := backtest.ParseFormat(req.Format)
 	return backtest.Write(a.stdout, res, f)
+}
+
+// appendBacktest adds the latest backtest to a PR folder's PR.md: the
+// proposal the recommender would have made one test window ago (the
+// default, a week), scored on the calls since, so a reviewer sees how
+// such proposals hold up before merging this one.
+func (a *app) appendBacktest(ctx context.Context, store *analytics.Store, dir, server, grant string, params recommend.Params) error {
+	g := a.grantsOptions(store, server, params, "")
+	res, err := backtest.Run(ctx, store.DB(), backtest.Options{Server: server, Grant: grant, Now: a.now, Train: params.Window,
+		Test: defaultTest, Folds: 1, Params: params, Inputs: g.Inputs, GeneratedAt: g.GeneratedAt})
+	var b bytes.Buffer
+	switch {
+	case errors.Is(err, recommend.ErrNoCalls), errors.Is(err, backtest.ErrNoTestTraffic):
+		fmt.Fprintf(&b, "\n## Backtest\n\nNo backtest: the history has no calls in the %.0f days before the last %.0f to train a proposal on, or none since.\n",
+			params.Window.Hours()/24, defaultTest.Hours()/24)
+	case err != nil:
+		return err
+	default:
+		b.WriteString("\n")
+		if err := backtest.Write(&b, res, "markdown"); err != nil {
+			return err
+		}
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "PR.md"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	if _, err := f.Write(b.Bytes()); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("--out: %w", err)
+	}
+	return f.Close()
 }
