@@ -2,6 +2,7 @@ package backtest_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -113,14 +114,19 @@ func TestBacktestFoldsBeforeHistory(t *testing.T) {
 }
 
 func grant(t *testing.T, f backtest.Fold, g string) backtest.Score {
+	return find(t, f.Grants, func(s backtest.Score) bool { return s.Grant == g }, "grant "+g)
+}
+
+func metric(t *testing.T, s backtest.Summary, name string) backtest.Metric {
+	return find(t, s.Metrics, func(m backtest.Metric) bool { return m.Name == name }, "metric "+name)
+}
+
+// find is the one item that matches, failing the test without one.
+func find[T any](t *testing.T, items []T, match func(T) bool, what string) T {
 	t.Helper()
-	for _, s := range f.Grants {
-		if s.Grant == g {
-			return s
-		}
-	}
-	require.Failf(t, "no grant", "fold %d has no grant %q", f.Fold, g)
-	return backtest.Score{}
+	i := slices.IndexFunc(items, match)
+	require.GreaterOrEqual(t, i, 0, "no %s", what)
+	return items[i]
 }
 
 func toolUnder(s backtest.Score, tool string) *backtest.ToolUnder {
@@ -130,15 +136,4 @@ func toolUnder(s backtest.Score, tool string) *backtest.ToolUnder {
 		}
 	}
 	return nil
-}
-
-func metric(t *testing.T, s backtest.Summary, name string) backtest.Metric {
-	t.Helper()
-	for _, m := range s.Metrics {
-		if m.Name == name {
-			return m
-		}
-	}
-	require.Failf(t, "no metric", "%s has no metric %q", s.Grant, name)
-	return backtest.Metric{}
 }

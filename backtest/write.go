@@ -14,18 +14,7 @@ import (
 var Formats = []string{"text", "json", "markdown"}
 
 // ParseFormat checks a --format value ("" is text).
-func ParseFormat(s string) (string, error) {
-	f := strings.ToLower(strings.TrimSpace(s))
-	if f == "" {
-		return "text", nil
-	}
-	for _, ok := range Formats {
-		if f == ok {
-			return f, nil
-		}
-	}
-	return "", fmt.Errorf("unknown --format %q: allowed values are %s", s, strings.Join(Formats, ", "))
-}
+func ParseFormat(s string) (string, error) { return render.Choice(s, Formats) }
 
 // Write renders a backtest in format f.
 func Write(w io.Writer, r *Result, f string) error {

@@ -238,14 +238,17 @@ func (r *Replay) tool(t string) *ToolReplay {
 }
 
 // changedBy counts n changed calls under the rule that refuses them now.
-func (tr *ToolReplay) changedBy(v policy.Verdict, n int64) {
+func (tr *ToolReplay) changedBy(v policy.Verdict, n int64) { countCause(&tr.ChangedBy, v, n) }
+
+// countCause adds n calls to the cause of verdict v, making the map on first use.
+func countCause(m *map[Cause]int64, v policy.Verdict, n int64) {
 	if n == 0 {
 		return
 	}
-	if tr.ChangedBy == nil {
-		tr.ChangedBy = map[Cause]int64{}
+	if *m == nil {
+		*m = map[Cause]int64{}
 	}
-	tr.ChangedBy[Cause{v.Decision, v.Rule}] += n
+	(*m)[Cause{v.Decision, v.Rule}] += n
 }
 
 // limitRule is the pointer of a tool's limit, as the evaluator names it.

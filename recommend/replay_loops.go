@@ -33,15 +33,7 @@ func (l *LoopCalls) refused(v policy.Verdict, recordedAllowed bool) {
 	}
 }
 
-func (l *LoopCalls) changedBy(v policy.Verdict, n int64) {
-	if n == 0 {
-		return
-	}
-	if l.ChangedBy == nil {
-		l.ChangedBy = map[Cause]int64{}
-	}
-	l.ChangedBy[Cause{v.Decision, v.Rule}] += n
-}
+func (l *LoopCalls) changedBy(v policy.Verdict, n int64) { countCause(&l.ChangedBy, v, n) }
 
 // inside reports whether a call at ts falls inside one of its session's
 // loops of its tool.

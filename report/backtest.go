@@ -36,20 +36,28 @@ func backtestWindow(ctx context.Context, db *sql.DB, ropts recommend.GrantsOptio
 	return &Backtest{Result: res}, nil
 }
 
+// lead is the section's first sentences (plain text, for either renderer
+// to escape): what was scored, or why nothing was.
+func (bt *Backtest) lead() string {
+	if bt.Result == nil {
+		return "No backtest: " + bt.Note + "."
+	}
+	return "How the proposal made at the start of this window would have fared over it: " + bt.Result.Headline() +
+		", this window. Under-privilege counts the legitimate calls it would have refused, over-privilege the tools it allows that nobody used."
+}
+
 // markdownBacktest writes the backtest section.
 func markdownBacktest(b *strings.Builder, r *Report) {
 	if r.Backtest == nil {
 		return
 	}
-	b.WriteString("## Backtest\n\n")
+	fmt.Fprintf(b, "## Backtest\n\n%s\n", text(r.Backtest.lead()))
 	if r.Backtest.Result == nil {
-		fmt.Fprintf(b, "No backtest: %s.\n\n", text(r.Backtest.Note))
+		b.WriteString("\n")
 		return
 	}
-	res := r.Backtest.Result
-	fmt.Fprintf(b, "How the proposal made at the start of this window would have fared over it: %s, this window. Under-privilege counts the legitimate calls it would have refused, over-privilege the tools it allows that nobody used (SPEC §5 \"Backtest\"; `mcptrail backtest --folds N` for rolling windows).\n",
-		text(res.Headline()))
-	for _, f := range res.Folds {
+	b.WriteString("See SPEC §5 \"Backtest\", and `mcptrail backtest --folds N` for rolling windows.\n")
+	for _, f := range r.Backtest.Result.Folds {
 		backtest.WriteFoldMarkdown(b, f, "###")
 	}
 	b.WriteString("\n")
@@ -60,14 +68,11 @@ func htmlBacktest(b *strings.Builder, r *Report) {
 	if r.Backtest == nil {
 		return
 	}
-	b.WriteString("<h2>Backtest</h2>\n")
-	if r.Backtest.Result == nil {
-		fmt.Fprintf(b, "<p class=\"note\">No backtest: %s.</p>\n", esc(r.Backtest.Note))
+	fmt.Fprintf(b, "<h2>Backtest</h2>\n<p class=\"note\">%s</p>\n", esc(r.Backtest.lead()))
+	res := r.Backtest.Result
+	if res == nil {
 		return
 	}
-	res := r.Backtest.Result
-	fmt.Fprintf(b, "<p class=\"note\">How the proposal made at the start of this window would have fared over it: %s. Under-privilege counts the legitimate calls it would have refused, over-privilege the tools it allows that nobody used.</p>\n",
-		esc(res.Headline()))
 	b.WriteString("<table><tr><th>Grant</th><th>Confidence</th><th class=\"n\">Legitimate calls</th><th class=\"n\">Under-privilege</th><th>Refused tools</th><th class=\"n\">Over-privilege</th><th>Unused tools</th><th class=\"n\">Runaway polls cut</th><th class=\"n\">Newly allowed</th></tr>\n")
 	for _, f := range res.Folds {
 		for _, s := range f.Grants {
