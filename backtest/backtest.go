@@ -66,7 +66,7 @@ func Run(ctx context.Context, db *sql.DB, o Options) (*Result, error) {
 	}
 	if !traffic {
 		last := res.Folds[len(res.Folds)-1]
-		return nil, fmt.Errorf("%w: server %q%s has no call between %s and %s%s, so no proposal can be scored: shorten --test, or set --now to a time the test window before it has calls",
+		return nil, fmt.Errorf("%w: server %q%s has no call between %s and %s%s, so no proposal can be scored: the latest test window ends at --now; set it to a time with calls in the --test before it",
 			ErrNoTestTraffic, o.Server, grantPhrase(o.Grant), res.Folds[0].TestFrom.Format(time.RFC3339), last.TestTo.Format(time.RFC3339),
 			map[bool]string{true: " (in any fold's test window)", false: ""}[o.Folds > 1])
 	}
