@@ -103,7 +103,7 @@ func NewHandler(o Options) (http.Handler, error) {
 	h.mux.HandleFunc("GET "+PathHello, h.hello)
 	h.mux.Handle("GET "+PathStatus, h.auth(http.HandlerFunc(h.status)))
 	for _, p := range []string{PathQuery, PathQueries, PathRecommend, PathReplay, PathReport, PathCatalogImp,
-		PathCatalogList, PathSuppress, PathUnsuppress, PathSuppressions, PathPolicies, PathForget, PathFindings} {
+		PathCatalogList, PathSuppress, PathUnsuppress, PathSuppressions, PathPolicies, PathForget, PathFindings, PathBacktest} {
 		h.mux.Handle("POST "+p, h.auth(http.HandlerFunc(h.run)))
 	}
 	return h, nil

@@ -36,6 +36,7 @@ const (
 	PathPolicies     = "/api/v1/policies"
 	PathForget       = "/api/v1/policies/forget"
 	PathFindings     = "/api/v1/findings"
+	PathBacktest     = "/api/v1/backtest"
 )
 
 // Request is implemented by every request type.
@@ -162,6 +163,19 @@ type ReplayRequest struct {
 	Settings *Settings `json:"settings,omitempty"`
 }
 
+// BacktestRequest scores a server's proposals on the windows that follow
+// their training windows.
+type BacktestRequest struct {
+	Common
+	Server   string    `json:"server"`
+	Grant    string    `json:"grant,omitempty"`
+	Train    string    `json:"train,omitempty"`
+	Test     string    `json:"test,omitempty"`
+	Folds    int       `json:"folds,omitempty"`
+	Format   string    `json:"format,omitempty"` // text (default), json, markdown
+	Settings *Settings `json:"settings,omitempty"`
+}
+
 // ReportRequest builds reports.
 type ReportRequest struct {
 	Common
@@ -266,6 +280,7 @@ func (*SuppressionsRequest) Path() string  { return PathSuppressions }
 func (*PoliciesRequest) Path() string      { return PathPolicies }
 func (*ForgetRequest) Path() string        { return PathForget }
 func (*FindingsRequest) Path() string      { return PathFindings }
+func (*BacktestRequest) Path() string      { return PathBacktest }
 
 // newRequest makes an empty request for an endpoint.
 func newRequest(path string) Request {
@@ -296,6 +311,8 @@ func newRequest(path string) Request {
 		return &ForgetRequest{}
 	case PathFindings:
 		return &FindingsRequest{}
+	case PathBacktest:
+		return &BacktestRequest{}
 	}
 	return nil
 }

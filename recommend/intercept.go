@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"sort"
 	"strings"
 
 	"github.com/mcptrail/mcptrail/policy"
@@ -54,6 +55,28 @@ func (s *state) keepRunaway(tool string, runaway []run) {
 		s.runaway = map[string][]run{}
 	}
 	s.runaway[tool] = runaway
+}
+
+// runawayLoops lists the runaway loops of every polled tool, in tool, time
+// and session order.
+func (s *state) runawayLoops() []RunawayLoop {
+	var out []RunawayLoop
+	for _, t := range sortedKeys(s.runaway) {
+		for _, r := range s.runaway[t] {
+			out = append(out, RunawayLoop{Tool: t, Session: r.Session, SessionHash: r.SessionHash, First: r.First, Last: r.Last, Polls: r.Polls})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Tool != b.Tool {
+			return a.Tool < b.Tool
+		}
+		if !a.First.Equal(b.First) {
+			return a.First.Before(b.First)
+		}
+		return a.Session < b.Session
+	})
+	return out
 }
 
 // gatewayLimits recomputes the proposal's limits in the scope of the target

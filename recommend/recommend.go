@@ -139,7 +139,7 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 		Server: opts.Server, Grant: opts.Grant, GeneratedAt: time.Now().UTC(),
 		Window: s.window, Confidence: s.confid, Draft: s.confid == Low, Gates: gates,
 		Findings: s.findings, Policy: proposed, Current: opts.Current, Patch: patch, Replay: *replay,
-		RuleChanges: ruleChanges, SuppressionChanges: changes, Gateway: gateway,
+		RuleChanges: ruleChanges, SuppressionChanges: changes, Gateway: gateway, Runaway: s.runawayLoops(),
 	}, nil
 }
 

@@ -18,18 +18,7 @@ import (
 var Formats = []string{"text", "json", "markdown", "policy", "diff", "intercept"}
 
 // ParseFormat validates a --format value.
-func ParseFormat(s string) (string, error) {
-	f := strings.ToLower(strings.TrimSpace(s))
-	if f == "" {
-		return "text", nil
-	}
-	for _, ok := range Formats {
-		if f == ok {
-			return f, nil
-		}
-	}
-	return "", fmt.Errorf("unknown --format %q: allowed values are %s", s, strings.Join(Formats, ", "))
-}
+func ParseFormat(s string) (string, error) { return render.Choice(s, Formats) }
 
 // Write renders the report in format f. color adds ANSI colours to text.
 func Write(w io.Writer, r *Report, f string, color bool) error {

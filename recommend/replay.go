@@ -24,6 +24,10 @@ type ReplayOptions struct {
 	Runaway map[string]bool
 	// Log receives query timings at debug level; nil is quiet.
 	Log *slog.Logger
+	// Loops are runaway polling loops (a window's Report.Runaway): the
+	// replay counts the calls inside them that the policy's limits refuse
+	// (Replay.RunawayPollsCut).
+	Loops []RunawayLoop
 	// Exact disables the SQL fast path for single-limit tools, so that every
 	// limited call goes through the Go evaluator (tests compare the two).
 	Exact bool
@@ -82,6 +86,7 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 		}
 		if staticVerdict[t].Decision != policy.Allowed && info.allowed > 0 {
 			tr.Changed += info.allowed
+			tr.changedBy(staticVerdict[t], info.allowed)
 			if err := q.affectedStatic(ctx, t, staticVerdict[t], acc, o.FirstN); err != nil {
 				return nil, err
 			}
@@ -97,25 +102,32 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 		for _, t := range fast {
 			limits[t] = o.Policy.Tools[t].Limits[0]
 		}
-		limited, err := q.overflow(ctx, limits, acc, o.FirstN)
+		limited, cut, err := q.overflow(ctx, limits, o.Loops, acc, o.FirstN)
 		if err != nil {
 			return nil, err
 		}
 		for _, t := range fast {
 			tr := r.tool(t)
+			tr.Loop.Cut, tr.Loop.Changed = cut[t].total, cut[t].changed
+			tr.Loop.changedBy(policy.Verdict{Decision: policy.RateLimited, Rule: limitRule(t, limits[t])}, cut[t].changed)
 			tr.add(policy.RateLimited, limited[t].total)
 			tr.add(policy.Allowed, tools[t].calls-limited[t].total)
 			tr.Changed += limited[t].changed
+			tr.changedBy(policy.Verdict{Decision: policy.RateLimited, Rule: limitRule(t, limits[t])}, limited[t].changed)
 			// Refused then, and not past the limit now: allowed.
 			tr.NewlyAllowed += (tools[t].calls - tools[t].allowed) - (limited[t].total - limited[t].changed)
 		}
 	}
 	if len(exact) > 0 {
-		if err := q.stream(ctx, exact, o.Policy, r, acc, o.FirstN); err != nil {
+		if err := q.stream(ctx, exact, o.Policy, o.Loops, r, acc, o.FirstN); err != nil {
 			return nil, err
 		}
 	}
+	if err := q.loopCalls(ctx, o.Loops, r, staticVerdict); err != nil {
+		return nil, err
+	}
 	for t, tr := range r.ByTool {
+		r.RunawayPollsCut += tr.Loop.Cut
 		r.Calls += tr.Calls
 		r.Allowed += tr.Allowed
 		r.Denied += tr.Denied
@@ -223,6 +235,25 @@ func (r *Replay) tool(t string) *ToolReplay {
 		r.ByTool[t] = tr
 	}
 	return tr
+}
+
+// changedBy counts n changed calls under the rule that refuses them now.
+func (tr *ToolReplay) changedBy(v policy.Verdict, n int64) { countCause(&tr.ChangedBy, v, n) }
+
+// countCause adds n calls to the cause of verdict v, making the map on first use.
+func countCause(m *map[Cause]int64, v policy.Verdict, n int64) {
+	if n == 0 {
+		return
+	}
+	if *m == nil {
+		*m = map[Cause]int64{}
+	}
+	(*m)[Cause{v.Decision, v.Rule}] += n
+}
+
+// limitRule is the pointer of a tool's limit, as the evaluator names it.
+func limitRule(tool string, l policy.Limit) string {
+	return policy.ToolPointer(tool) + "/limits/" + l.Counter
 }
 
 func (tr *ToolReplay) add(decision string, n int64) {
@@ -350,24 +381,26 @@ type overflowCount struct{ total, changed int64 }
 // overflow counts, in SQL, the calls each tool's single limit would refuse:
 // in each fixed window and scope key, every call after the first max (in
 // ts, id order).
-func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, acc *affected, firstN int) (map[string]overflowCount, error) {
+// It also returns, by tool, the refused calls that fall inside the runaway
+// loops given.
+func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, loops []RunawayLoop, acc *affected, firstN int) (map[string]overflowCount, map[string]overflowCount, error) {
 	out := map[string]overflowCount{}
 	conn, err := q.db.Conn(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
+		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
 	defer conn.Close()
 	// Limits go by a small integer id: the big aggregate below groups on
 	// it rather than on the tool's name (measured a quarter cheaper).
 	if _, err := conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE replay_limits (
 		lid INTEGER, limit_tool VARCHAR, bucket_ms BIGINT, lim BIGINT, limit_scope VARCHAR, limit_rule VARCHAR)`); err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
+		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
 	for i, t := range sortedKeys(limits) {
 		l := limits[t]
 		if _, err := conn.ExecContext(ctx, `INSERT INTO replay_limits VALUES (?, ?, ?, ?, ?, ?)`,
-			i, t, bucketMillis(l.Window), l.Max, l.EffectiveScope(), policy.ToolPointer(t)+"/limits/"+l.Counter); err != nil {
-			return nil, fmt.Errorf("replay: %w", err)
+			i, t, bucketMillis(l.Window), l.Max, l.EffectiveScope(), limitRule(t, l)); err != nil {
+			return nil, nil, fmt.Errorf("replay: %w", err)
 		}
 	}
 	defer q.timed("replay overflow")()
@@ -383,7 +416,7 @@ SELECT lid AS b_lid, `+keyExpr+` AS b_k, epoch_ms(ts) // bucket_ms AS b_w, any_v
 FROM calls JOIN replay_limits ON tool = limit_tool
 WHERE `+inWindow+`
 GROUP BY ALL HAVING count(*) > any_value(lim)`, q.args()...); err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
+		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
 	if _, err := conn.ExecContext(ctx, `
 CREATE OR REPLACE TEMP TABLE overflow_calls AS
@@ -398,26 +431,26 @@ WITH c AS (
 SELECT id, ts, limit_tool AS tool, decision, coalesce(session, '') AS session, coalesce(agent, '') AS agent,
        `+sessionID+` AS sk, limit_rule
 FROM o JOIN replay_limits USING (lid) WHERE rn > b_lim`, q.args()...); err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
+		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
 	rows, err := conn.QueryContext(ctx, `SELECT tool, count(*), count(*) FILTER (decision = 'allowed') FROM overflow_calls GROUP BY tool`)
 	if err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
+		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var tool string
 		var n overflowCount
 		if err := rows.Scan(&tool, &n.total, &n.changed); err != nil {
-			return nil, fmt.Errorf("replay: %w", err)
+			return nil, nil, fmt.Errorf("replay: %w", err)
 		}
 		out[tool] = n
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
+		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
 	if err := q.newlyAllowed(ctx, conn, sortedKeys(limits), "id IN (SELECT id FROM overflow_calls WHERE decision <> 'allowed')", acc); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// The calls whose recorded "allowed" the limit changes: their sessions
 	// and agents (rows without a call), then the earliest of them in time
@@ -431,7 +464,7 @@ UNION ALL (
 )
 ORDER BY ts NULLS FIRST, id`, sql.Named("n", max(firstN*4, 0)))
 	if err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
+		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -440,7 +473,7 @@ ORDER BY ts NULLS FIRST, id`, sql.Named("n", max(firstN*4, 0)))
 		var id, session, rule sql.NullString
 		var ts sql.NullTime
 		if err := rows.Scan(&c.Tool, &sk, &c.Agent, &id, &ts, &session, &rule); err != nil {
-			return nil, fmt.Errorf("replay: %w", err)
+			return nil, nil, fmt.Errorf("replay: %w", err)
 		}
 		if !id.Valid {
 			acc.add(c, sk, 0) // a session and agent only
@@ -449,11 +482,48 @@ ORDER BY ts NULLS FIRST, id`, sql.Named("n", max(firstN*4, 0)))
 		c.ID, c.TS, c.Session, c.Rule = id.String, ts.Time.UTC(), session.String, rule.String
 		acc.add(c, sk, firstN)
 	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("replay: %w", err)
+	}
+	cut, err := runawayCut(ctx, conn, loops)
+	return out, cut, err
+}
+
+// runawayCut counts, by tool, the overflow calls that fall inside runaway
+// loops: all of them, and those the gateway allowed.
+func runawayCut(ctx context.Context, conn *sql.Conn, loops []RunawayLoop) (map[string]overflowCount, error) {
+	out := map[string]overflowCount{}
+	if len(loops) == 0 {
+		return out, nil
+	}
+	if err := loadExcluded(ctx, conn, loopRuns(loops)); err != nil {
+		return nil, err
+	}
+	rows, err := conn.QueryContext(ctx, `
+SELECT tool, count(*), count(*) FILTER (decision = 'allowed') FROM overflow_calls o SEMI JOIN excluded_runs x
+	ON x.skh::VARCHAR = o.sk AND x.tool = o.tool AND epoch_ms(o.ts) BETWEEN x.t0 AND x.t1
+GROUP BY tool`)
+	if err != nil {
+		return nil, fmt.Errorf("replay: runaway polls: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t string
+		var n overflowCount
+		if err := rows.Scan(&t, &n.total, &n.changed); err != nil {
+			return nil, fmt.Errorf("replay: runaway polls: %w", err)
+		}
+		out[t] = n
+	}
 	return out, rows.Err()
 }
 
 // stream feeds the tools' calls through the evaluator in time order.
-func (q query) stream(ctx context.Context, tools []string, p *policy.Policy, r *Replay, acc *affected, firstN int) error {
+func (q query) stream(ctx context.Context, tools []string, p *policy.Policy, loops []RunawayLoop, r *Replay, acc *affected, firstN int) error {
+	inLoop := map[string][]RunawayLoop{} // by tool and session
+	for _, l := range loops {
+		inLoop[l.Tool+"\x00"+l.Session] = append(inLoop[l.Tool+"\x00"+l.Session], l)
+	}
 	rows, err := q.rows(ctx, "replay", `
 SELECT id, ts, tool, coalesce("grant", ''), coalesce(session, ''), coalesce(agent, ''), decision, `+sessionID+`,
        coalesce(args::VARCHAR, '')
@@ -483,8 +553,12 @@ FROM calls WHERE `+inWindow+` AND list_contains($tools, tool) ORDER BY ts, id`, 
 			tr.NewlyAllowed++
 			acc.noteNewly(AffectedCall{TS: ts.UTC(), ID: id, Tool: tool, Session: session, Agent: agent, Recorded: recorded, Replayed: v.Decision})
 		}
+		if inside(inLoop[tool+"\x00"+sk], ts) {
+			tr.Loop.refused(v, recorded == policy.Allowed)
+		}
 		if recorded == policy.Allowed && v.Decision != policy.Allowed {
 			tr.Changed++
+			tr.changedBy(v, 1)
 			acc.add(AffectedCall{TS: ts.UTC(), ID: id, Tool: tool, Session: session, Agent: agent,
 				Recorded: recorded, Replayed: v.Decision, Rule: v.Rule}, sk, firstN)
 		}

@@ -129,3 +129,36 @@ func fastAndExact(t *testing.T, store *analytics.Store, opts recommend.ReplayOpt
 	assert.Equal(t, exact, fast)
 	return fast, exact
 }
+
+// The replay splits each tool's changed calls by the rule that refuses them,
+// and counts the calls inside runaway loops that the limits refuse, the same
+// on the SQL fast path and through the evaluator.
+func TestReplayCausesAndRunawayCut(t *testing.T) {
+	store := loadScenario(t, "loops", 1)
+	ctx := context.Background()
+	rep, err := recommend.Recommend(ctx, store.DB(), recommend.Options{Server: simulate.LoopsTruth.Server, Now: now, Params: recommend.DefaultParams()})
+	require.NoError(t, err)
+	require.NotEmpty(t, rep.Runaway, "the scenario plants runaway loops")
+	var polls int64
+	for _, l := range rep.Runaway {
+		polls += l.Polls
+	}
+	fast, _ := fastAndExact(t, store, recommend.ReplayOptions{Server: rep.Server, From: rep.Window.From, To: rep.Window.To,
+		Policy: rep.Policy, Loops: rep.Runaway})
+	assert.Positive(t, fast.RunawayPollsCut)
+	assert.LessOrEqual(t, fast.RunawayPollsCut, polls)
+	for tool, tr := range fast.ByTool {
+		var sum int64
+		for c, n := range tr.ChangedBy {
+			assert.NotEmpty(t, c.Decision, tool)
+			assert.NotEmpty(t, c.Rule, tool)
+			sum += n
+		}
+		assert.Equal(t, tr.Changed, sum, tool)
+		assert.LessOrEqual(t, tr.Loop.Changed, tr.Loop.Allowed, tool)
+		assert.LessOrEqual(t, tr.Loop.Changed, tr.Changed, tool)
+	}
+	loops := fast.ByTool["vm_agent_exec_status"].Loop
+	assert.Equal(t, polls, loops.Calls, "every poll of the loops is counted inside them")
+	assert.Positive(t, loops.Changed)
+}

@@ -99,6 +99,9 @@ type Report struct {
 	// Recorded is what recording the run in the finding history did; nil
 	// when the run was not recorded (AdvanceHistory).
 	Recorded *Recorded `json:"-"`
+	// Runaway are the runaway polling loops found in the window, for the
+	// backtest's count of runaway polls a proposal cuts.
+	Runaway []RunawayLoop `json:"-"`
 }
 
 // Window describes the analysed history.
@@ -236,6 +239,9 @@ type ReplayTotals struct {
 	// refuse; RunawaySessions how many of them had a runaway polling loop.
 	RateLimitedSessions int64 `json:"rate_limited_sessions"`
 	RunawaySessions     int64 `json:"rate_limited_runaway_sessions"`
+	// RunawayPollsCut counts the calls inside ReplayOptions.Loops that the
+	// policy's limits refuse (0 when no loops were given).
+	RunawayPollsCut int64 `json:"-"`
 }
 
 // ToolReplay is the replay of one tool's calls.
@@ -249,6 +255,27 @@ type ToolReplay struct {
 	Changed          int64 `json:"changed"`
 	NewlyAllowed     int64 `json:"newly_allowed"`
 	SessionsAffected int64 `json:"sessions_affected"`
+	// ChangedBy splits Changed by what refuses the calls now: the decision
+	// and the rule (policy.RuleHidden, policy.RuleDefaultDeny, a deny_if's or
+	// a limit's pointer); the backtest reports it, recommend's outputs leave
+	// it out.
+	ChangedBy map[Cause]int64 `json:"-"`
+	// Loop are the calls inside ReplayOptions.Loops (counted in the fields
+	// above too).
+	Loop LoopCalls `json:"-"`
+}
+
+// Cause is why a replayed policy refuses a call: its decision and the rule
+// that decided.
+type Cause struct{ Decision, Rule string }
+
+// RunawayLoop is one runaway polling loop the detectors found: the polled
+// tool's calls in one session (its sessionID) from First to Last.
+type RunawayLoop struct {
+	Tool, Session string
+	SessionHash   uint64
+	First, Last   time.Time
+	Polls         int64
 }
 
 // AffectedCall is one call whose decision a replayed policy changes.

@@ -140,6 +140,9 @@ func Build(ctx context.Context, store *analytics.Store, opts Options) (*Report, 
 		}
 		r.Polling, r.Limits = append(r.Polling, pl...), append(r.Limits, lp...)
 	}
+	if r.Backtest, err = backtestWindow(ctx, db, ropts, opts.Window, now); err != nil {
+		return nil, err
+	}
 	since := q.from
 	if p := opts.Previous; p != nil && !p.Window.To.IsZero() {
 		since = p.Window.To

@@ -115,6 +115,7 @@ func HTML(r *Report, chartList []Chart) string {
 
 	htmlChanges(&b, r)
 	htmlRecommendation(&b, r)
+	htmlBacktest(&b, r)
 
 	b.WriteString("<h2>Calls over time</h2>\n")
 	figure("calls-over-time.svg", fmt.Sprintf("Calls per %s (UTC), stacked by the gateway's decision.", esc(r.Volume.Bucket)))

@@ -105,6 +105,7 @@ func Markdown(r *Report, chartFiles []Chart) string {
 
 	markdownChanges(&b, r)
 	markdownRecommendation(&b, r)
+	markdownBacktest(&b, r)
 
 	b.WriteString("## Calls over time\n\n")
 	chart("calls-over-time.svg")

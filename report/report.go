@@ -56,6 +56,8 @@ type Report struct {
 	Limits         []LimitPeak    `json:"limits"`
 	Changes        Changes        `json:"changes"`
 	Recommendation Recommendation `json:"recommendation"`
+	// Backtest scores the proposal trained before the window on the window.
+	Backtest *Backtest `json:"backtest,omitempty"`
 
 	// the full recommendation, for the PR folder: rec for a server whose
 	// calls carry no grant, set (one proposal per grant) otherwise.

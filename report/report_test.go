@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"encoding/xml"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,6 +135,23 @@ func TestGoldenReport(t *testing.T) {
 			"polls-vm_agent_exec_status--ci-runner.svg", "limit-vm_agent_exec_status--ci-runner.svg",
 			"polls-get_task_status--ops-bot.svg", "limit-get_task_status--ops-bot.svg",
 			"polls-vm_agent_exec_status--ops-bot.svg", "limit-vm_agent_exec_status--ops-bot.svg"}, names)
+	})
+
+	t.Run("the backtest scores the proposal trained before the window on it", func(t *testing.T) {
+		require.NotNil(t, r.Backtest)
+		require.NotNil(t, r.Backtest.Result, r.Backtest.Note)
+		f := r.Backtest.Result.Folds[0]
+		assert.Equal(t, r.Window.From, f.TestFrom)
+		assert.Equal(t, r.Window.To, f.TestTo)
+		assert.Equal(t, f.TestFrom, f.TrainTo)
+		page := HTML(r, chartList)
+		assert.Contains(t, page, "<h2>Backtest</h2>")
+		for _, s := range f.Grants {
+			assert.Contains(t, page, "<tr><td><code>"+s.Grant+"</code></td>")
+			for _, tu := range s.Under.ByTool {
+				assert.Contains(t, page, fmt.Sprintf("<code>%s</code> (%d)", tu.Tool, tu.Calls))
+			}
+		}
 	})
 
 	t.Run("HTML is one self-contained page", func(t *testing.T) {

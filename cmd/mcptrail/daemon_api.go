@@ -63,6 +63,10 @@ func (b *daemonBackend) Run(ctx context.Context, req api.Request, out api.Output
 		a.cmdUsage = "mcptrail replay"
 		a.applySettings(r.Settings)
 		err = a.runReplay(ctx, b.store, r)
+	case *api.BacktestRequest:
+		a.cmdUsage = "mcptrail backtest"
+		a.applySettings(r.Settings)
+		err = a.runBacktest(ctx, b.store, r)
 	case *api.ReportRequest:
 		a.cmdUsage = "mcptrail report"
 		a.applySettings(r.Settings)

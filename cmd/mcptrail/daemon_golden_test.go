@@ -19,7 +19,7 @@ import (
 // database.
 var daemonGolden = map[string]bool{
 	"query": true, "recommend": true, "replay": true, "report": true, "catalog": true,
-	"suppress": true, "unsuppress": true, "suppressions": true, "policies": true, "findings": true,
+	"suppress": true, "unsuppress": true, "suppressions": true, "policies": true, "findings": true, "backtest": true,
 }
 
 // TestGoldenThroughDaemon runs every golden case of a command that the

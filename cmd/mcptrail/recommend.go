@@ -122,6 +122,9 @@ func (a *app) runRecommend(ctx context.Context, store *analytics.Store, req *api
 			if err := recommend.WriteSetFolder(a.outPath(req.Out), set); err != nil {
 				return err
 			}
+			if err := a.appendBacktest(ctx, store, a.outPath(req.Out), req.Server, req.Grant, params); err != nil {
+				return err
+			}
 			a.log.Info("wrote the PR folder", "dir", req.Out, "grants", len(set.Grants))
 		}
 		if err := recommend.WriteSet(a.stdout, set, f, req.Color); err != nil {
@@ -131,6 +134,9 @@ func (a *app) runRecommend(ctx context.Context, store *analytics.Store, req *api
 	}
 	if req.Out != "" {
 		if err := recommend.WriteFolder(a.outPath(req.Out), report); err != nil {
+			return err
+		}
+		if err := a.appendBacktest(ctx, store, a.outPath(req.Out), req.Server, req.Grant, params); err != nil {
 			return err
 		}
 		a.log.Info("wrote the PR folder", "dir", req.Out)

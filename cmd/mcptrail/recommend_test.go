@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -42,7 +43,13 @@ func TestRecommendPerGrantFolder(t *testing.T) {
 	assert.Equal(t, want, files)
 	pr, err := os.ReadFile(filepath.Join(out, "PR.md"))
 	require.NoError(t, err)
-	assert.Equal(t, stdout, string(pr))
+	// PR.md is the markdown output, then the latest backtest: the proposal
+	// made a week ago, scored on the week since.
+	require.True(t, strings.HasPrefix(string(pr), stdout), "PR.md starts with the markdown output")
+	bt := strings.TrimPrefix(string(pr), stdout)
+	assert.Contains(t, bt, "## Backtest of `proxmox-mcp` (all grants)")
+	assert.Contains(t, bt, "| `ops-bot` |")
+	assert.Contains(t, bt, "allowed, unused: `get_node_report`")
 
 	doc, err := os.ReadFile(filepath.Join(out, "helpdesk", "policy.json"))
 	require.NoError(t, err)

@@ -79,6 +79,7 @@ answers SQL over the whole call history, and recommends each server's policy.jso
 		newRecommendCmd(a),
 		newReportCmd(a),
 		newReplayCmd(a),
+		newBacktestCmd(a),
 		newCatalogCmd(a),
 		newSuppressCmd(a),
 		newUnsuppressCmd(a),
