@@ -229,7 +229,8 @@ func discard(store, listen string, n, fetch int, ackEach bool) error {
 	}
 	slog.Debug("draining", "consumer", name)
 	// The daemon's pattern: a Consume handler with up to two fetches pulled
-	// ahead, one AckAll per fetch-sized chunk (or an ack per message).
+	// ahead (bounded in bytes, as batched messages need), one AckAll per
+	// fetch-sized chunk (or an ack per message).
 	start := time.Now()
 	var got int
 	done := make(chan error, 1)
@@ -257,7 +258,7 @@ func discard(store, listen string, n, fetch int, ackEach bool) error {
 		if got == n {
 			finish(nil)
 		}
-	}, jetstream.PullMaxMessages(2*fetch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	}, jetstream.PullMaxBytes(2*max(fetch<<10, ingest.DefaultMaxMessageBytes)), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		finish(fmt.Errorf("draining %d messages: %w", n, err))
 	}))
 	if err != nil {
