@@ -162,6 +162,10 @@ func (a *app) runDemo(ctx context.Context, dir string, days int) error {
 	} else {
 		err = recommend.WriteFolder(prDir, report)
 	}
+	if err == nil {
+		// As `recommend --out` does: PR.md ends with the latest backtest.
+		err = a.appendBacktest(ctx, store, prDir, catalog.ProxmoxServer, "", a.recommendParams())
+	}
 	if err != nil {
 		_ = stop()
 		return err
