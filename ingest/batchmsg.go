@@ -142,9 +142,12 @@ func BatchMsg(prefix string, events []audit.Event) (*nats.Msg, error) {
 
 // EventsIn counts the events a message published by EventMsg or BatchMsg
 // carries.
-func EventsIn(m *nats.Msg) int {
-	if isBatch(m.Header) {
-		return bytes.Count(m.Data, []byte{'\n'})
+func EventsIn(m *nats.Msg) int { return eventsIn(m.Header, m.Data) }
+
+// eventsIn counts the events of a message with these headers and payload.
+func eventsIn(h nats.Header, data []byte) int {
+	if isBatch(h) {
+		return bytes.Count(data, []byte{'\n'})
 	}
 	return 1
 }
@@ -155,11 +158,7 @@ func EventsIn(m *nats.Msg) int {
 func messagesFitting(msgs []jetstream.Msg, room int) int {
 	events := 0
 	for i, m := range msgs {
-		n := 1
-		if isBatch(m.Headers()) {
-			n = bytes.Count(m.Data(), []byte{'\n'})
-		}
-		if events += n; events > room {
+		if events += eventsIn(m.Headers(), m.Data()); events > room {
 			return i
 		}
 	}

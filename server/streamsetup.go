@@ -80,8 +80,7 @@ func (s streamSetup) once(ctx context.Context) (jetstream.Stream, jetstream.Cons
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	stream, err := ingest.EnsureStream(actx, s.js, s.stream)
-	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) ||
-		errors.Is(err, nats.ErrNoResponders) {
+	if jetStreamOff(err) {
 		return nil, nil, fmt.Errorf("nats.jetstream: %w: enable JetStream on the NATS server (and for this account), "+
 			"or set nats.jetstream: false for core mode, which is at-most-once", err)
 	}
@@ -98,8 +97,7 @@ func (s streamSetup) once(ctx context.Context) (jetstream.Stream, jetstream.Cons
 // retryable tells the errors that waiting can fix: no answer in time, or
 // JetStream saying it is unavailable for now (HTTP-like codes 408, 5xx).
 func retryable(err error) bool {
-	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) ||
-		errors.Is(err, nats.ErrNoResponders) {
+	if jetStreamOff(err) {
 		return false
 	}
 	var apiErr *jetstream.APIError
@@ -107,6 +105,12 @@ func retryable(err error) bool {
 		return apiErr.Code == 408 || apiErr.Code >= 500
 	}
 	return true // timeouts, a connection being re-established
+}
+
+// jetStreamOff tells the errors of a server or account without JetStream.
+func jetStreamOff(err error) bool {
+	return errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) ||
+		errors.Is(err, nats.ErrNoResponders)
 }
 
 // checkReplicas logs a stream whose replicas differ from nats.stream_replicas

@@ -46,8 +46,8 @@ nats.embedded.listen, as the embedded server's gateway user.`,
 			if err != nil {
 				return err
 			}
-			if batch < 1 || batch > 100_000 {
-				return usageErrorf("--batch %d: give the events per message, 1 to 100000 (1 sends each event alone)", batch)
+			if err := checkBatchFlag(batch); err != nil {
+				return err
 			}
 			if err := checkInputFiles(files); err != nil {
 				return err
@@ -79,6 +79,14 @@ nats.embedded.listen, as the embedded server's gateway user.`,
 	cmd.Flags().StringVar(&natsPass, "nats-password-file", "", "the file holding its password (default: the embedded server's\n"+
 		"gateway password file, nats-gateway.password beside the database, when it exists)")
 	return cmd
+}
+
+// checkBatchFlag checks --batch of publish and simulate.
+func checkBatchFlag(batch int) error {
+	if batch < 1 || batch > 100_000 {
+		return usageErrorf("--batch %d: give the events per message, 1 to 100000 (1 sends each event alone)", batch)
+	}
+	return nil
 }
 
 // publishFiles decodes the files as ingest does and hands their valid events

@@ -79,8 +79,8 @@ as OTLP/HTTP protobuf to a receiver (serve's otlp.listen), with the API token.`,
 			if rate < 0 {
 				return usageErrorf("--rate must be positive (events per second)")
 			}
-			if batch < 1 || batch > 100_000 {
-				return usageErrorf("--batch %d: give the events per message, 1 to 100000 (1 sends each event alone)", batch)
+			if err := checkBatchFlag(batch); err != nil {
+				return err
 			}
 			if err := checkScenario(scenario); err != nil {
 				return err
