@@ -79,16 +79,30 @@ type AlertRecord struct {
 	EndedAt   *time.Time
 }
 
-// RecordAlert records a running alert unless its id is recorded already; it
-// reports whether it was new (only a new alert is sent).
+// RecordAlert records an alert unless its id is recorded already; it
+// reports whether it was new (only a new alert is sent). A running alert
+// has no EndedAt; a one-off alert (a regression) is recorded ended.
 func (s *Store) RecordAlert(ctx context.Context, a AlertRecord) (bool, error) {
-	res, err := s.db.ExecContext(ctx, `INSERT INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL) ON CONFLICT DO NOTHING`,
-		a.ID, a.Kind, a.Server, a.Session, a.Tool, nullable(a.ArgsHash), a.First.UTC(), a.Polls, a.Threshold, a.SentAt.UTC())
+	var ended any
+	if a.EndedAt != nil {
+		ended = a.EndedAt.UTC()
+	}
+	res, err := s.db.ExecContext(ctx, `INSERT INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		a.ID, a.Kind, a.Server, a.Session, a.Tool, nullable(a.ArgsHash), a.First.UTC(), a.Polls, a.Threshold, a.SentAt.UTC(), ended)
 	if err != nil {
 		return false, fmt.Errorf("record alert: %w", err)
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
+}
+
+// AlertSent reports whether an alert with this id was recorded.
+func (s *Store) AlertSent(ctx context.Context, id string) (bool, error) {
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM alerts WHERE id = ?`, id).Scan(&n); err != nil {
+		return false, fmt.Errorf("alert %s: %w", id, err)
+	}
+	return n > 0, nil
 }
 
 // EndAlert marks an alert ended with the run's final count; it reports

@@ -90,20 +90,27 @@ var Defaults = map[string]any{
 	"alerts.interval":                     "10s",
 	"alerts.runaway_polls":                0,
 	"alerts.subject_prefix":               "mcptrail.alerts.",
+	"regression.enabled":                  true,
+	"regression.interval":                 "1m",
+	"regression.watch":                    "24h",
+	"regression.baseline":                 "14d",
+	"regression.min_refused":              1,
+	"regression.min_share":                0.2,
 	"reports":                             []any{},
 }
 
 // Config is the validated configuration.
 type Config struct {
-	Storage   Storage
-	NATS      NATS
-	Ingest    Ingest
-	HTTP      HTTP
-	OTLP      OTLP
-	Query     Query
-	Recommend Recommend
-	Alerts    Alerts
-	Reports   []map[string]any // validated by the report package
+	Storage    Storage
+	NATS       NATS
+	Ingest     Ingest
+	HTTP       HTTP
+	OTLP       OTLP
+	Query      Query
+	Recommend  Recommend
+	Alerts     Alerts
+	Regression Regression
+	Reports    []map[string]any // validated by the report package
 	// File is the config file that was read, or "" when none.
 	File string
 }
@@ -223,6 +230,19 @@ type Alerts struct {
 	RunawayPolls int
 	// SubjectPrefix: an alert is published on it + the server's name.
 	SubjectPrefix string
+}
+
+// Regression is regression.*: the regression watch after a policy version
+// change (recommend's regression findings, and serve's policywatch).
+type Regression struct {
+	Enabled  bool          // serve checks every Interval
+	Interval time.Duration // how often serve checks
+	Watch    time.Duration // how long after a version appears its calls are compared
+	Baseline time.Duration // with how much history before it
+	// MinRefused refused calls, and a rise of at least MinShare in the share
+	// of the tool's sessions with a refused call, make a regression.
+	MinRefused int
+	MinShare   float64
 }
 
 // Error is a configuration error: exit code 2.
@@ -346,6 +366,18 @@ func Load(v *viper.Viper) (*Config, error) {
 	}
 	if c.Alerts.Interval > time.Minute {
 		p.fail("alerts.interval", v.Get("alerts.interval"), "at most 1m (an alert is due within 60 s of the loop crossing its threshold), such as 10s")
+	}
+	c.Regression = Regression{Enabled: p.boolean("regression.enabled"), Interval: p.duration("regression.interval"),
+		Watch: p.duration("regression.watch"), Baseline: p.duration("regression.baseline"),
+		MinRefused: p.integer("regression.min_refused", 1, 1<<30), MinShare: p.float("regression.min_share", 0.001, 1)}
+	if iv := c.Regression.Interval; iv > 0 && (iv < time.Second || iv > 30*time.Minute) {
+		p.fail("regression.interval", v.Get("regression.interval"), "between 1s and 30m (a regression is due within the first hour under a new policy version), such as 1m")
+	}
+	if w := c.Regression.Watch; w > 0 && w < time.Hour {
+		p.fail("regression.watch", v.Get("regression.watch"), "at least 1h, such as 24h")
+	}
+	if b := c.Regression.Baseline; b > 0 && b < time.Hour {
+		p.fail("regression.baseline", v.Get("regression.baseline"), "at least 1h, such as 14d")
 	}
 	if raw := v.Get("reports"); raw != nil {
 		list, ok := raw.([]any)

@@ -39,7 +39,10 @@ func (s *state) detect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.detectRefused(ctx, probeSessions)
+	if err := s.detectRefused(ctx, probeSessions); err != nil {
+		return err
+	}
+	return s.detectRegressions(ctx)
 }
 
 func (s *state) riskSeverity(c catalog.Classification) string { return string(c.Category.Severity()) }

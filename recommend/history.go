@@ -136,7 +136,8 @@ func actionKey(a Action) string {
 
 // InPolicy reports whether p already does what the finding proposes: hides
 // the tool, holds it behind approval, limits it at most as much as the
-// proposed limit in the same window and scope, or allows it. Findings that
+// proposed limit in the same window and scope, allows it, or holds a
+// regression's revert (the tool allowed with the rule restored). Findings that
 // propose nothing (none) or widen access are never in a policy.
 func (f Finding) InPolicy(p *policy.Policy) bool {
 	if p == nil {
@@ -155,6 +156,8 @@ func (f Finding) InPolicy(p *policy.Policy) bool {
 		})
 	case OpAllow:
 		return !p.Hidden(f.Tool) && (listed || p.Default == policy.DefaultAllow)
+	case OpRevert:
+		return revertInPolicy(f, p)
 	}
 	return false
 }

@@ -88,7 +88,7 @@ func WriteFolder(dir string, r *Report) error {
 
 // Counts of the changes the proposal makes.
 type changeCounts struct {
-	hide, approval, limits, reported, suppressed, widen int
+	hide, approval, limits, reported, suppressed, widen, regressions int
 }
 
 func countChanges(r *Report) changeCounts {
@@ -107,6 +107,8 @@ func countChanges(r *Report) changeCounts {
 			c.limits++
 		case OpWiden:
 			c.widen++
+		case OpRevert:
+			c.regressions++
 		default:
 			c.reported++
 		}
@@ -399,6 +401,7 @@ func markdown(r *Report, h int) string {
 		fmt.Fprintf(&b, "**Since the previous run:** %s (marked below).\n\n", strings.TrimPrefix(since, ", "))
 	}
 
+	regressionsMarkdown(&b, r, h2)
 	if widen := OpenWidenings(r); len(widen) > 0 {
 		fmt.Fprintf(&b, h2+"⚠️ Access widened for %s\n\n", plural(int64(len(widen)), "tool", "tools"))
 		b.WriteString("> The proposal lets this grant do what it could not do before. Review every row; `mcptrail suppress ID` accepts one.\n\n")
@@ -423,7 +426,7 @@ func markdown(r *Report, h int) string {
 	b.WriteString("| Change | Tool | Why | Evidence | Confidence |\n|---|---|---|---|---|\n")
 	var hides []Finding
 	for _, f := range r.Findings {
-		if f.Suppressed != nil || f.Action.Op == OpNone || f.Action.Op == OpAllow || f.Action.Op == OpWiden {
+		if f.Suppressed != nil || f.Action.Op == OpNone || f.Action.Op == OpAllow || f.Action.Op == OpWiden || f.Action.Op == OpRevert {
 			continue
 		}
 		if f.Action.Op == OpHide {
@@ -633,5 +636,40 @@ func writeEvidenceSQL(b *strings.Builder, r *Report, h2 string) {
 	b.WriteString("Each finding's `evidence.sql` (in `recommendations.json`) is one query over the `calls` table whose row is the finding's evidence numbers: run it with `mcptrail query --sql`. The findings that are neither hides nor derived limits:\n\n")
 	for _, f := range shown {
 		fmt.Fprintf(b, "<details><summary>%s</summary>\n\n%s\n</details>\n\n", render.MarkdownText(f.ID), render.MarkdownBlock("sql", f.Evidence["sql"].(string)))
+	}
+}
+
+// regressionsMarkdown opens the PR body with the regressions: what the new
+// policy version broke, and the revert as a JSON Patch against the current
+// policy.
+func regressionsMarkdown(b *strings.Builder, r *Report, h2 string) {
+	var regs []Finding
+	for _, f := range r.Findings {
+		if f.Suppressed == nil && f.Action.Op == OpRevert {
+			regs = append(regs, f)
+		}
+	}
+	if len(regs) == 0 {
+		return
+	}
+	fmt.Fprintf(b, h2+"🚨 Regression: a new policy version refuses %s this grant used\n\n", plural(int64(len(regs)), "tool", "tools"))
+	for _, f := range regs {
+		fmt.Fprintf(b, "%s%s: %s\n\n", render.MarkdownCode(f.Tool), markdownMark(f), render.MarkdownText(f.Summary))
+		switch {
+		case len(f.Action.Patch) == 0:
+			b.WriteString("No current policy is recorded, so no revert can be written: record the policy in force with `mcptrail recommend --policy FILE`.\n\n")
+		default:
+			from := "the current policy without what refuses the tool (no earlier policy is recorded)"
+			if f.Evidence["revert_from"] == RevertFromPrevious {
+				from = "the tool's rule in the policy recorded before the current one"
+			}
+			fmt.Fprintf(b, "Revert (JSON Patch against the current policy, restoring %s):\n\n", from)
+			var patch bytes.Buffer
+			if json.Indent(&patch, f.Action.Patch, "", "  ") != nil {
+				patch.Reset()
+				patch.Write(f.Action.Patch)
+			}
+			b.WriteString(render.MarkdownBlock("json", patch.String()) + "\n")
+		}
 	}
 }

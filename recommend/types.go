@@ -35,6 +35,14 @@ type Params struct {
 	PollMaxCV           float64
 	RunawayFactor       float64
 	Grace               time.Duration
+	// The regression watch (regression.go, config regression.*): how long
+	// after a policy version appears its calls are compared, with how much
+	// history before it, and how many refused calls and what rise in the
+	// share of sessions refused make a regression. Zero takes the default.
+	RegressionWatch      time.Duration
+	RegressionBaseline   time.Duration
+	RegressionMinRefused int
+	RegressionMinShare   float64
 }
 
 // DefaultParams are the defaults of SPEC §7.
@@ -43,6 +51,8 @@ func DefaultParams() Params {
 		Window: 30 * 24 * time.Hour, MinDays: 7, MinSessions: 20, Headroom: 1.5, MinLimit: 5,
 		RareMaxCalls: 5, RareMaxDays: 3, RareMaxSessionShare: 0.01, PollMinCalls: 3, PollMaxInterval: 60 * time.Second,
 		PollMaxCV: 0.5, RunawayFactor: 3, Grace: 14 * 24 * time.Hour,
+		RegressionWatch: DefaultRegressionWatch, RegressionBaseline: DefaultRegressionBaseline,
+		RegressionMinRefused: DefaultRegressionMinRefused, RegressionMinShare: DefaultRegressionMinShare,
 	}
 }
 
@@ -62,6 +72,9 @@ type Options struct {
 	// CurrentServerWide says that Current is the server-wide policy, in
 	// force for a grant that has none of its own.
 	CurrentServerWide bool
+	// Previous is the policy recorded before Current, nil when none: a
+	// regression's revert restores its rule for the tool.
+	Previous *policy.Policy
 	// Suppressions in force or expired; expired ones do not apply.
 	Suppressions []analytics.Suppression
 	// SuppressionLog lists changes to suppressions, shown in the output.
@@ -158,6 +171,9 @@ const (
 	// counted over a broader scope, conditions dropped, or calls the gateway
 	// refused that would pass.
 	KindLoosening = "loosening"
+	// KindRegression: a new policy version refuses a tool the scope used
+	// before it (regression.go).
+	KindRegression = "regression"
 )
 
 // Action ops.
@@ -170,6 +186,9 @@ const (
 	// OpWiden marks a loosening: the proposal widens the tool's access as
 	// its evidence says (applied, and loud about it).
 	OpWiden = "widen"
+	// OpRevert restores a regressed tool's rule (Action.Patch, against the
+	// current policy); never applied to the proposal by itself.
+	OpRevert = "revert"
 )
 
 // Confidence levels.
@@ -199,6 +218,11 @@ type Finding struct {
 type Action struct {
 	Op    string        `json:"op"`
 	Limit *policy.Limit `json:"limit,omitempty"`
+	// Restore and Patch are a revert's: the tool's rule as it was, and the
+	// RFC 6902 JSON Patch that restores it in the current policy (null with
+	// no current policy recorded).
+	Restore *policy.ToolRule `json:"restore,omitempty"`
+	Patch   json.RawMessage  `json:"patch,omitempty"`
 }
 
 // Suppressed explains why a finding is left out of the proposal.

@@ -28,14 +28,22 @@ func (a *app) startAlarm(store *analytics.Store, opts *server.Options) {
 	// Each stored batch wakes the alarm, so an alert follows the call that
 	// crossed the threshold by about a second, not by alerts.interval.
 	opts.Stored = al.Wake
+	addBackground(opts, func(ctx context.Context, nc *nats.Conn) {
+		al.Publish = natsPublish(nc)
+		al.Run(ctx)
+	})
+}
+
+// addBackground runs run beside whatever else the daemon runs in the
+// background once it is ready (scheduled reports, the alarm, the watch).
+func addBackground(opts *server.Options, run func(ctx context.Context, nc *nats.Conn)) {
 	before := opts.Background
 	opts.Background = func(ctx context.Context, nc *nats.Conn) {
 		var wg sync.WaitGroup
 		if before != nil {
 			wg.Go(func() { before(ctx, nc) })
 		}
-		al.Publish = natsPublish(nc)
-		wg.Go(func() { al.Run(ctx) })
+		wg.Go(func() { run(ctx, nc) })
 		wg.Wait()
 	}
 }

@@ -112,6 +112,14 @@ func (a *app) recommendInputs(ctx context.Context, store *analytics.Store, serve
 			return opts, err
 		}
 	}
+	if len(history) > 1 {
+		// A regression's revert restores the tool's rule from the policy
+		// recorded before the current one.
+		before := history[len(history)-2]
+		if opts.Previous, err = policy.Parse(before.Document, "earlier recorded policy of "+server); err != nil {
+			return opts, err
+		}
+	}
 	for _, t := range tools {
 		opts.Catalog = append(opts.Catalog, catalog.Classification{Tool: t.Tool, Category: catalog.Category(t.Category),
 			Severity: catalog.Severity(t.Severity), Source: catalog.Source(t.RiskSource), Why: t.Why})

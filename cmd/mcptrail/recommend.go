@@ -258,11 +258,12 @@ func (f failOn) check(reports ...*recommend.Report) error {
 }
 
 func (a *app) recommendParams() recommend.Params {
-	r := a.cfg.Recommend
+	r, g := a.cfg.Recommend, a.cfg.Regression
 	return recommend.Params{
 		Window: r.Window, MinDays: r.MinDays, MinSessions: r.MinSessions, Headroom: r.Headroom, MinLimit: r.MinLimit,
 		RareMaxCalls: r.RareMaxCalls, RareMaxDays: r.RareMaxDays, RareMaxSessionShare: r.RareMaxSessionShare, PollMinCalls: r.PollMinCalls,
 		PollMaxInterval: r.PollMaxInterval, PollMaxCV: r.PollMaxCV, RunawayFactor: r.RunawayFactor, Grace: r.Grace,
+		RegressionWatch: g.Watch, RegressionBaseline: g.Baseline, RegressionMinRefused: g.MinRefused, RegressionMinShare: g.MinShare,
 	}
 }
 

@@ -28,7 +28,7 @@ func (a *app) scheduleReports(store *analytics.Store, schedules []report.Schedul
 	metrics := report.NewMetrics()
 	opts.Collectors = append(opts.Collectors, metrics.Collectors()...)
 	log := a.log.With("component", "report")
-	opts.Background = func(ctx context.Context, nc *nats.Conn) {
+	addBackground(opts, func(ctx context.Context, nc *nats.Conn) {
 		runner := &report.Runner{
 			Store:   store,
 			Inputs:  a.reportInputs(store),
@@ -41,7 +41,7 @@ func (a *app) scheduleReports(store *analytics.Store, schedules []report.Schedul
 			return runner.RunSchedule(ctx, s, now)
 		}
 		(&report.Scheduler{Schedules: schedules, Run: run, Log: log}).Start(ctx)
-	}
+	})
 }
 
 // reportInputs selects a server's recommendation as of a run's time, as

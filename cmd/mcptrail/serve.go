@@ -55,6 +55,7 @@ SIGINT or SIGTERM stops it gracefully.`,
 			opts.Backend = newDaemonBackend(a, store)
 			a.scheduleReports(store, schedules, &opts)
 			a.startAlarm(store, &opts)
+			a.startPolicyWatch(store, &opts)
 			a.log.Info("database open", "path", a.dbPath())
 			err = server.Run(cmd.Context(), store, opts, a.log, func() { a.log.Info("ready") })
 			var ce *server.ConfigError

@@ -1,0 +1,400 @@
+package recommend
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mcptrail/mcptrail/policy"
+)
+
+// The regression watch (SPEC §5, "Regressions"): when the calls of a scope
+// start to carry a new policy_version, the calls under it during the first
+// RegressionWatch are compared with the RegressionBaseline before it. A tool
+// the scope used before that the new version now refuses (hidden, denied,
+// behind approval or rate-limited) for a larger share of its sessions is a
+// regression; its finding proposes the revert as a JSON Patch against the
+// current policy. Tools nobody used before are never a regression, so a
+// version that refuses only unused tools raises nothing.
+
+// Defaults of the regression keys of Params.
+const (
+	DefaultRegressionWatch      = 24 * time.Hour
+	DefaultRegressionBaseline   = 14 * 24 * time.Hour
+	DefaultRegressionMinRefused = 1
+	DefaultRegressionMinShare   = 0.2
+)
+
+// Regression is a tool the scope used before a policy version appeared and
+// that the version refuses.
+type Regression struct {
+	Server, Grant, Tool string
+	// Version is the new policy_version, Previous the version of the last
+	// call before it ("" when that call carried none).
+	Version, Previous string
+	// Since is the first call under Version; the calls compared are those
+	// under Version in [Since, WatchTo] against every call of the scope in
+	// [BaselineFrom, Since).
+	Since, WatchTo, BaselineFrom time.Time
+
+	BaselineAllowed, BaselineDays          int64
+	BaselineSessions, BaselineRefusedSess  int64
+	Calls, Refused                         int64
+	Hidden, Denied, ApprovalRequired, Rate int64
+	Sessions, RefusedSessions, Agents      int64
+	// Share is the rise in the share of the tool's sessions with a refused
+	// call: under Version, less the baseline's.
+	Share float64
+	// Examples are the first refused calls under Version.
+	Examples []RefusedCall
+	SQL      string
+}
+
+// RefusedCall is one refused call given as evidence.
+type RefusedCall struct {
+	TS       time.Time `json:"ts"`
+	Agent    string    `json:"agent"`
+	Session  string    `json:"session"`
+	Decision string    `json:"decision"`
+	Rule     string    `json:"rule"`
+}
+
+// regressionParams are p's regression keys, defaults where unset.
+func (p Params) regressionParams() (watch, baseline time.Duration, minRefused int, minShare float64) {
+	watch, baseline, minRefused, minShare = p.RegressionWatch, p.RegressionBaseline, p.RegressionMinRefused, p.RegressionMinShare
+	if watch <= 0 {
+		watch = DefaultRegressionWatch
+	}
+	if baseline <= 0 {
+		baseline = DefaultRegressionBaseline
+	}
+	if minRefused <= 0 {
+		minRefused = DefaultRegressionMinRefused
+	}
+	if minShare <= 0 {
+		minShare = DefaultRegressionMinShare
+	}
+	return
+}
+
+// versionChange is the newest policy version of a scope and where it began.
+type versionChange struct {
+	version, previous string
+	since             time.Time
+}
+
+// NewVersion reports the scope's newest policy version in use at now: of the
+// versions with a call in the hour before the scope's newest call (up to
+// now; during a rollout both versions are in use, after a rollback only the
+// old one), the one first seen last in (now − lookback, now], when a call of
+// the scope precedes it within the baseline (a first version has nothing to
+// compare with). ok is false when there is none.
+func NewVersion(ctx context.Context, db *sql.DB, server, grant string, now time.Time, lookback time.Duration, p Params) (version string, since time.Time, ok bool, err error) {
+	v, err := newVersion(ctx, db, query{server: server, grant: grant, to: now}, lookback, p)
+	if err != nil || v == nil {
+		return "", time.Time{}, false, err
+	}
+	return v.version, v.since, true, nil
+}
+
+func newVersion(ctx context.Context, db *sql.DB, q query, lookback time.Duration, p Params) (*versionChange, error) {
+	_, baseline, _, _ := p.regressionParams()
+	now := q.to
+	var v versionChange
+	err := db.QueryRowContext(ctx, `
+SELECT version, since FROM (
+	SELECT policy_version AS version, min(ts) AS since, max(ts) AS last, max(max(ts)) OVER () AS newest FROM calls
+	WHERE `+q.scopeLit()+` AND ts > `+sqlTime(now.Add(-lookback))+` AND ts <= `+sqlTime(now)+` AND policy_version IS NOT NULL
+	GROUP BY ALL)
+WHERE last > newest - INTERVAL 1 HOUR
+ORDER BY since DESC, version LIMIT 1`).Scan(&v.version, &v.since)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("regressions: policy versions of %s: %w", q.server, err)
+	}
+	v.since = v.since.UTC()
+	var prev sql.NullString
+	err = db.QueryRowContext(ctx, `
+SELECT policy_version FROM calls
+WHERE `+q.scopeLit()+` AND ts >= `+sqlTime(v.since.Add(-baseline))+` AND ts < `+sqlTime(v.since)+`
+ORDER BY ts DESC LIMIT 1`).Scan(&prev)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil // the first version of the scope's history
+	}
+	if err != nil {
+		return nil, fmt.Errorf("regressions: version before %s: %w", v.version, err)
+	}
+	v.previous = prev.String
+	return &v, nil
+}
+
+// regressionCols are the per-tool counts of a version change, as the
+// detector reads them and as evidence.sql names them. b are the baseline's
+// calls, w the new version's.
+var regressionCols = []struct{ name, expr string }{
+	{"baseline_allowed", "count(*) FILTER (b AND decision = 'allowed')"},
+	{"baseline_days", "count(DISTINCT epoch_ms(ts) // 86400000) FILTER (b AND decision = 'allowed')"},
+	{"baseline_sessions", "count(DISTINCT " + sessionKey + ") FILTER (b)"},
+	{"baseline_refused_sessions", "count(DISTINCT " + sessionKey + ") FILTER (b AND decision <> 'allowed')"},
+	{"calls", "count(*) FILTER (w)"},
+	{"refused", "count(*) FILTER (w AND decision <> 'allowed')"},
+	{"hidden", "count(*) FILTER (w AND decision = 'hidden')"},
+	{"denied", "count(*) FILTER (w AND decision = 'denied')"},
+	{"approval_required", "count(*) FILTER (w AND decision = 'approval_required')"},
+	{"rate_limited", "count(*) FILTER (w AND decision = 'rate_limited')"},
+	{"sessions", "count(DISTINCT " + sessionKey + ") FILTER (w)"},
+	{"refused_sessions", "count(DISTINCT " + sessionKey + ") FILTER (w AND decision <> 'allowed')"},
+	{"agents_refused", "count(DISTINCT agent) FILTER (w AND decision <> 'allowed')"},
+}
+
+// regressionFrom is the calls a version change compares, flagged b (the
+// baseline) and w (under the new version in the watch).
+func regressionFrom(q query, v *versionChange, watchTo, baselineFrom time.Time) string {
+	w := "policy_version = " + sqlString(v.version) + " AND ts >= " + sqlTime(v.since) + " AND ts <= " + sqlTime(watchTo)
+	return `(SELECT *, ts < ` + sqlTime(v.since) + ` AS b, ` + w + ` AS w FROM calls
+WHERE ` + q.scopeLit() + ` AND ts >= ` + sqlTime(baselineFrom) + ` AND ts <= ` + sqlTime(watchTo) + `) c`
+}
+
+// Regressions finds the regressions of one scope (server, and grant when
+// not "") at now: its newest policy version first seen in (now − lookback,
+// now] (see NewVersion), compared with the baseline before it.
+func Regressions(ctx context.Context, db *sql.DB, server, grant string, now time.Time, lookback time.Duration, p Params) ([]Regression, error) {
+	q := query{server: server, grant: grant, to: now.UTC()}
+	v, err := newVersion(ctx, db, q, lookback, p)
+	if err != nil || v == nil {
+		return nil, err
+	}
+	watch, baseline, minRefused, minShare := p.regressionParams()
+	watchTo := v.since.Add(watch)
+	if watchTo.After(q.to) {
+		watchTo = q.to
+	}
+	baselineFrom := v.since.Add(-baseline)
+	from := regressionFrom(q, v, watchTo, baselineFrom)
+	exprs := make([]string, len(regressionCols))
+	for i, c := range regressionCols {
+		exprs[i] = c.expr + " AS " + c.name
+	}
+	rows, err := db.QueryContext(ctx, `
+SELECT tool, `+strings.Join(exprs, ", ")+`
+FROM `+from+` WHERE tool IS NOT NULL
+GROUP BY tool HAVING baseline_allowed > 0 AND refused >= `+strconv.Itoa(minRefused)+`
+ORDER BY tool`)
+	if err != nil {
+		return nil, fmt.Errorf("regressions of %s: %w", server, err)
+	}
+	defer rows.Close()
+	var out []Regression
+	for rows.Next() {
+		r := Regression{Server: server, Grant: grant, Version: v.version, Previous: v.previous, Since: v.since,
+			WatchTo: watchTo, BaselineFrom: baselineFrom}
+		if err := rows.Scan(&r.Tool, &r.BaselineAllowed, &r.BaselineDays, &r.BaselineSessions, &r.BaselineRefusedSess,
+			&r.Calls, &r.Refused, &r.Hidden, &r.Denied, &r.ApprovalRequired, &r.Rate,
+			&r.Sessions, &r.RefusedSessions, &r.Agents); err != nil {
+			return nil, fmt.Errorf("regressions of %s: %w", server, err)
+		}
+		// A rise in the share of sessions refused, not in calls: a limit
+		// that cuts one session's runaway loop refuses many calls of few
+		// sessions, and is the policy working, not a regression.
+		r.Share = share(r.RefusedSessions, r.Sessions) - share(r.BaselineRefusedSess, r.BaselineSessions)
+		if r.Share < minShare {
+			continue
+		}
+		r.Share = math.Round(r.Share*1000) / 1000
+		cols := make([]string, len(regressionCols))
+		for i, c := range regressionCols {
+			cols[i] = c.expr + " AS " + c.name
+		}
+		r.SQL = "SELECT " + strings.Join(cols, ",\n       ") + "\nFROM " + from + "\nWHERE tool = " + sqlString(r.Tool)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("regressions of %s: %w", server, err)
+	}
+	for i := range out {
+		if out[i].Examples, err = refusedExamples(ctx, db, from, out[i].Tool); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func share(n, of int64) float64 {
+	if of == 0 {
+		return 0
+	}
+	return float64(n) / float64(of)
+}
+
+// refusedExamples are the first three refused calls of a tool under the new
+// version.
+func refusedExamples(ctx context.Context, db *sql.DB, from, tool string) ([]RefusedCall, error) {
+	rows, err := db.QueryContext(ctx, `
+SELECT ts, coalesce(agent, ''), `+sessionKey+`, decision, coalesce(rule, '')
+FROM `+from+` WHERE w AND decision <> 'allowed' AND tool = `+sqlString(tool)+`
+ORDER BY ts, id LIMIT 3`)
+	if err != nil {
+		return nil, fmt.Errorf("regressions: refused calls of %s: %w", tool, err)
+	}
+	defer rows.Close()
+	var out []RefusedCall
+	for rows.Next() {
+		var c RefusedCall
+		if err := rows.Scan(&c.TS, &c.Agent, &c.Session, &c.Decision, &c.Rule); err != nil {
+			return nil, fmt.Errorf("regressions: refused calls of %s: %w", tool, err)
+		}
+		c.TS = c.TS.UTC()
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// detectRegressions adds a regression finding for every tool that the
+// scope's newest policy version refuses after the scope used it.
+func (s *state) detectRegressions(ctx context.Context) error {
+	regs, err := Regressions(ctx, s.q.db, s.opts.Server, s.opts.Grant, s.q.to, s.p.Window, s.p)
+	if err != nil {
+		return err
+	}
+	for _, r := range regs {
+		restore, patch, how, err := revert(s.opts.Current, s.opts.Previous, r)
+		if err != nil {
+			return err
+		}
+		sev := "high"
+		if r.Refused < r.Calls {
+			sev = "medium" // some calls still pass: a tighter limit, not a tool taken away
+		}
+		prev := r.Previous
+		if prev == "" {
+			prev = "(none)"
+		}
+		summary := fmt.Sprintf("policy version %s (first call %s, after %s) refuses %s: %s of its %s calls since (%s), in %s of %s sessions; before, it was allowed %s times on %s days",
+			r.Version, r.Since.Format(time.RFC3339), prev, r.Tool, GroupDigits(r.Refused), GroupDigits(r.Calls), refusedBy(r),
+			GroupDigits(r.RefusedSessions), GroupDigits(r.Sessions), GroupDigits(r.BaselineAllowed), GroupDigits(r.BaselineDays))
+		ev := map[string]any{
+			"policy_version": r.Version, "previous_version": r.Previous, "since": r.Since, "watch_to": r.WatchTo,
+			"baseline_from": r.BaselineFrom, "baseline_allowed": r.BaselineAllowed, "baseline_days": r.BaselineDays,
+			"baseline_sessions": r.BaselineSessions, "baseline_refused_sessions": r.BaselineRefusedSess,
+			"calls": r.Calls, "refused": r.Refused, "hidden": r.Hidden, "denied": r.Denied,
+			"approval_required": r.ApprovalRequired, "rate_limited": r.Rate, "sessions": r.Sessions,
+			"refused_sessions": r.RefusedSessions, "agents_refused": r.Agents, "session_share_rise": r.Share,
+			"first_refused": r.Examples, "revert_from": how, "sql": r.SQL,
+		}
+		s.add(Finding{Kind: KindRegression, Tool: r.Tool, Severity: sev, Confidence: High, Summary: summary,
+			Evidence: ev, Action: Action{Op: OpRevert, Restore: restore, Patch: patch}})
+	}
+	return nil
+}
+
+// refusedBy says how the refused calls were refused.
+func refusedBy(r Regression) string {
+	var parts []string
+	for _, d := range []struct {
+		n    int64
+		name string
+	}{{r.Hidden, "hidden"}, {r.Denied, "denied"}, {r.ApprovalRequired, "approval required"}, {r.Rate, "rate-limited"}} {
+		if d.n > 0 {
+			parts = append(parts, GroupDigits(d.n)+" "+d.name)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Where a revert takes the tool's rule from (evidence.revert_from).
+const (
+	RevertFromPrevious = "previous_policy" // the policy recorded before the current one
+	RevertFromRefusal  = "refusal_removed" // no earlier policy: the current one without its refusal
+	RevertNoPolicy     = "no_policy"       // no current policy recorded: no patch can be written
+)
+
+// revert is the tool's rule as it was before the regression and the JSON
+// Patch against the current policy that restores it: the rule (and the hide
+// entry) of the policy recorded before the current one, or, with none, the
+// current rule without what refuses the calls. Everything else in the
+// current policy is left as it is.
+func revert(current, previous *policy.Policy, r Regression) (*policy.ToolRule, json.RawMessage, string, error) {
+	if current == nil {
+		return nil, nil, RevertNoPolicy, nil
+	}
+	target := current.Clone()
+	if target.Tools == nil {
+		target.Tools = map[string]*policy.ToolRule{}
+	}
+	how := RevertFromRefusal
+	var restore *policy.ToolRule
+	if previous != nil && allowsTool(previous, r.Tool) {
+		how = RevertFromPrevious
+		if pr := previous.Tools[r.Tool]; pr != nil {
+			restore = pr.Clone()
+		}
+	} else {
+		restore = withoutRefusal(current.Tools[r.Tool], r)
+	}
+	target.Hide = slices.DeleteFunc(target.Hide, func(h string) bool { return h == r.Tool })
+	if restore == nil {
+		restore = &policy.ToolRule{}
+	}
+	if current.Default == policy.DefaultAllow && isEmptyRule(restore) {
+		delete(target.Tools, r.Tool)
+	} else {
+		target.Tools[r.Tool] = restore
+	}
+	patch, err := policy.Patch(current, target)
+	if err != nil {
+		return nil, nil, how, fmt.Errorf("revert of %s: %w", r.Tool, err)
+	}
+	return restore, patch, how, nil
+}
+
+// withoutRefusal is a rule with what refused the calls taken out: approval
+// (deny_if without conditions) when calls needed approval, the limits when
+// calls were rate-limited.
+func withoutRefusal(rule *policy.ToolRule, r Regression) *policy.ToolRule {
+	if rule == nil {
+		return &policy.ToolRule{}
+	}
+	out := rule.Clone()
+	if r.ApprovalRequired > 0 || r.Denied > 0 {
+		out.DenyIf = slices.DeleteFunc(out.DenyIf, policy.DenyRule.IsApproval)
+	}
+	if r.Rate > 0 {
+		out.Limits = nil
+	}
+	return out
+}
+
+// revertInPolicy reports whether p holds a regression's revert: the tool is
+// not hidden, is allowed, and its rule is the one the revert restores.
+func revertInPolicy(f Finding, p *policy.Policy) bool {
+	if !allowsTool(p, f.Tool) {
+		return false
+	}
+	want := f.Action.Restore
+	if want == nil {
+		want = &policy.ToolRule{}
+	}
+	got := p.Tools[f.Tool]
+	if got == nil {
+		got = &policy.ToolRule{}
+	}
+	a, errA := json.Marshal(want)
+	b, errB := json.Marshal(got)
+	return errA == nil && errB == nil && string(a) == string(b)
+}
+
+// allowsTool reports whether p lets calls of tool through at all: not
+// hidden, and listed or allowed by default.
+func allowsTool(p *policy.Policy, tool string) bool {
+	_, listed := p.Tools[tool]
+	return !p.Hidden(tool) && (listed || p.Default == policy.DefaultAllow)
+}
