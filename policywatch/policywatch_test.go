@@ -43,7 +43,7 @@ func watch(t *testing.T, suppressions []analytics.Suppression) (*policywatch.Wat
 	var out []sent
 	records := 0
 	w := &policywatch.Watch{Store: store, Config: policywatch.Config{Params: recommend.DefaultParams()},
-		Now: func() time.Time { return now },
+		Now:    func() time.Time { return now },
 		Policy: func(context.Context, string, string) (*policy.Policy, error) { return current, nil },
 		Record: func(ctx context.Context, server, grant string, at time.Time) ([]recommend.Finding, error) {
 			records++
