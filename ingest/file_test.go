@@ -227,7 +227,9 @@ func (s *sizes) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 	return s.store.Append(ctx, b)
 }
 
-func (s *sizes) Checkpoint(ctx context.Context, c string) (uint64, error) { return s.store.Checkpoint(ctx, c) }
+func (s *sizes) Checkpoint(ctx context.Context, c string) (uint64, error) {
+	return s.store.Checkpoint(ctx, c)
+}
 
 // stagingSizes is sizes as a StagingSink.
 type stagingSizes struct{ *sizes }
