@@ -3,8 +3,10 @@ package analytics
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -261,4 +263,43 @@ func parquetScan(files []string) string {
 		quoted[i] = "'" + sqlQuote(f) + "'"
 	}
 	return `read_parquet([` + strings.Join(quoted, ", ") + `], hive_partitioning = false)`
+}
+
+// archiveGlob matches every archived Parquet file, and nothing being written
+// (temporary names start with a dot and end in .tmp).
+const archiveGlob = "server=*/date=*/calls-*.parquet"
+
+// archiveView makes calls, on this connection only, the hot calls plus the
+// archived calls whose id the hot store does not hold (days deleted by the
+// retention, or not restored): each call once. It is a temporary view,
+// which DuckDB resolves before main.calls; drop removes it, and discards
+// the connection if it cannot, so that no other query sees it.
+func (s *Store) archiveView(ctx context.Context, conn *sql.Conn) (drop func(), err error) {
+	if s.archiveDir == "" {
+		return nil, ErrNoArchive
+	}
+	glob := filepath.Join(s.archiveDir, archiveGlob)
+	if m, _ := filepath.Glob(glob); len(m) == 0 {
+		return func() {}, nil // read_parquet fails on a glob that matches nothing
+	}
+	// main.calls would name the temporary catalog's own schema main: the
+	// hot table is named with its database.
+	var catalog string
+	if err := conn.QueryRowContext(ctx, `SELECT current_database()`).Scan(&catalog); err != nil {
+		return nil, fmt.Errorf("query --archive: %w", err)
+	}
+	hot := `"` + strings.ReplaceAll(catalog, `"`, `""`) + `".main.calls`
+	q := `CREATE OR REPLACE TEMP VIEW calls AS
+		SELECT * FROM ` + hot + `
+		UNION ALL BY NAME
+		SELECT * FROM read_parquet('` + sqlQuote(glob) + `', hive_partitioning = false)
+		WHERE id NOT IN (SELECT id FROM ` + hot + `)`
+	if _, err := conn.ExecContext(ctx, q); err != nil {
+		return nil, fmt.Errorf("query --archive: read the archive %s: %w", s.archiveDir, err)
+	}
+	return func() {
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), `DROP VIEW temp.calls`); err != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}, nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -217,4 +218,60 @@ func TestRestoreIntoAnEmptyDatabase(t *testing.T) {
 	require.NoError(t, fresh.DB().QueryRow(`SELECT string_agg(md5(concat_ws('|', `+cols+`)), ',' ORDER BY id) FROM calls`).Scan(&have))
 	assert.Equal(t, want, have, "the same rows, column for column")
 	assert.EqualValues(t, 6, scalar(t, fresh, `SELECT count(*) FROM archive_days WHERE deleted_at IS NULL`))
+}
+
+func TestDailyCountsErrorsAndRows(t *testing.T) {
+	ctx := context.Background()
+	s, dir := setup(t)
+	appendEvents(t, s, events("e", []string{"pve"}, 2, 5))
+	m := NewMetrics()
+	d := &Daily{Store: s, Retention: time.Hour, Metrics: m}
+
+	require.NoError(t, os.Remove(dir))
+	d.RunOnce(ctx, day0.Add(3*day))
+	assert.EqualValues(t, 1, testutil.ToFloat64(m.errors), "a missing folder is an error")
+	assert.EqualValues(t, 10, scalar(t, s, `SELECT count(*) FROM calls`))
+
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	d.RunOnce(ctx, day0.Add(3*day))
+	assert.EqualValues(t, 1, testutil.ToFloat64(m.errors))
+	assert.EqualValues(t, 10, testutil.ToFloat64(m.written))
+	assert.EqualValues(t, 10, testutil.ToFloat64(m.deleted))
+	assert.EqualValues(t, 2, testutil.ToFloat64(m.runs))
+}
+
+// query --archive: calls spans the hot store and the archive, each call
+// once, whether its day was deleted, kept, or is only partly archived.
+func TestQueryArchiveCountsEachCallOnce(t *testing.T) {
+	ctx := context.Background()
+	s, dir := setup(t)
+	appendEvents(t, s, events("e", []string{"pve", "git"}, 4, 10)) // 80 calls, 4 days
+	_, err := Run(ctx, s, Options{Now: day0.Add(3*day + time.Hour), Retention: 24 * time.Hour})
+	require.NoError(t, err)
+	require.EqualValues(t, 40, scalar(t, s, `SELECT count(*) FROM calls`), "days 0 and 1 left the hot store")
+	appendEvents(t, s, events("late", []string{"pve"}, 1, 3)) // hot, not archived yet
+
+	count := func(s *analytics.Store, archive bool) any {
+		var got any
+		_, err := s.QueryLimited(ctx, `SELECT count(*) FROM calls`, nil, analytics.QueryLimits{Archive: archive},
+			func([]analytics.Column) error { return nil }, func(r []any) error { got = r[0]; return nil })
+		require.NoError(t, err)
+		return got
+	}
+	assert.EqualValues(t, 43, count(s, false))
+	assert.EqualValues(t, 83, count(s, true))
+	assert.EqualValues(t, 43, count(s, false), "the view does not outlive its query")
+
+	// The read-only store that the CLI opens for queries does the same.
+	require.NoError(t, s.Close())
+	ro, err := analytics.Open(ctx, filepath.Join(filepath.Dir(dir), "a.duckdb"), analytics.Options{ReadOnly: true, ArchiveDir: dir})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ro.Close() })
+	assert.EqualValues(t, 83, count(ro, true))
+
+	// Without an archive folder, --archive is an error that says so.
+	plain := open(t, filepath.Join(t.TempDir(), "p.duckdb"), "")
+	_, err = plain.QueryLimited(ctx, `SELECT 1`, nil, analytics.QueryLimits{Archive: true},
+		func([]analytics.Column) error { return nil }, func([]any) error { return nil })
+	assert.ErrorIs(t, err, analytics.ErrNoArchive)
 }

@@ -88,6 +88,8 @@ answers SQL over the whole call history, and recommends each server's policy.jso
 		newFindingsCmd(a),
 		newServeCmd(a),
 		newDemoCmd(a),
+		newArchiveCmd(a),
+		newRestoreCmd(a),
 	)
 	return root
 }
@@ -192,7 +194,8 @@ func (a *app) openStore(ctx context.Context, readOnly bool) (*analytics.Store, f
 	if a.store != nil {
 		return a.store, func() {}, nil
 	}
-	s, err := analytics.Open(ctx, a.cfg.Storage.Path, analytics.Options{ReadOnly: readOnly, SessionGap: a.cfg.Recommend.SessionGap})
+	s, err := analytics.Open(ctx, a.cfg.Storage.Path, analytics.Options{ReadOnly: readOnly, SessionGap: a.cfg.Recommend.SessionGap,
+		ArchiveDir: a.cfg.Storage.Archive})
 	if err != nil {
 		if errors.Is(err, analytics.ErrLocked) {
 			return nil, nil, fmt.Errorf("%w: is `mcptrail serve` running on it? No daemon answered at %s (http.listen)", err, a.cfg.HTTP.Listen)

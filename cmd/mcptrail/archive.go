@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/archive"
+)
+
+func newArchiveCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "archive",
+		Short: "Write sealed days to the Parquet archive, verify them, apply storage.retention",
+		Long: `Write each sealed UTC day (before today) of every server to the Parquet archive in
+storage.archive (server=<s>/date=<yyyy-mm-dd>/calls-<n>.parquet), read each file back
+to verify it, and delete from the database the archived, verified calls of days older
+than storage.retention (0: none). Calls that reach a day after it was archived go to
+a new file. serve does the same every day; run this with the daemon stopped.`,
+		Example: `  mcptrail archive
+  MCPTRAIL_STORAGE_ARCHIVE=/srv/mcptrail-archive MCPTRAIL_STORAGE_RETENTION=90d mcptrail archive`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			store, done, err := a.openArchiveStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer done()
+			res, err := archive.Run(ctx, store, archive.Options{Retention: a.cfg.Storage.Retention, Now: a.now, Log: a.log})
+			for _, d := range res.Days {
+				state := "verified"
+				if d.Err != nil {
+					state = "FAILED"
+				}
+				wrote := "nothing new"
+				if d.File != "" {
+					wrote = fmt.Sprintf("wrote %d calls to %s", d.Written, d.File)
+				}
+				fmt.Fprintf(a.stdout, "%s %s: %s, %s, %d deleted\n", d.Server, d.Date, wrote, state, d.Deleted)
+			}
+			fmt.Fprintf(a.stdout, "archived %d calls, deleted %d, %d days failed\n", res.Written, res.Deleted, res.Failed)
+			if errors.Is(err, analytics.ErrNoArchive) {
+				return usageErrorf("%v", err)
+			}
+			return err
+		},
+	}
+}
+
+// openArchiveStore opens the database for archive and restore, which need
+// storage.archive and write the file.
+func (a *app) openArchiveStore(ctx context.Context) (*analytics.Store, func(), error) {
+	if a.cfg.Storage.Archive == "" {
+		return nil, nil, usageErrorf("storage.archive is empty: set it to the archive folder (config file or MCPTRAIL_STORAGE_ARCHIVE)")
+	}
+	return a.openStore(ctx, false)
+}
