@@ -275,3 +275,50 @@ func TestQueryArchiveCountsEachCallOnce(t *testing.T) {
 		func([]analytics.Column) error { return nil }, func([]any) error { return nil })
 	assert.ErrorIs(t, err, analytics.ErrNoArchive)
 }
+
+// A crash between a file's rename and its manifest's leaves a file the
+// manifest does not list: the next run adopts it instead of writing its
+// calls again, and a leftover temporary file is never read.
+func TestUnlistedFileIsAdopted(t *testing.T) {
+	ctx := context.Background()
+	s, dir := setup(t)
+	appendEvents(t, s, events("e", []string{"pve"}, 1, 10))
+	now := day0.Add(2 * day)
+	_, err := Run(ctx, s, Options{Now: now})
+	require.NoError(t, err)
+	folder := filepath.Join(dir, "server=pve", "date=2026-11-20")
+	require.NoError(t, os.Remove(filepath.Join(folder, manifestName)))
+	require.NoError(t, os.WriteFile(filepath.Join(folder, ".calls-2.parquet.tmp"), []byte("half a file"), 0o644))
+
+	res, err := Run(ctx, s, Options{Now: now, Retention: time.Hour})
+	require.NoError(t, err)
+	assert.Empty(t, res.Days[0].File, "nothing written again")
+	assert.EqualValues(t, 10, res.Days[0].Deleted)
+	m, err := readManifest(folder)
+	require.NoError(t, err)
+	require.Len(t, m.Files, 1)
+	assert.Equal(t, "calls-1.parquet", m.Files[0].File)
+	assert.EqualValues(t, 10, m.Files[0].Rows)
+}
+
+// serve's loop: the first run after First, and it stops with its context.
+func TestDailyRunsAndStops(t *testing.T) {
+	s, dir := setup(t)
+	appendEvents(t, s, events("e", []string{"pve"}, 2, 5))
+	m := NewMetrics()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		(&Daily{Store: s, Metrics: m, First: 10 * time.Millisecond}).Run(ctx)
+		close(done)
+	}()
+	require.Eventually(t, func() bool { return testutil.ToFloat64(m.runs) == 1 }, 10*time.Second, 10*time.Millisecond)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Daily.Run did not stop with its context")
+	}
+	assert.EqualValues(t, 10, testutil.ToFloat64(m.written))
+	assert.FileExists(t, filepath.Join(dir, "server=pve", "date=2026-11-21", "calls-1.parquet"))
+}
