@@ -30,17 +30,21 @@ a new file. serve does the same every day; run this with the daemon stopped.`,
 				return err
 			}
 			defer done()
-			res, err := archive.Run(ctx, store, archive.Options{Retention: a.cfg.Storage.Retention, Now: a.now, Log: a.log})
+			// Each failed day is in the returned error: no log line repeats it.
+			res, err := archive.Run(ctx, store, archive.Options{Retention: a.cfg.Storage.Retention, Now: a.now})
 			for _, d := range res.Days {
-				state := "verified"
-				if d.Err != nil {
-					state = "FAILED"
-				}
 				wrote := "nothing new"
 				if d.File != "" {
 					wrote = fmt.Sprintf("wrote %d calls to %s", d.Written, d.File)
 				}
-				fmt.Fprintf(a.stdout, "%s %s: %s, %s, %d deleted\n", d.Server, d.Date, wrote, state, d.Deleted)
+				if d.Err != nil && d.File == "" {
+					wrote = "nothing written"
+				}
+				if d.Err != nil {
+					fmt.Fprintf(a.stdout, "%s %s: %s, FAILED, %d deleted\n", d.Server, d.Date, wrote, d.Deleted)
+					continue
+				}
+				fmt.Fprintf(a.stdout, "%s %s: %s, verified, %d deleted\n", d.Server, d.Date, wrote, d.Deleted)
 			}
 			fmt.Fprintf(a.stdout, "archived %d calls, deleted %d, %d days failed\n", res.Written, res.Deleted, res.Failed)
 			if errors.Is(err, analytics.ErrNoArchive) {
