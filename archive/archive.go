@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -81,7 +82,7 @@ func Run(ctx context.Context, st *analytics.Store, opts Options) (Result, error)
 	}
 	var errs []error
 	for _, d := range days {
-		r := runDay(ctx, st, dir, d, opts, today)
+		r := runDay(ctx, st, dir, d, opts)
 		if r.Err != nil {
 			res.Failed++
 			errs = append(errs, r.Err)
@@ -97,7 +98,7 @@ func Run(ctx context.Context, st *analytics.Store, opts Options) (Result, error)
 	return res, errors.Join(append(errs, ctx.Err())...)
 }
 
-func runDay(ctx context.Context, st *analytics.Store, dir string, d analytics.DayRows, opts Options, today time.Time) Day {
+func runDay(ctx context.Context, st *analytics.Store, dir string, d analytics.DayRows, opts Options) Day {
 	date := d.Day.Format(time.DateOnly)
 	r := Day{Server: d.Server, Date: date}
 	fail := func(err error) Day {
@@ -109,6 +110,14 @@ func runDay(ctx context.Context, st *analytics.Store, dir string, d analytics.Da
 	m, err := loadDay(ctx, st, folder, d.Server, date)
 	if err != nil {
 		return fail(err)
+	}
+	due := opts.Retention > 0 && !d.Day.Add(day).After(opts.Now.Add(-opts.Retention))
+	if !due && m.holds(d) {
+		// The hot day is exactly what its files hold (rows and id
+		// checksum), each file read back when written: nothing to read
+		// until the retention deletes it, when the whole day is verified.
+		r.Verified = true
+		return r
 	}
 	now := time.Now().UTC()
 	if n, err := st.Unarchived(ctx, d.Server, d.Day, m.paths(folder)); err != nil {
@@ -135,7 +144,7 @@ func runDay(ctx context.Context, st *analytics.Store, dir string, d analytics.Da
 		return fail(err)
 	}
 	r.Verified = true
-	if opts.Retention > 0 && !d.Day.Add(day).After(opts.Now.Add(-opts.Retention)) && d.Day.Before(today) {
+	if due {
 		n, err := st.DeleteArchived(ctx, d.Server, d.Day, files)
 		if err != nil {
 			return fail(err)
@@ -271,6 +280,25 @@ func (m *manifest) next() int {
 		}
 	}
 	return n + 1
+}
+
+// holds reports whether the day's files hold as many calls as d, with the
+// same id checksum.
+func (m *manifest) holds(d analytics.DayRows) bool {
+	var rows int64
+	sum, want := new(big.Int), new(big.Int)
+	if _, ok := want.SetString(d.Checksum, 10); !ok {
+		return false
+	}
+	for _, f := range m.Files {
+		n, ok := new(big.Int).SetString(f.Checksum, 10)
+		if !ok {
+			return false
+		}
+		sum.Add(sum, n)
+		rows += f.Rows
+	}
+	return len(m.Files) > 0 && rows == d.Rows && sum.Cmp(want) == 0
 }
 
 func (m *manifest) paths(folder string) []string {

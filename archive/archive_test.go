@@ -322,3 +322,26 @@ func TestDailyRunsAndStops(t *testing.T) {
 	assert.EqualValues(t, 10, testutil.ToFloat64(m.written))
 	assert.FileExists(t, filepath.Join(dir, "server=pve", "date=2026-11-21", "calls-1.parquet"))
 }
+
+// A day whose hot calls are exactly its files' (rows and checksum) is not
+// read again until the retention deletes it; a change to the hot day is
+// still seen.
+func TestUnchangedDayIsNotReadAgain(t *testing.T) {
+	ctx := context.Background()
+	s, dir := setup(t)
+	appendEvents(t, s, events("e", []string{"pve"}, 1, 10))
+	now := day0.Add(2 * day)
+	_, err := Run(ctx, s, Options{Now: now})
+	require.NoError(t, err)
+	// A damaged file is not noticed while the day stays in the hot store...
+	bad := filepath.Join(dir, "server=pve", "date=2026-11-20", "calls-1.parquet")
+	require.NoError(t, os.WriteFile(bad, []byte("not parquet"), 0o644))
+	res, err := Run(ctx, s, Options{Now: now})
+	require.NoError(t, err)
+	assert.True(t, res.Days[0].Verified)
+	// ...but before anything is deleted, the whole day is read back.
+	res, err = Run(ctx, s, Options{Now: now, Retention: time.Hour})
+	require.Error(t, err)
+	assert.Zero(t, res.Deleted)
+	assert.EqualValues(t, 10, scalar(t, s, `SELECT count(*) FROM calls`))
+}
