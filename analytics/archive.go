@@ -272,28 +272,20 @@ const archiveGlob = "server=*/date=*/calls-*.parquet"
 // archiveView makes calls, on this connection only, the hot calls plus the
 // archived calls whose id the hot store does not hold (days deleted by the
 // retention, or not restored): each call once. It is a temporary view,
-// which DuckDB resolves before main.calls; drop removes it, and discards
-// the connection if it cannot, so that no other query sees it.
+// which DuckDB resolves before the table; drop removes it, and discards the
+// connection if it cannot, so that no other query sees it.
 func (s *Store) archiveView(ctx context.Context, conn *sql.Conn) (drop func(), err error) {
 	if s.archiveDir == "" {
 		return nil, ErrNoArchive
 	}
-	glob := filepath.Join(s.archiveDir, archiveGlob)
-	if m, _ := filepath.Glob(glob); len(m) == 0 {
-		return func() {}, nil // read_parquet fails on a glob that matches nothing
-	}
-	// main.calls would name the temporary catalog's own schema main: the
-	// hot table is named with its database.
 	var catalog string
 	if err := conn.QueryRowContext(ctx, `SELECT current_database()`).Scan(&catalog); err != nil {
 		return nil, fmt.Errorf("query --archive: %w", err)
 	}
-	hot := `"` + strings.ReplaceAll(catalog, `"`, `""`) + `".main.calls`
-	q := `CREATE OR REPLACE TEMP VIEW calls AS
-		SELECT * FROM ` + hot + `
-		UNION ALL BY NAME
-		SELECT * FROM read_parquet('` + sqlQuote(glob) + `', hive_partitioning = false)
-		WHERE id NOT IN (SELECT id FROM ` + hot + `)`
+	q, ok := s.archiveViewSQL(catalog)
+	if !ok {
+		return func() {}, nil
+	}
 	if _, err := conn.ExecContext(ctx, q); err != nil {
 		return nil, fmt.Errorf("query --archive: read the archive %s: %w", s.archiveDir, err)
 	}
@@ -303,3 +295,60 @@ func (s *Store) archiveView(ctx context.Context, conn *sql.Conn) (drop func(), e
 		}
 	}, nil
 }
+
+// archiveViewSQL creates the temporary view calls over the hot table of
+// catalog and the archive; ok is false when the archive holds no file
+// (read_parquet fails on a glob that matches nothing).
+func (s *Store) archiveViewSQL(catalog string) (q string, ok bool) {
+	glob := filepath.Join(s.archiveDir, archiveGlob)
+	if m, _ := filepath.Glob(glob); len(m) == 0 {
+		return "", false
+	}
+	// main.calls would name the temporary catalog's own schema main: the
+	// hot table is named with its database.
+	hot := `"` + strings.ReplaceAll(catalog, `"`, `""`) + `".main.calls`
+	return `CREATE OR REPLACE TEMP VIEW calls AS
+		SELECT * FROM ` + hot + `
+		UNION ALL BY NAME
+		SELECT * FROM read_parquet('` + sqlQuote(glob) + `', hive_partitioning = false)
+		WHERE id NOT IN (SELECT id FROM ` + hot + `)`, true
+}
+
+// ArchiveDB is a pool of connections to the store's database on each of
+// which calls holds the archived calls too, as query --archive sees it: for
+// analyses whose window reaches past storage.retention. The caller closes
+// it; that closes its connections, not the database.
+func (s *Store) ArchiveDB(ctx context.Context) (*sql.DB, error) {
+	if s.archiveDir == "" {
+		return nil, ErrNoArchive
+	}
+	var catalog string
+	if err := s.db.QueryRowContext(ctx, `SELECT current_database()`).Scan(&catalog); err != nil {
+		return nil, fmt.Errorf("archive: %w", err)
+	}
+	return sql.OpenDB(archiveConnector{base: s.connector, store: s, catalog: catalog}), nil
+}
+
+// archiveConnector makes the view on every connection it opens. It is no
+// io.Closer, so closing its pool leaves the database open.
+type archiveConnector struct {
+	base    driver.Connector
+	store   *Store
+	catalog string
+}
+
+func (c archiveConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.base.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if q, ok := c.store.archiveViewSQL(c.catalog); ok {
+		if _, err := conn.(driver.ExecerContext).ExecContext(ctx, q, nil); err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("archive: read the archive %s: %w", c.store.archiveDir, err)
+		}
+	}
+	return conn, nil
+}
+
+func (c archiveConnector) Driver() driver.Driver { return c.base.Driver() }

@@ -77,7 +77,7 @@ func openSandboxed(ctx context.Context, path string, opts Options) (*Store, erro
 	if limit == "" {
 		limit = DefaultMemoryLimit
 	}
-	s := &Store{path: path, readOnly: opts.ReadOnly, db: db, ingestThreads: opts.IngestThreads}
+	s := &Store{path: path, readOnly: opts.ReadOnly, db: db, connector: connector, ingestThreads: opts.IngestThreads}
 	if opts.IngestMemoryLimit != "" {
 		s.queryMemory, s.ingestMemory = limit, opts.IngestMemoryLimit
 		limit = s.ingestMemory

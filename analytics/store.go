@@ -67,9 +67,10 @@ type Options struct {
 // Store is one DuckDB database file. Appends are serialised on one dedicated
 // connection; queries run on the pool.
 type Store struct {
-	path     string
-	readOnly bool
-	db       *sql.DB
+	path      string
+	readOnly  bool
+	db        *sql.DB
+	connector driver.Connector // db's, for ArchiveDB
 
 	mu     sync.Mutex // guards the write connection and its staging table
 	wconn  *sql.Conn

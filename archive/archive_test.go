@@ -345,3 +345,25 @@ func TestUnchangedDayIsNotReadAgain(t *testing.T) {
 	assert.Zero(t, res.Deleted)
 	assert.EqualValues(t, 10, scalar(t, s, `SELECT count(*) FROM calls`))
 }
+
+// ArchiveDB: every connection of its pool sees the archived calls in
+// calls, for analyses over a window past the retention; closing it leaves
+// the store open.
+func TestArchiveDBSpansTheArchive(t *testing.T) {
+	ctx := context.Background()
+	s, _ := setup(t)
+	appendEvents(t, s, events("e", []string{"pve"}, 3, 10))
+	_, err := Run(ctx, s, Options{Now: day0.Add(2*day + time.Hour), Retention: time.Hour})
+	require.NoError(t, err)
+	require.EqualValues(t, 10, scalar(t, s, `SELECT count(*) FROM calls`))
+	db, err := s.ArchiveDB(ctx)
+	require.NoError(t, err)
+	db.SetMaxOpenConns(3)
+	for range 5 {
+		var n int64
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM calls WHERE ts >= '2026-11-20'`).Scan(&n))
+		assert.EqualValues(t, 30, n)
+	}
+	require.NoError(t, db.Close())
+	assert.EqualValues(t, 10, scalar(t, s, `SELECT count(*) FROM calls`), "the store's own pool never sees the view")
+}

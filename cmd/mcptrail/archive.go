@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -62,4 +64,20 @@ func (a *app) openArchiveStore(ctx context.Context) (*analytics.Store, func(), e
 		return nil, nil, usageErrorf("storage.archive is empty: set it to the archive folder (config file or MCPTRAIL_STORAGE_ARCHIVE)")
 	}
 	return a.openStore(ctx, false)
+}
+
+// callsDB is the pool that recommend and report read the calls from: the
+// store's, or, when their window reaches further back than
+// storage.retention kept, one whose calls holds the archived calls too
+// (analytics.Store.ArchiveDB). done closes it.
+func (a *app) callsDB(ctx context.Context, store *analytics.Store, window time.Duration) (*sql.DB, func(), error) {
+	keep := a.cfg.Storage.Retention
+	if store.ArchiveDir() == "" || keep <= 0 || window <= keep {
+		return store.DB(), func() {}, nil
+	}
+	db, err := store.ArchiveDB(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return db, func() { _ = db.Close() }, nil
 }
