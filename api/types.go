@@ -93,7 +93,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Settings are the client's recommend.* settings, so that the daemon answers
+// Settings are the client's recommend.* (and regression.*) settings, so that the daemon answers
 // as the client would on the file. Absent: the daemon's own.
 type Settings struct {
 	Window          Duration `json:"window"`
@@ -109,6 +109,11 @@ type Settings struct {
 	PollMaxCV       float64  `json:"poll_max_cv"`
 	RunawayFactor   float64  `json:"runaway_factor"`
 	Grace           Duration `json:"grace"`
+	// The regression.* keys the recommender reads (zero: the default).
+	RegressionWatch      Duration `json:"regression_watch,omitempty"`
+	RegressionBaseline   Duration `json:"regression_baseline,omitempty"`
+	RegressionMinRefused int      `json:"regression_min_refused,omitempty"`
+	RegressionMinShare   float64  `json:"regression_min_share,omitempty"`
 	// Overrides is the content of the recommend.overrides file.
 	Overrides *File `json:"overrides,omitempty"`
 }

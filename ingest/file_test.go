@@ -210,3 +210,67 @@ func TestDeadLettersKeepNoArguments(t *testing.T) {
 	assert.Equal(t, lines[:8], raws[:8], "store_args keeps the raw bytes")
 	assert.True(t, lines[8][:4096] == raws[8], "truncated to the limit")
 }
+
+// sizes records the events of each batch a store is handed, staged or not.
+type sizes struct {
+	store  *analytics.Store
+	staged []int
+	plain  []int
+}
+
+func (s *sizes) Append(ctx context.Context, b ingest.Batch) (ingest.Result, error) {
+	if b.Staged != nil {
+		s.staged = append(s.staged, b.Staged.Len())
+	} else {
+		s.plain = append(s.plain, len(b.Events))
+	}
+	return s.store.Append(ctx, b)
+}
+
+func (s *sizes) Checkpoint(ctx context.Context, c string) (uint64, error) { return s.store.Checkpoint(ctx, c) }
+
+// stagingSizes is sizes as a StagingSink.
+type stagingSizes struct{ *sizes }
+
+func (s stagingSizes) NewStaging(n int) ingest.Staging { return s.store.NewStaging(n) }
+
+// A file is decoded in chunks and staged as it goes, yet every batch but
+// the last holds exactly BatchLines events (one DuckDB row group): a chunk
+// that would overfill a batch is split between two, and repeated ids leave
+// room that the next events fill. A sink that does not stage gets the same
+// batches as events.
+func TestReadStreamFillsWholeBatches(t *testing.T) {
+	var b strings.Builder
+	for i := 0; i < 20000; i++ {
+		b.WriteString(line(i) + "\n")
+		if i%1000 == 0 {
+			b.WriteString(line(i) + "\n")         // a repeat within the batch
+			b.WriteString(`{"ts":"nope"}` + "\n") // a dead letter
+		}
+	}
+	for _, staging := range []bool{true, false} {
+		rec := &sizes{store: openStore(t)}
+		var sink ingest.Sink = rec
+		if staging {
+			sink = stagingSizes{rec}
+		}
+		dec := &ingest.Decoder{Opts: audit.Options{}, Workers: 2}
+		tot, err := ingest.ReadStream(context.Background(), strings.NewReader(b.String()), dec, sink,
+			ingest.FileOptions{Name: "events.jsonl", BatchLines: 3000})
+		require.NoError(t, err)
+		assert.Equal(t, 20000, tot.Ingested)
+		assert.Equal(t, 20, tot.Duplicates)
+		assert.Equal(t, 20, tot.Rejected)
+		assert.Equal(t, int64(20040), tot.Lines)
+		var n int
+		require.NoError(t, rec.store.DB().QueryRow(`SELECT count(DISTINCT id) FROM calls`).Scan(&n))
+		assert.Equal(t, 20000, n)
+		if staging {
+			assert.Equal(t, []int{3000, 3000, 3000, 3000, 3000, 3000, 2000}, rec.staged, "staged rows, repeats left out")
+			assert.Empty(t, rec.plain)
+		} else {
+			// Unstaged, a batch counts its repeats too.
+			assert.Equal(t, []int{3000, 3000, 3000, 3000, 3000, 3000, 2020}, rec.plain)
+		}
+	}
+}

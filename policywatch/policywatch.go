@@ -24,6 +24,7 @@ import (
 
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/policy"
 	"github.com/mcptrail/mcptrail/recommend"
 )
 
@@ -47,25 +48,29 @@ type Config struct {
 
 // Alert is the JSON published for a regression.
 type Alert struct {
-	ID              string                  `json:"id"`
-	Kind            string                  `json:"kind"`
-	State           string                  `json:"state"`
-	Server          string                  `json:"server"`
-	Grant           string                  `json:"grant"`
-	Tool            string                  `json:"tool"`
-	FindingID       string                  `json:"finding_id"`
-	PolicyVersion   string                  `json:"policy_version"`
-	PreviousVersion string                  `json:"previous_version"`
-	Since           time.Time               `json:"since"`
-	Calls           int64                   `json:"calls"`
-	Refused         int64                   `json:"refused"`
-	RefusedBy       map[string]int64        `json:"refused_by"`
-	Sessions        int64                   `json:"sessions"`
-	RefusedSessions int64                   `json:"refused_sessions"`
-	AgentsRefused   int64                   `json:"agents_refused"`
-	BaselineAllowed int64                   `json:"baseline_allowed"`
-	BaselineDays    int64                   `json:"baseline_days"`
-	FirstRefused    []recommend.RefusedCall `json:"first_refused"`
+	ID              string           `json:"id"`
+	Kind            string           `json:"kind"`
+	State           string           `json:"state"`
+	Server          string           `json:"server"`
+	Grant           string           `json:"grant"`
+	Tool            string           `json:"tool"`
+	FindingID       string           `json:"finding_id"`
+	PolicyVersion   string           `json:"policy_version"`
+	PreviousVersion string           `json:"previous_version"`
+	Since           time.Time        `json:"since"`
+	Calls           int64            `json:"calls"`
+	Refused         int64            `json:"refused"`
+	RefusedBy       map[string]int64 `json:"refused_by"`
+	Sessions        int64            `json:"sessions"`
+	RefusedSessions int64            `json:"refused_sessions"`
+	AgentsRefused   int64            `json:"agents_refused"`
+	BaselineAllowed int64            `json:"baseline_allowed"`
+	BaselineDays    int64            `json:"baseline_days"`
+	// Vanished: no call since, where ExpectedCalls were due, and the
+	// current policy refuses the tool.
+	Vanished      bool                    `json:"vanished"`
+	ExpectedCalls float64                 `json:"expected_calls"`
+	FirstRefused  []recommend.RefusedCall `json:"first_refused"`
 	// Revert is the finding's JSON Patch against the current policy; null
 	// when no current policy is recorded.
 	Revert json.RawMessage `json:"revert"`
@@ -79,6 +84,9 @@ type Watch struct {
 	// Record runs the recommender for one scope at now and records the run
 	// in the finding history; it returns the scope's findings.
 	Record func(ctx context.Context, server, grant string, now time.Time) ([]recommend.Finding, error)
+	// Policy returns the current policy of a scope (nil when none is
+	// recorded), which tells whether a tool that vanished is refused.
+	Policy func(ctx context.Context, server, grant string) (*policy.Policy, error)
 	// Publish sends one alert; the alert is recorded before it is sent.
 	Publish func(subject string, data []byte) error
 	Log     *slog.Logger
@@ -148,7 +156,14 @@ func (w *Watch) Check(ctx context.Context) error {
 }
 
 func (w *Watch) checkScope(ctx context.Context, server, grant string, now time.Time, watch, lookback time.Duration) error {
-	regs, err := recommend.Regressions(ctx, w.Store.DB(), server, grant, now, lookback, w.Config.Params)
+	sc := recommend.RegressionScope{Server: server, Grant: grant, Now: now, Lookback: lookback}
+	if w.Policy != nil {
+		var err error
+		if sc.Current, err = w.Policy(ctx, server, grant); err != nil {
+			return fmt.Errorf("current policy of %s: %w", server, err)
+		}
+	}
+	regs, err := recommend.Regressions(ctx, w.Store.DB(), sc, w.Config.Params)
 	if err != nil {
 		return err
 	}
@@ -193,7 +208,8 @@ func (w *Watch) checkScope(ctx context.Context, server, grant string, now time.T
 			FindingID: id, PolicyVersion: r.Version, PreviousVersion: r.Previous, Since: r.Since, Calls: r.Calls, Refused: r.Refused,
 			RefusedBy: map[string]int64{"hidden": r.Hidden, "denied": r.Denied, "approval_required": r.ApprovalRequired, "rate_limited": r.Rate},
 			Sessions:  r.Sessions, RefusedSessions: r.RefusedSessions, AgentsRefused: r.Agents, BaselineAllowed: r.BaselineAllowed,
-			BaselineDays: r.BaselineDays, FirstRefused: r.Examples, Revert: f.Action.Patch, At: now}
+			BaselineDays: r.BaselineDays, Vanished: r.Vanished, ExpectedCalls: r.Expected, FirstRefused: r.Examples,
+			Revert: f.Action.Patch, At: now}
 		// Recorded before it is sent, as the alarm does: a failed publish
 		// is logged and counted, never repeated as a duplicate.
 		if err := w.remember(ctx, r, now); err != nil {

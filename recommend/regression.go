@@ -45,6 +45,7 @@ type Regression struct {
 	Since, WatchTo, BaselineFrom time.Time
 
 	BaselineAllowed, BaselineDays          int64
+	BaselineFirst                          time.Time // the tool's first allowed call in the baseline
 	BaselineSessions, BaselineRefusedSess  int64
 	Calls, Refused                         int64
 	Hidden, Denied, ApprovalRequired, Rate int64
@@ -52,6 +53,10 @@ type Regression struct {
 	// Share is the rise in the share of the tool's sessions with a refused
 	// call: under Version, less the baseline's.
 	Share float64
+	// Vanished: no call under Version, where the baseline's rate predicts
+	// Expected, and the current policy refuses the tool.
+	Vanished bool
+	Expected float64
 	// Examples are the first refused calls under Version.
 	Examples []RefusedCall
 	SQL      string
@@ -143,6 +148,7 @@ ORDER BY ts DESC LIMIT 1`).Scan(&prev)
 var regressionCols = []struct{ name, expr string }{
 	{"baseline_allowed", "count(*) FILTER (b AND decision = 'allowed')"},
 	{"baseline_days", "count(DISTINCT epoch_ms(ts) // 86400000) FILTER (b AND decision = 'allowed')"},
+	{"baseline_first_allowed", "min(ts) FILTER (b AND decision = 'allowed')"},
 	{"baseline_sessions", "count(DISTINCT " + sessionKey + ") FILTER (b)"},
 	{"baseline_refused_sessions", "count(DISTINCT " + sessionKey + ") FILTER (b AND decision <> 'allowed')"},
 	{"calls", "count(*) FILTER (w)"},
@@ -164,12 +170,36 @@ func regressionFrom(q query, v *versionChange, watchTo, baselineFrom time.Time) 
 WHERE ` + q.scopeLit() + ` AND ts >= ` + sqlTime(baselineFrom) + ` AND ts <= ` + sqlTime(watchTo) + `) c`
 }
 
-// Regressions finds the regressions of one scope (server, and grant when
-// not "") at now: its newest policy version first seen in (now − lookback,
-// now] (see NewVersion), compared with the baseline before it.
-func Regressions(ctx context.Context, db *sql.DB, server, grant string, now time.Time, lookback time.Duration, p Params) ([]Regression, error) {
-	q := query{server: server, grant: grant, to: now.UTC()}
-	v, err := newVersion(ctx, db, q, lookback, p)
+// RegressionScope selects the calls Regressions compares.
+type RegressionScope struct {
+	Server string
+	Grant  string // "" for every call of the server
+	Now    time.Time
+	// Lookback is how far back a version's first call is looked for
+	// (recommend.window).
+	Lookback time.Duration
+	// Current is the policy in force (taken as the new version's), nil when
+	// unknown: with it, a used tool that it refuses and that has not been
+	// called since is a regression too (vanished).
+	Current *policy.Policy
+}
+
+// VanishedMinExpected is how many calls of a tool the baseline's rate must
+// predict since the new version's first call before its silence counts:
+// with fewer, no call is no evidence.
+const VanishedMinExpected = 3.0
+
+// Regressions finds the regressions of one scope at sc.Now: its newest
+// policy version first seen in (now − lookback, now] (see NewVersion),
+// compared with the baseline before it. A tool is a regression when the new
+// version refused it (refused calls, and a rise in the share of sessions
+// refused), or when the current policy refuses it and it vanished: no call
+// under the new version where the baseline's rate predicts at least
+// VanishedMinExpected (an agent that lists tools does not call a hidden one).
+func Regressions(ctx context.Context, db *sql.DB, sc RegressionScope, p Params) ([]Regression, error) {
+	server, grant := sc.Server, sc.Grant
+	q := query{server: server, grant: grant, to: sc.Now.UTC()}
+	v, err := newVersion(ctx, db, q, sc.Lookback, p)
 	if err != nil || v == nil {
 		return nil, err
 	}
@@ -187,7 +217,7 @@ func Regressions(ctx context.Context, db *sql.DB, server, grant string, now time
 	rows, err := db.QueryContext(ctx, `
 SELECT tool, `+strings.Join(exprs, ", ")+`
 FROM `+from+` WHERE tool IS NOT NULL
-GROUP BY tool HAVING baseline_allowed > 0 AND refused >= `+strconv.Itoa(minRefused)+`
+GROUP BY tool HAVING baseline_allowed > 0 AND (refused >= `+strconv.Itoa(minRefused)+` OR calls = 0)
 ORDER BY tool`)
 	if err != nil {
 		return nil, fmt.Errorf("regressions of %s: %w", server, err)
@@ -197,17 +227,30 @@ ORDER BY tool`)
 	for rows.Next() {
 		r := Regression{Server: server, Grant: grant, Version: v.version, Previous: v.previous, Since: v.since,
 			WatchTo: watchTo, BaselineFrom: baselineFrom}
-		if err := rows.Scan(&r.Tool, &r.BaselineAllowed, &r.BaselineDays, &r.BaselineSessions, &r.BaselineRefusedSess,
+		if err := rows.Scan(&r.Tool, &r.BaselineAllowed, &r.BaselineDays, &r.BaselineFirst, &r.BaselineSessions, &r.BaselineRefusedSess,
 			&r.Calls, &r.Refused, &r.Hidden, &r.Denied, &r.ApprovalRequired, &r.Rate,
 			&r.Sessions, &r.RefusedSessions, &r.Agents); err != nil {
 			return nil, fmt.Errorf("regressions of %s: %w", server, err)
 		}
-		// A rise in the share of sessions refused, not in calls: a limit
-		// that cuts one session's runaway loop refuses many calls of few
-		// sessions, and is the policy working, not a regression.
-		r.Share = share(r.RefusedSessions, r.Sessions) - share(r.BaselineRefusedSess, r.BaselineSessions)
-		if r.Share < minShare {
-			continue
+		r.BaselineFirst = r.BaselineFirst.UTC()
+		if r.Calls == 0 {
+			// Vanished: the baseline's rate of allowed calls, from the
+			// tool's first one in it, over the time under the new version.
+			if span := r.Since.Sub(r.BaselineFirst); span > 0 && r.BaselineDays >= 2 {
+				r.Expected = math.Round(float64(r.BaselineAllowed)*float64(watchTo.Sub(r.Since))/float64(span)*10) / 10
+			}
+			if sc.Current == nil || allowsTool(sc.Current, r.Tool) || r.Expected < VanishedMinExpected {
+				continue
+			}
+			r.Vanished = true
+		} else {
+			// A rise in the share of sessions refused, not in calls: a limit
+			// that cuts one session's runaway loop refuses many calls of few
+			// sessions, and is the policy working, not a regression.
+			r.Share = share(r.RefusedSessions, r.Sessions) - share(r.BaselineRefusedSess, r.BaselineSessions)
+			if r.Share < minShare {
+				continue
+			}
 		}
 		r.Share = math.Round(r.Share*1000) / 1000
 		cols := make([]string, len(regressionCols))
@@ -261,7 +304,8 @@ ORDER BY ts, id LIMIT 3`)
 // detectRegressions adds a regression finding for every tool that the
 // scope's newest policy version refuses after the scope used it.
 func (s *state) detectRegressions(ctx context.Context) error {
-	regs, err := Regressions(ctx, s.q.db, s.opts.Server, s.opts.Grant, s.q.to, s.p.Window, s.p)
+	regs, err := Regressions(ctx, s.q.db, RegressionScope{Server: s.opts.Server, Grant: s.opts.Grant, Now: s.q.to,
+		Lookback: s.p.Window, Current: s.opts.Current}, s.p)
 	if err != nil {
 		return err
 	}
@@ -281,6 +325,11 @@ func (s *state) detectRegressions(ctx context.Context) error {
 		summary := fmt.Sprintf("policy version %s (first call %s, after %s) refuses %s: %s of its %s calls since (%s), in %s of %s sessions; before, it was allowed %s times on %s days",
 			r.Version, r.Since.Format(time.RFC3339), prev, r.Tool, GroupDigits(r.Refused), GroupDigits(r.Calls), refusedBy(r),
 			GroupDigits(r.RefusedSessions), GroupDigits(r.Sessions), GroupDigits(r.BaselineAllowed), GroupDigits(r.BaselineDays))
+		if r.Vanished {
+			summary = fmt.Sprintf("%s vanished under policy version %s (first call %s, after %s), which the current policy %s: no call since, where the %s allowed calls on %s days before predict %.1f",
+				r.Tool, r.Version, r.Since.Format(time.RFC3339), prev, refusalOf(s.opts.Current, r.Tool), GroupDigits(r.BaselineAllowed),
+				GroupDigits(r.BaselineDays), r.Expected)
+		}
 		ev := map[string]any{
 			"policy_version": r.Version, "previous_version": r.Previous, "since": r.Since, "watch_to": r.WatchTo,
 			"baseline_from": r.BaselineFrom, "baseline_allowed": r.BaselineAllowed, "baseline_days": r.BaselineDays,
@@ -288,12 +337,21 @@ func (s *state) detectRegressions(ctx context.Context) error {
 			"calls": r.Calls, "refused": r.Refused, "hidden": r.Hidden, "denied": r.Denied,
 			"approval_required": r.ApprovalRequired, "rate_limited": r.Rate, "sessions": r.Sessions,
 			"refused_sessions": r.RefusedSessions, "agents_refused": r.Agents, "session_share_rise": r.Share,
-			"first_refused": r.Examples, "revert_from": how, "sql": r.SQL,
+			"first_refused": r.Examples, "revert_from": how, "sql": r.SQL, "baseline_first_allowed": r.BaselineFirst,
+			"vanished": r.Vanished, "expected_calls": r.Expected,
 		}
 		s.add(Finding{Kind: KindRegression, Tool: r.Tool, Severity: sev, Confidence: High, Summary: summary,
 			Evidence: ev, Action: Action{Op: OpRevert, Restore: restore, Patch: patch}})
 	}
 	return nil
+}
+
+// refusalOf says how p refuses a tool it does not allow.
+func refusalOf(p *policy.Policy, tool string) string {
+	if p.Hidden(tool) {
+		return "hides"
+	}
+	return "does not allow"
 }
 
 // refusedBy says how the refused calls were refused.

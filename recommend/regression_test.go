@@ -14,6 +14,7 @@ import (
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/policy"
 	"github.com/mcptrail/mcptrail/recommend"
 	"github.com/mcptrail/mcptrail/simulate"
 )
@@ -33,6 +34,11 @@ func policyChangeStore(t *testing.T, pc simulate.PolicyChange, end time.Time) *a
 		evs = evs[k:]
 	}
 	return store
+}
+
+// scope is a regression scope over the default window, with no policy.
+func scope(server, grant string, at time.Time) recommend.RegressionScope {
+	return recommend.RegressionScope{Server: server, Grant: grant, Now: at, Lookback: 30 * 24 * time.Hour}
 }
 
 const (
@@ -134,7 +140,7 @@ func TestNoRegressionWhenOnlyUnusedToolsAreRefused(t *testing.T) {
 	var hidden int
 	require.NoError(t, store.DB().QueryRow(`SELECT count(*) FROM calls WHERE decision = 'hidden' AND policy_version = 'v2'`).Scan(&hidden))
 	require.Equal(t, 1, hidden, "the unused tool is tried once under v2")
-	regs, err := recommend.Regressions(context.Background(), store.DB(), pc.Server, pc.Grant, change.Add(time.Hour), 30*24*time.Hour, recommend.DefaultParams())
+	regs, err := recommend.Regressions(context.Background(), store.DB(), scope(pc.Server, pc.Grant, change.Add(time.Hour)), recommend.DefaultParams())
 	require.NoError(t, err)
 	assert.Empty(t, regs)
 }
@@ -161,10 +167,10 @@ func TestRegressionFollowsTheVersionInUse(t *testing.T) {
 	_, err = store.Append(context.Background(), ingest.Batch{Events: evs})
 	require.NoError(t, err)
 
-	regs, err := recommend.Regressions(context.Background(), store.DB(), pc.Server, pc.Grant, change.Add(50*time.Minute), 30*24*time.Hour, recommend.DefaultParams())
+	regs, err := recommend.Regressions(context.Background(), store.DB(), scope(pc.Server, pc.Grant, change.Add(50*time.Minute)), recommend.DefaultParams())
 	require.NoError(t, err)
 	require.Len(t, regs, 1, "under v2")
-	regs, err = recommend.Regressions(context.Background(), store.DB(), pc.Server, pc.Grant, now, 30*24*time.Hour, recommend.DefaultParams())
+	regs, err = recommend.Regressions(context.Background(), store.DB(), scope(pc.Server, pc.Grant, now), recommend.DefaultParams())
 	require.NoError(t, err)
 	assert.Empty(t, regs, "back under v1, which the history began with")
 
@@ -197,7 +203,51 @@ func TestRegressionFollowsTheVersionInUse(t *testing.T) {
 	defer store2.Close()
 	_, err = store2.Append(context.Background(), ingest.Batch{Events: limited})
 	require.NoError(t, err)
-	regs, err = recommend.Regressions(context.Background(), store2.DB(), "srv", "ops", change.Add(time.Hour), 30*24*time.Hour, recommend.DefaultParams())
+	regs, err = recommend.Regressions(context.Background(), store2.DB(), scope("srv", "ops", change.Add(time.Hour)), recommend.DefaultParams())
 	require.NoError(t, err)
 	assert.Empty(t, regs, "one session of 13 refused")
+}
+
+// TestRegressionWhenAHiddenToolVanishes: agents that list tools do not call
+// a hidden one. Version 2 hides list_backups and backup-bot stops calling
+// it: with the current policy (v2, which hides it) the silence is a
+// regression once the baseline's rate predicts three calls (45 minutes at
+// four an hour); without a policy, or with one that allows the tool, it is
+// only silence.
+func TestRegressionWhenAHiddenToolVanishes(t *testing.T) {
+	change := now.Add(-2 * time.Hour)
+	pc := simulate.PolicyChange{Server: "proxmox-mcp", Grant: "ops", Change: change, Refused: simulate.PolicyChangeUsedDaily,
+		Days: 21, Silent: true}
+	store := policyChangeStore(t, pc, change.Add(time.Hour))
+	var calls int
+	require.NoError(t, store.DB().QueryRow(`SELECT count(*) FROM calls WHERE tool = 'list_backups' AND policy_version = 'v2'`).Scan(&calls))
+	require.Zero(t, calls, "backup-bot no longer calls the hidden tool")
+	at := func(d time.Duration, current *policy.Policy) []recommend.Regression {
+		sc := scope(pc.Server, pc.Grant, change.Add(d))
+		sc.Current = current
+		regs, err := recommend.Regressions(context.Background(), store.DB(), sc, recommend.DefaultParams())
+		require.NoError(t, err)
+		return regs
+	}
+	assert.Empty(t, at(40*time.Minute, parsePolicy(t, v2Policy)), "2.7 calls expected: not yet")
+	regs := at(50*time.Minute, parsePolicy(t, v2Policy))
+	require.Len(t, regs, 1)
+	assert.True(t, regs[0].Vanished)
+	assert.Equal(t, simulate.PolicyChangeUsedDaily, regs[0].Tool)
+	assert.InDelta(t, 3.3, regs[0].Expected, 0.05)
+	assert.Empty(t, at(50*time.Minute, nil), "no policy: silence is no evidence")
+	assert.Empty(t, at(50*time.Minute, parsePolicy(t, v1Policy)), "the policy allows it: the agent is only quiet")
+
+	r, err := recommend.Recommend(context.Background(), store.DB(), recommend.Options{Server: pc.Server, Grant: pc.Grant,
+		Now: change.Add(50 * time.Minute), Params: recommend.DefaultParams(), Current: parsePolicy(t, v2Policy), Previous: parsePolicy(t, v1Policy)})
+	require.NoError(t, err)
+	f, ok := findings(r, recommend.KindRegression)[simulate.PolicyChangeUsedDaily]
+	require.True(t, ok)
+	assert.Contains(t, f.Summary, "list_backups vanished under policy version v2")
+	assert.Contains(t, f.Summary, "which the current policy hides")
+	assert.Equal(t, true, f.Evidence["vanished"])
+	cols, row := queryOne(t, store, f.Evidence["sql"].(string))
+	for i, c := range cols {
+		assertSame(t, f.Evidence[c], row[i], c)
+	}
 }

@@ -17,6 +17,9 @@ type PolicyChange struct {
 	Change        time.Time // the first call under v2
 	Refused       string    // the tool v2 hides
 	Days          int       // of history before Change
+	// Silent: under v2 the agent no longer calls Refused at all, as an
+	// agent that lists tools does not call a hidden one.
+	Silent bool
 }
 
 // The tools of PolicyChangeEvents.
@@ -41,6 +44,9 @@ func PolicyChangeEvents(pc PolicyChange, end time.Time) []audit.Event {
 		version, decision, rule := "v1", audit.Allowed, ""
 		if !ts.Before(pc.Change) {
 			version = "v2"
+			if tool == pc.Refused && pc.Silent {
+				return
+			}
 			if tool == pc.Refused || tool == PolicyChangeUnused {
 				decision, rule = audit.Hidden, "hide"
 			}

@@ -178,12 +178,14 @@ func previousReports(out string, now time.Time) ([]api.File, error) {
 // settings are this CLI's recommend.* settings, sent along so that the
 // daemon answers as the file would.
 func (a *app) settings() (*api.Settings, error) {
-	r := a.cfg.Recommend
+	r, g := a.cfg.Recommend, a.cfg.Regression
 	s := &api.Settings{
 		Window: api.Duration(r.Window), MinDays: r.MinDays, MinSessions: r.MinSessions, Headroom: r.Headroom,
 		MinLimit: r.MinLimit, RareMaxCalls: r.RareMaxCalls, RareMaxDays: r.RareMaxDays, RareMaxShare: r.RareMaxSessionShare, PollMinCalls: r.PollMinCalls,
 		PollMaxInterval: api.Duration(r.PollMaxInterval), PollMaxCV: r.PollMaxCV, RunawayFactor: r.RunawayFactor,
-		Grace: api.Duration(r.Grace),
+		Grace:           api.Duration(r.Grace),
+		RegressionWatch: api.Duration(g.Watch), RegressionBaseline: api.Duration(g.Baseline),
+		RegressionMinRefused: g.MinRefused, RegressionMinShare: g.MinShare,
 	}
 	if r.Overrides != "" && a.store == nil {
 		f, err := readInput("recommend.overrides", r.Overrides)
@@ -205,6 +207,9 @@ func (a *app) applySettings(s *api.Settings) {
 	r.MinLimit, r.RareMaxCalls, r.RareMaxDays, r.PollMinCalls = s.MinLimit, s.RareMaxCalls, s.RareMaxDays, s.PollMinCalls
 	r.RareMaxSessionShare = s.RareMaxShare
 	r.PollMaxInterval, r.PollMaxCV, r.RunawayFactor, r.Grace = time.Duration(s.PollMaxInterval), s.PollMaxCV, s.RunawayFactor, time.Duration(s.Grace)
+	g := &a.cfg.Regression
+	g.Watch, g.Baseline, g.MinRefused, g.MinShare = time.Duration(s.RegressionWatch), time.Duration(s.RegressionBaseline),
+		s.RegressionMinRefused, s.RegressionMinShare
 	a.overridesDoc = s.Overrides
 	if s.Overrides == nil {
 		r.Overrides = ""

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/policy"
 	"github.com/mcptrail/mcptrail/policywatch"
 	"github.com/mcptrail/mcptrail/recommend"
 	"github.com/mcptrail/mcptrail/server"
@@ -25,7 +26,11 @@ func (a *app) startPolicyWatch(store *analytics.Store, opts *server.Options) {
 	opts.Collectors = append(opts.Collectors, metrics.Collectors()...)
 	w := &policywatch.Watch{Store: store, Log: a.log.With("component", "policywatch"), Metrics: metrics,
 		Config: policywatch.Config{Interval: a.cfg.Regression.Interval, SubjectPrefix: a.cfg.Alerts.SubjectPrefix, Params: a.recommendParams()},
-		Record: a.recordScope(store, "watch")}
+		Record: a.recordScope(store, "watch"),
+		Policy: func(ctx context.Context, server, grant string) (*policy.Policy, error) {
+			opts, err := a.recommendInputs(ctx, store, server, grant, nil, nil)
+			return opts.Current, err
+		}}
 	addBackground(opts, func(ctx context.Context, nc *nats.Conn) {
 		w.Publish = natsPublish(nc)
 		w.Run(ctx)

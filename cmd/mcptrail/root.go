@@ -191,11 +191,17 @@ func (a *app) dbPath() string {
 // openStore opens the database file, or returns the daemon's when running
 // inside it. The caller closes it with the returned function.
 func (a *app) openStore(ctx context.Context, readOnly bool) (*analytics.Store, func(), error) {
+	return a.openStoreWith(ctx, analytics.Options{ReadOnly: readOnly})
+}
+
+// openStoreWith is openStore with the store's memory options.
+func (a *app) openStoreWith(ctx context.Context, opts analytics.Options) (*analytics.Store, func(), error) {
 	if a.store != nil {
 		return a.store, func() {}, nil
 	}
-	s, err := analytics.Open(ctx, a.cfg.Storage.Path, analytics.Options{ReadOnly: readOnly, SessionGap: a.cfg.Recommend.SessionGap,
-		ArchiveDir: a.cfg.Storage.Archive})
+	opts.SessionGap = a.cfg.Recommend.SessionGap
+	opts.ArchiveDir = a.cfg.Storage.Archive
+	s, err := analytics.Open(ctx, a.cfg.Storage.Path, opts)
 	if err != nil {
 		if errors.Is(err, analytics.ErrLocked) {
 			return nil, nil, fmt.Errorf("%w: is `mcptrail serve` running on it? No daemon answered at %s (http.listen)", err, a.cfg.HTTP.Listen)
