@@ -162,6 +162,19 @@ CREATE TABLE alerts (
 	ended_at   TIMESTAMPTZ
 );
 `},
+	{5, "parquet archive", `
+CREATE TABLE archive_days (
+	server      VARCHAR NOT NULL,
+	"date"      DATE NOT NULL,
+	file        VARCHAR NOT NULL,
+	"rows"      BIGINT NOT NULL,
+	checksum    VARCHAR NOT NULL,
+	archived_at TIMESTAMPTZ NOT NULL,
+	verified_at TIMESTAMPTZ,
+	deleted_at  TIMESTAMPTZ,
+	PRIMARY KEY (server, "date", file)
+);
+`},
 }
 
 // backfillSessionSource gives the rows stored before session sources a

@@ -43,6 +43,10 @@ type QueryLimits struct {
 	// valueSize).
 	MaxRows  int
 	MaxBytes int64
+	// Archive is not a limit but travels with them: calls then also holds
+	// the archived calls that the hot store no longer holds (see
+	// archiveView).
+	Archive bool
 }
 
 // DefaultQueryLimits are the defaults of query.timeout, query.max_rows and
@@ -112,6 +116,13 @@ func (s *Store) query(ctx context.Context, query string, args []any, limits Quer
 		return nil, fmt.Errorf("query: connection: %w", err)
 	}
 	defer conn.Close()
+	if limits.Archive {
+		drop, err := s.archiveView(ctx, conn)
+		if err != nil {
+			return nil, err
+		}
+		defer drop()
+	}
 	if !s.readOnly {
 		if _, err := conn.ExecContext(ctx, "BEGIN TRANSACTION READ ONLY"); err != nil {
 			return nil, fmt.Errorf("query: begin: %w", err)

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"net/url"
+	"path/filepath"
+	"strings"
 
 	duckdb "github.com/duckdb/duckdb-go/v2"
 )
@@ -25,7 +27,13 @@ import (
 //     in a query never downloads or loads an extension.
 //
 // These three are set when the instance is created (the DSN), so they
-// hold from its first statement. Then the store makes its own global
+// hold from its first statement. With an archive folder (Options.ArchiveDir)
+// external access is switched off by the store's first statement instead,
+// right after allowed_directories names that folder: DuckDB 1.5 refuses
+// allowed_directories in the DSN ("before the database is started") and
+// once external access is off, and only reads and writes files under it
+// (COPY TO, read_parquet, glob) after that. Nothing else has run on the
+// instance by then. Then the store makes its own global
 // settings (time zone, memory, threads) and sets lock_configuration, after
 // which no statement can change a setting, except the two that Boost
 // changes at run time (allowed_configs): memory_limit and threads.
@@ -49,6 +57,9 @@ func openSandboxed(ctx context.Context, path string, opts Options) (*Store, erro
 	if opts.ReadOnly {
 		params.Set("access_mode", "read_only")
 	}
+	if opts.ArchiveDir != "" {
+		params.Del("enable_external_access") // set below, after allowed_directories
+	}
 	connector, err := duckdb.NewConnector(path+"?"+params.Encode(), nil)
 	if err != nil {
 		return nil, wrapOpenError(path, err)
@@ -66,7 +77,7 @@ func openSandboxed(ctx context.Context, path string, opts Options) (*Store, erro
 	if limit == "" {
 		limit = DefaultMemoryLimit
 	}
-	s := &Store{path: path, readOnly: opts.ReadOnly, db: db, ingestThreads: opts.IngestThreads}
+	s := &Store{path: path, readOnly: opts.ReadOnly, db: db, connector: connector, ingestThreads: opts.IngestThreads}
 	if opts.IngestMemoryLimit != "" {
 		s.queryMemory, s.ingestMemory = limit, opts.IngestMemoryLimit
 		limit = s.ingestMemory
@@ -78,6 +89,11 @@ func openSandboxed(ctx context.Context, path string, opts Options) (*Store, erro
 	// A second store on a file this process already holds shares its
 	// instance, locked by the first: only the changeable settings apply.
 	var settings []string
+	if !locked && opts.ArchiveDir != "" {
+		settings = append(settings,
+			"SET allowed_directories = ['"+sqlQuote(archiveAllowed(opts.ArchiveDir))+"']",
+			"SET enable_external_access = false")
+	}
 	if !locked {
 		// Every connection works in UTC: date_trunc and friends on
 		// TIMESTAMPTZ follow the session time zone, and policy windows are
@@ -104,6 +120,11 @@ func openSandboxed(ctx context.Context, path string, opts Options) (*Store, erro
 			return fail(err)
 		}
 	}
+	// Whatever the path above, the store never runs with external access on.
+	var external bool
+	if err := db.QueryRowContext(ctx, "SELECT current_setting('enable_external_access')").Scan(&external); err != nil || external {
+		return fail(fmt.Errorf("open database %s: external access is not off (%v): refusing to run unsandboxed", path, err))
+	}
 	if !locked {
 		for _, q := range []string{"SET allowed_configs = " + boostSettings, "SET lock_configuration = true"} {
 			if _, err := db.ExecContext(ctx, q); err != nil {
@@ -113,3 +134,16 @@ func openSandboxed(ctx context.Context, path string, opts Options) (*Store, erro
 	}
 	return s, nil
 }
+
+// archiveAllowed is the archive folder as allowed_directories wants it:
+// absolute, with a trailing slash (a prefix; without the slash
+// /archive would also allow /archive2).
+func archiveAllowed(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	return strings.TrimSuffix(dir, "/") + "/"
+}
+
+// sqlQuote escapes s for a single-quoted SQL string literal.
+func sqlQuote(s string) string { return strings.ReplaceAll(s, "'", "''") }

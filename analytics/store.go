@@ -59,14 +59,18 @@ type Options struct {
 	// agent, grant and gateway when it comes at most this long after the
 	// run's last call (DefaultSessionGap when 0; recommend.session_gap).
 	SessionGap time.Duration
+	// ArchiveDir, when set, is the one folder the sandboxed instance may
+	// read and write files in (storage.archive): the Parquet archive.
+	ArchiveDir string
 }
 
 // Store is one DuckDB database file. Appends are serialised on one dedicated
 // connection; queries run on the pool.
 type Store struct {
-	path     string
-	readOnly bool
-	db       *sql.DB
+	path      string
+	readOnly  bool
+	db        *sql.DB
+	connector driver.Connector // db's, for ArchiveDB
 
 	mu     sync.Mutex // guards the write connection and its staging table
 	wconn  *sql.Conn
@@ -86,6 +90,7 @@ type Store struct {
 
 	releaseFiles func() // see privateFiles
 	sessionGap   time.Duration
+	archiveDir   string // absolute; "" when no archive
 }
 
 // Open opens (creating if needed) the database at path and migrates its schema.
@@ -110,6 +115,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	s.releaseFiles = release
 	s.sessionGap = cmp.Or(opts.SessionGap, DefaultSessionGap)
+	if opts.ArchiveDir != "" {
+		s.archiveDir = strings.TrimSuffix(archiveAllowed(opts.ArchiveDir), "/")
+	}
 	db := s.db
 	if !opts.ReadOnly {
 		if err := migrate(ctx, db); err != nil {
@@ -240,6 +248,9 @@ func (s *Store) setThreads(ctx context.Context, n int) error {
 func memoryLimitSQL(limit string) string {
 	return "SET memory_limit = '" + strings.ReplaceAll(limit, "'", "") + "'"
 }
+
+// ArchiveDir is the absolute archive folder the store may use, "" for none.
+func (s *Store) ArchiveDir() string { return s.archiveDir }
 
 // Path is the database file.
 func (s *Store) Path() string { return s.path }

@@ -125,6 +125,8 @@ type QueryRequest struct {
 	SQL    string            `json:"sql,omitempty"`
 	Params map[string]string `json:"params,omitempty"`
 	Format string            `json:"format,omitempty"` // table (default), csv, json
+	// Archive makes calls span the Parquet archive too (storage.archive).
+	Archive bool `json:"archive,omitempty"`
 }
 
 // QueriesRequest lists the named queries.

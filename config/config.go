@@ -30,6 +30,8 @@ const EnvPrefix = "MCPTRAIL"
 // the repository root documents exactly these; a test holds them equal.
 var Defaults = map[string]any{
 	"storage.path":                        "./mcptrail.duckdb",
+	"storage.archive":                     "",
+	"storage.retention":                   0,
 	"nats.url":                            "",
 	"nats.embedded.listen":                "127.0.0.1:4222",
 	"nats.embedded.store_dir":             "./mcptrail-data/nats",
@@ -116,7 +118,14 @@ type Config struct {
 }
 
 // Storage is storage.*.
-type Storage struct{ Path string }
+type Storage struct {
+	Path string
+	// Archive is the Parquet archive's folder (SPEC §3); "" for none.
+	Archive string
+	// Retention deletes archived, verified days older than this from the
+	// hot store; 0 keeps everything.
+	Retention time.Duration
+}
 
 // NATS is nats.*.
 type NATS struct {
@@ -312,6 +321,13 @@ func Load(v *viper.Viper) (*Config, error) {
 	p := parser{v: v}
 	c := &Config{File: v.ConfigFileUsed()}
 	c.Storage.Path = p.str("storage.path", nonEmpty)
+	c.Storage.Archive = p.str("storage.archive", nil)
+	if r := fmt.Sprint(v.Get("storage.retention")); strings.TrimSpace(r) != "0" {
+		c.Storage.Retention = p.duration("storage.retention")
+		if c.Storage.Archive == "" {
+			p.fail("storage.retention", r, "0 without storage.archive: calls are deleted only once archived and verified")
+		}
+	}
 	c.NATS = NATS{
 		URL: p.natsURL("nats.url"), Listen: p.str("nats.embedded.listen", hostPort),
 		StoreDir: p.str("nats.embedded.store_dir", nonEmpty), Subject: p.str("nats.subject", nonEmpty),

@@ -260,3 +260,21 @@ func TestAlertsKeys(t *testing.T) {
 		assert.Contains(t, err.Error(), key)
 	}
 }
+
+func TestStorageRetentionNeedsArchive(t *testing.T) {
+	v := New()
+	v.Set("storage.retention", "90d")
+	_, err := Load(v)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "storage.retention")
+	assert.Contains(t, err.Error(), "storage.archive")
+
+	v.Set("storage.archive", "/srv/mcptrail-archive")
+	c, err := Load(v)
+	require.NoError(t, err)
+	assert.Equal(t, 90*24*time.Hour, c.Storage.Retention)
+
+	v.Set("storage.retention", "soon")
+	_, err = Load(v)
+	assert.ErrorContains(t, err, "storage.retention")
+}

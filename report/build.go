@@ -37,6 +37,9 @@ type Options struct {
 	// suppressions); Build sets its Server, Grant (every grant), Now and
 	// GeneratedAt, and reads at least the report's window.
 	Recommend recommend.GrantsOptions
+	// Calls is the pool the calls are read from; nil: the store's. A pool
+	// of analytics.Store.ArchiveDB reads the archived days too.
+	Calls *sql.DB
 	// Previous is the previous report to compare with, nil for the first.
 	Previous *Report
 	// PreviousFolder names the previous report's folder in the output.
@@ -50,6 +53,9 @@ type Options struct {
 // calls in the window is an error wrapping ErrNoCalls.
 func Build(ctx context.Context, store *analytics.Store, opts Options) (*Report, error) {
 	db := store.DB()
+	if opts.Calls != nil {
+		db = opts.Calls
+	}
 	if opts.Server == "" {
 		return nil, errors.New("report: no server given")
 	}

@@ -57,7 +57,12 @@ func TestGoldenThroughDaemon(t *testing.T) {
 					t.Skip("the case has no database for a daemon to hold")
 				}
 				if viaDaemon {
-					env = append(env, "MCPTRAIL_HTTP_LISTEN="+startDaemon(t, tmp, db))
+					// The daemon gets the case's configuration too (storage.archive).
+					var caseEnv []string
+					for _, kv := range readLines(t, filepath.Join(dir, "env")) {
+						caseEnv = append(caseEnv, expand(kv))
+					}
+					env = append(env, "MCPTRAIL_HTTP_LISTEN="+startDaemon(t, tmp, db, caseEnv...))
 				}
 				var cmdArgs []string
 				for _, a := range args {

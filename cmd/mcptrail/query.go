@@ -19,6 +19,8 @@ func newQueryCmd(a *app) *cobra.Command {
 		sqlText string
 		params  []string
 		format  string
+		// withArchive: calls spans the Parquet archive too
+		withArchive bool
 	)
 	cmd := &cobra.Command{
 		Use:   "query NAME | --sql \"SELECT ...\"",
@@ -30,7 +32,7 @@ func newQueryCmd(a *app) *cobra.Command {
 			if _, err := render.ParseFormat(format); err != nil {
 				return usageErrorf("%v", err)
 			}
-			req := &api.QueryRequest{SQL: sqlText, Format: format}
+			req := &api.QueryRequest{SQL: sqlText, Format: format, Archive: withArchive}
 			switch {
 			case sqlText != "" && len(args) > 0:
 				return usageErrorf("give a query NAME or --sql, not both")
@@ -59,6 +61,7 @@ func newQueryCmd(a *app) *cobra.Command {
 	cmd.Flags().StringVar(&sqlText, "sql", "", "ad-hoc read-only SQL (one SELECT statement)")
 	cmd.Flags().StringArrayVar(&params, "param", nil, "parameter of a named query, as key=value (repeatable)")
 	cmd.Flags().StringVar(&format, "format", "table", "output format: table, csv or json")
+	cmd.Flags().BoolVar(&withArchive, "archive", false, "calls also holds the archived calls no longer in the database (storage.archive), each call once")
 	return cmd
 }
 
@@ -92,7 +95,7 @@ func (a *app) runQuery(ctx context.Context, store *analytics.Store, req *api.Que
 	}
 	w := render.New(f, a.stdout)
 	// On the file every row is printed; the daemon's answers are bounded.
-	limits := analytics.QueryLimits{Timeout: a.cfg.Query.Timeout}
+	limits := analytics.QueryLimits{Timeout: a.cfg.Query.Timeout, Archive: req.Archive}
 	if a.truncate != nil {
 		limits.MaxRows, limits.MaxBytes = a.cfg.Query.MaxRows, a.cfg.Query.MaxBytes
 	}
@@ -108,6 +111,8 @@ func (a *app) runQuery(ctx context.Context, store *analytics.Store, req *api.Que
 	switch {
 	case errors.Is(err, analytics.ErrNotReadOnly), errors.Is(err, analytics.ErrQueryTimeout):
 		return err
+	case errors.Is(err, analytics.ErrNoArchive):
+		return usageErrorf("--archive: %v", err)
 	case err != nil:
 		return fmt.Errorf("query failed: %w", err)
 	}

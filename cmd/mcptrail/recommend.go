@@ -165,7 +165,12 @@ func (a *app) recommendAll(ctx context.Context, store *analytics.Store, server, 
 	}
 	o := a.grantsOptions(store, server, params, target, "recommend")
 	o.Grant = grant
-	r, set, err := recommend.RecommendGrants(ctx, store.DB(), o)
+	calls, done, err := a.callsDB(ctx, store, params.Window)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer done()
+	r, set, err := recommend.RecommendGrants(ctx, calls, o)
 	if err != nil && !errors.Is(err, recommend.ErrNoCalls) {
 		err = fmt.Errorf("recommend: %w", err)
 	}

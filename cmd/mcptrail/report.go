@@ -116,10 +116,15 @@ func (a *app) runReport(ctx context.Context, store *analytics.Store, server stri
 	if a.nowIsFixed() {
 		generated = a.now
 	}
+	calls, done, err := a.callsDB(ctx, store, max(window, a.recommendParams().Window))
+	if err != nil {
+		return err
+	}
+	defer done()
 	var reports []*report.Report
 	for _, srv := range servers {
 		ropts := a.grantsOptions(store, srv, a.recommendParams(), "", "report")
-		opts := report.Options{Server: srv, Window: window, Now: a.now, GeneratedAt: generated, Recommend: ropts, Log: a.log}
+		opts := report.Options{Server: srv, Window: window, Now: a.now, GeneratedAt: generated, Recommend: ropts, Log: a.log, Calls: calls}
 		if out != "" {
 			res, err := report.Run(ctx, store, report.RunOptions{Options: opts, OutDir: a.outPath(out), Formats: formats})
 			if err != nil {

@@ -88,6 +88,8 @@ answers SQL over the whole call history, and recommends each server's policy.jso
 		newFindingsCmd(a),
 		newServeCmd(a),
 		newDemoCmd(a),
+		newArchiveCmd(a),
+		newRestoreCmd(a),
 	)
 	return root
 }
@@ -198,6 +200,7 @@ func (a *app) openStoreWith(ctx context.Context, opts analytics.Options) (*analy
 		return a.store, func() {}, nil
 	}
 	opts.SessionGap = a.cfg.Recommend.SessionGap
+	opts.ArchiveDir = a.cfg.Storage.Archive
 	s, err := analytics.Open(ctx, a.cfg.Storage.Path, opts)
 	if err != nil {
 		if errors.Is(err, analytics.ErrLocked) {

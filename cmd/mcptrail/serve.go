@@ -36,7 +36,7 @@ SIGINT or SIGTERM stops it gracefully.`,
 			// the Go heap small (measured peak RSS with these limits: see README).
 			softMemoryLimit(192 << 20)
 			store, err := analytics.Open(cmd.Context(), a.cfg.Storage.Path, analytics.Options{MemoryLimit: "256MB", IngestMemoryLimit: "160MB", ReturnMemory: true, IngestThreads: 1,
-				SessionGap: a.cfg.Recommend.SessionGap})
+				SessionGap: a.cfg.Recommend.SessionGap, ArchiveDir: a.cfg.Storage.Archive})
 			if err != nil {
 				if errors.Is(err, analytics.ErrLocked) {
 					return fmt.Errorf("%w: another mcptrail (serve or ingest) holds it; stop it or set storage.path", err)
@@ -56,6 +56,7 @@ SIGINT or SIGTERM stops it gracefully.`,
 			a.scheduleReports(store, schedules, &opts)
 			a.startAlarm(store, &opts)
 			a.startPolicyWatch(store, &opts)
+			a.startArchive(store, &opts)
 			a.log.Info("database open", "path", a.dbPath())
 			err = server.Run(cmd.Context(), store, opts, a.log, func() { a.log.Info("ready") })
 			var ce *server.ConfigError

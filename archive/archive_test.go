@@ -1,0 +1,369 @@
+package archive
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
+)
+
+var day0 = time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
+
+func open(t *testing.T, db, dir string) *analytics.Store {
+	t.Helper()
+	s, err := analytics.Open(context.Background(), db, analytics.Options{ArchiveDir: dir})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// events makes n calls per server per day for days days from day0, ids
+// prefixed so that a later call adds new ones.
+func events(prefix string, servers []string, days, n int) []audit.Event {
+	var out []audit.Event
+	for d := range days {
+		for _, srv := range servers {
+			for i := range n {
+				out = append(out, audit.Event{
+					ID: fmt.Sprintf("%s-%s-%d-%d", prefix, srv, d, i), TS: day0.Add(time.Duration(d)*day + time.Duration(i)*time.Minute),
+					Server: srv, Tool: "get_vm_status", Method: "tools/call", Decision: audit.Allowed, Status: "ok", Session: "s1",
+				})
+			}
+		}
+	}
+	return out
+}
+
+// setup is a store with an empty archive folder.
+func setup(t *testing.T) (*analytics.Store, string) {
+	t.Helper()
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "archive")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	return open(t, filepath.Join(tmp, "a.duckdb"), dir), dir
+}
+
+func appendEvents(t *testing.T, s *analytics.Store, evs []audit.Event) {
+	t.Helper()
+	_, err := s.Append(context.Background(), ingest.Batch{Events: evs})
+	require.NoError(t, err)
+}
+
+func scalar(t *testing.T, s *analytics.Store, q string) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, s.DB().QueryRow(q).Scan(&n))
+	return n
+}
+
+func TestArchiveWritesVerifiesAndReadsBack(t *testing.T) {
+	ctx := context.Background()
+	s, dir := setup(t)
+	// 3 sealed days and today (day0+3), for 2 servers.
+	appendEvents(t, s, events("e", []string{"pve", "git"}, 4, 10))
+	now := day0.Add(3*day + 12*time.Hour)
+
+	res, err := Run(ctx, s, Options{Now: now})
+	require.NoError(t, err)
+	require.Len(t, res.Days, 6, "3 sealed days x 2 servers; today is not sealed")
+	assert.EqualValues(t, 60, res.Written)
+	assert.Zero(t, res.Deleted, "no retention: nothing deleted")
+	for _, d := range res.Days {
+		assert.True(t, d.Verified, d)
+		assert.FileExists(t, filepath.Join(dir, d.File))
+	}
+	assert.FileExists(t, filepath.Join(dir, "server=pve", "date=2026-11-21", "calls-1.parquet"))
+	assert.FileExists(t, filepath.Join(dir, "server=pve", "date=2026-11-21", "manifest.json"))
+	assert.NoFileExists(t, filepath.Join(dir, "server=pve", "date=2026-11-23", "calls-1.parquet"))
+
+	// Read back as any reader would: hive-partitioned, every id once.
+	glob := filepath.Join(dir, "**", "*.parquet")
+	assert.EqualValues(t, 60, scalar(t, s, `SELECT count(DISTINCT id) FROM read_parquet('`+glob+`', hive_partitioning = true)`))
+	assert.EqualValues(t, 0, scalar(t, s, `SELECT count(*) FROM read_parquet('`+glob+`', hive_partitioning = true) a
+		ANTI JOIN calls c USING (id)`), "every archived id is a stored call")
+	assert.EqualValues(t, 10, scalar(t, s, `SELECT count(*) FROM read_parquet('`+glob+`', hive_partitioning = true)
+		WHERE "date" = '2026-11-22' AND server = 'git'`), "partitions as folders")
+	assert.EqualValues(t, 6, scalar(t, s, `SELECT count(*) FROM archive_days WHERE verified_at IS NOT NULL AND deleted_at IS NULL`))
+
+	// A second run writes nothing new.
+	res, err = Run(ctx, s, Options{Now: now})
+	require.NoError(t, err)
+	assert.Zero(t, res.Written)
+	assert.NoFileExists(t, filepath.Join(dir, "server=pve", "date=2026-11-21", "calls-2.parquet"))
+}
+
+func TestRetentionDeletesOnlyVerifiedDays(t *testing.T) {
+	ctx := context.Background()
+	s, dir := setup(t)
+	appendEvents(t, s, events("e", []string{"pve", "git"}, 4, 10))
+	now := day0.Add(3*day + 12*time.Hour)
+
+	// A damaged file of one day: its day does not verify, so it keeps its rows.
+	res, err := Run(ctx, s, Options{Now: now})
+	require.NoError(t, err)
+	bad := filepath.Join(dir, "server=git", "date=2026-11-20", "calls-1.parquet")
+	b, err := os.ReadFile(bad)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(bad, b[:len(b)/2], 0o644))
+
+	res, err = Run(ctx, s, Options{Now: now, Retention: 36 * time.Hour}) // days ending before day0+2 12:00
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "git 2026-11-20")
+	assert.EqualValues(t, 1, res.Failed)
+	assert.EqualValues(t, 30, res.Deleted, "pve 20, 21 and git 21: 10 each; git 20 failed verification")
+	assert.EqualValues(t, 10, scalar(t, s, `SELECT count(*) FROM calls WHERE server = 'git' AND ts < '2026-11-21'`))
+	assert.EqualValues(t, 0, scalar(t, s, `SELECT count(*) FROM calls WHERE server = 'pve' AND ts < '2026-11-22'`))
+	assert.EqualValues(t, 20, scalar(t, s, `SELECT count(*) FROM calls WHERE ts >= '2026-11-22' AND server = 'pve'`))
+	assert.EqualValues(t, 3, scalar(t, s, `SELECT count(DISTINCT (server, "date")) FROM archive_days WHERE deleted_at IS NOT NULL`))
+}
+
+func TestReadOnlyArchiveDeletesNothing(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root writes into a read-only folder")
+	}
+	ctx := context.Background()
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "archive")
+	require.NoError(t, os.Mkdir(dir, 0o555))
+	t.Cleanup(func() { _ = os.Chmod(dir, 0o755) })
+	s := open(t, filepath.Join(tmp, "a.duckdb"), dir)
+	appendEvents(t, s, events("e", []string{"pve"}, 3, 10))
+
+	res, err := Run(ctx, s, Options{Now: day0.Add(10 * day), Retention: time.Hour})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), dir)
+	assert.Zero(t, res.Deleted)
+	assert.EqualValues(t, 30, scalar(t, s, `SELECT count(*) FROM calls`))
+}
+
+func TestMissingArchiveFolderIsAClearError(t *testing.T) {
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "nope")
+	s := open(t, filepath.Join(tmp, "a.duckdb"), dir)
+	appendEvents(t, s, events("e", []string{"pve"}, 2, 3))
+	_, err := Run(context.Background(), s, Options{Now: day0.Add(10 * day), Retention: time.Hour})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "storage.archive "+dir)
+	assert.EqualValues(t, 6, scalar(t, s, `SELECT count(*) FROM calls`))
+}
+
+func TestLateEventsGoToANewFile(t *testing.T) {
+	ctx := context.Background()
+	s, dir := setup(t)
+	appendEvents(t, s, events("e", []string{"pve"}, 1, 10))
+	now := day0.Add(2 * day)
+	_, err := Run(ctx, s, Options{Now: now, Retention: time.Hour})
+	require.NoError(t, err)
+	first := filepath.Join(dir, "server=pve", "date=2026-11-20", "calls-1.parquet")
+	before, err := os.ReadFile(first)
+	require.NoError(t, err)
+	require.EqualValues(t, 0, scalar(t, s, `SELECT count(*) FROM calls`), "deleted after verification")
+
+	appendEvents(t, s, events("late", []string{"pve"}, 1, 4))
+	res, err := Run(ctx, s, Options{Now: now, Retention: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, res.Days, 1)
+	assert.Equal(t, filepath.Join("server=pve", "date=2026-11-20", "calls-2.parquet"), res.Days[0].File)
+	assert.EqualValues(t, 4, res.Days[0].Written)
+	assert.EqualValues(t, 4, res.Days[0].Deleted)
+	after, err := os.ReadFile(first)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(before, after), "calls-1.parquet is never rewritten")
+	glob := filepath.Join(dir, "server=pve", "date=2026-11-20", "*.parquet")
+	assert.EqualValues(t, 14, scalar(t, s, `SELECT count(DISTINCT id) FROM read_parquet('`+glob+`')`))
+	m, err := readManifest(filepath.Dir(first))
+	require.NoError(t, err)
+	require.Len(t, m.Files, 2)
+	assert.EqualValues(t, 10, m.Files[0].Rows)
+	assert.EqualValues(t, 4, m.Files[1].Rows)
+}
+
+func TestRestoreIntoAnEmptyDatabase(t *testing.T) {
+	ctx := context.Background()
+	s, dir := setup(t)
+	appendEvents(t, s, events("e", []string{"pve", "git"}, 3, 10))
+	const cols = `id, ts, server, tool, method, decision, status, session, session_source, ingested_at`
+	var want string
+	require.NoError(t, s.DB().QueryRow(`SELECT string_agg(md5(concat_ws('|', `+cols+`)), ',' ORDER BY id) FROM calls`).Scan(&want))
+	_, err := Run(ctx, s, Options{Now: day0.Add(5 * day), Retention: time.Hour})
+	require.NoError(t, err)
+	require.EqualValues(t, 0, scalar(t, s, `SELECT count(*) FROM calls`))
+
+	fresh := open(t, filepath.Join(t.TempDir(), "fresh.duckdb"), dir)
+	got, err := Restore(ctx, fresh, day0.Add(day)) // the last two days
+	require.NoError(t, err)
+	require.Len(t, got, 4)
+	assert.EqualValues(t, 40, scalar(t, fresh, `SELECT count(*) FROM calls`))
+	// Again: nothing twice.
+	got, err = Restore(ctx, fresh, day0)
+	require.NoError(t, err)
+	require.Len(t, got, 6)
+	var inserted int64
+	for _, r := range got {
+		inserted += r.Inserted
+	}
+	assert.EqualValues(t, 20, inserted)
+	var have string
+	require.NoError(t, fresh.DB().QueryRow(`SELECT string_agg(md5(concat_ws('|', `+cols+`)), ',' ORDER BY id) FROM calls`).Scan(&have))
+	assert.Equal(t, want, have, "the same rows, column for column")
+	assert.EqualValues(t, 6, scalar(t, fresh, `SELECT count(*) FROM archive_days WHERE deleted_at IS NULL`))
+}
+
+func TestDailyCountsErrorsAndRows(t *testing.T) {
+	ctx := context.Background()
+	s, dir := setup(t)
+	appendEvents(t, s, events("e", []string{"pve"}, 2, 5))
+	m := NewMetrics()
+	d := &Daily{Store: s, Retention: time.Hour, Metrics: m}
+
+	require.NoError(t, os.Remove(dir))
+	d.RunOnce(ctx, day0.Add(3*day))
+	assert.EqualValues(t, 1, testutil.ToFloat64(m.errors), "a missing folder is an error")
+	assert.EqualValues(t, 10, scalar(t, s, `SELECT count(*) FROM calls`))
+
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	d.RunOnce(ctx, day0.Add(3*day))
+	assert.EqualValues(t, 1, testutil.ToFloat64(m.errors))
+	assert.EqualValues(t, 10, testutil.ToFloat64(m.written))
+	assert.EqualValues(t, 10, testutil.ToFloat64(m.deleted))
+	assert.EqualValues(t, 2, testutil.ToFloat64(m.runs))
+}
+
+// query --archive: calls spans the hot store and the archive, each call
+// once, whether its day was deleted, kept, or is only partly archived.
+func TestQueryArchiveCountsEachCallOnce(t *testing.T) {
+	ctx := context.Background()
+	s, dir := setup(t)
+	appendEvents(t, s, events("e", []string{"pve", "git"}, 4, 10)) // 80 calls, 4 days
+	_, err := Run(ctx, s, Options{Now: day0.Add(3*day + time.Hour), Retention: 24 * time.Hour})
+	require.NoError(t, err)
+	require.EqualValues(t, 40, scalar(t, s, `SELECT count(*) FROM calls`), "days 0 and 1 left the hot store")
+	appendEvents(t, s, events("late", []string{"pve"}, 1, 3)) // hot, not archived yet
+
+	count := func(s *analytics.Store, archive bool) any {
+		var got any
+		_, err := s.QueryLimited(ctx, `SELECT count(*) FROM calls`, nil, analytics.QueryLimits{Archive: archive},
+			func([]analytics.Column) error { return nil }, func(r []any) error { got = r[0]; return nil })
+		require.NoError(t, err)
+		return got
+	}
+	assert.EqualValues(t, 43, count(s, false))
+	assert.EqualValues(t, 83, count(s, true))
+	assert.EqualValues(t, 43, count(s, false), "the view does not outlive its query")
+
+	// The read-only store that the CLI opens for queries does the same.
+	require.NoError(t, s.Close())
+	ro, err := analytics.Open(ctx, filepath.Join(filepath.Dir(dir), "a.duckdb"), analytics.Options{ReadOnly: true, ArchiveDir: dir})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ro.Close() })
+	assert.EqualValues(t, 83, count(ro, true))
+
+	// Without an archive folder, --archive is an error that says so.
+	plain := open(t, filepath.Join(t.TempDir(), "p.duckdb"), "")
+	_, err = plain.QueryLimited(ctx, `SELECT 1`, nil, analytics.QueryLimits{Archive: true},
+		func([]analytics.Column) error { return nil }, func([]any) error { return nil })
+	assert.ErrorIs(t, err, analytics.ErrNoArchive)
+}
+
+// A crash between a file's rename and its manifest's leaves a file the
+// manifest does not list: the next run adopts it instead of writing its
+// calls again, and a leftover temporary file is never read.
+func TestUnlistedFileIsAdopted(t *testing.T) {
+	ctx := context.Background()
+	s, dir := setup(t)
+	appendEvents(t, s, events("e", []string{"pve"}, 1, 10))
+	now := day0.Add(2 * day)
+	_, err := Run(ctx, s, Options{Now: now})
+	require.NoError(t, err)
+	folder := filepath.Join(dir, "server=pve", "date=2026-11-20")
+	require.NoError(t, os.Remove(filepath.Join(folder, manifestName)))
+	require.NoError(t, os.WriteFile(filepath.Join(folder, ".calls-2.parquet.tmp"), []byte("half a file"), 0o644))
+
+	res, err := Run(ctx, s, Options{Now: now, Retention: time.Hour})
+	require.NoError(t, err)
+	assert.Empty(t, res.Days[0].File, "nothing written again")
+	assert.EqualValues(t, 10, res.Days[0].Deleted)
+	m, err := readManifest(folder)
+	require.NoError(t, err)
+	require.Len(t, m.Files, 1)
+	assert.Equal(t, "calls-1.parquet", m.Files[0].File)
+	assert.EqualValues(t, 10, m.Files[0].Rows)
+}
+
+// serve's loop: the first run after First, and it stops with its context.
+func TestDailyRunsAndStops(t *testing.T) {
+	s, dir := setup(t)
+	appendEvents(t, s, events("e", []string{"pve"}, 2, 5))
+	m := NewMetrics()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		(&Daily{Store: s, Metrics: m, First: 10 * time.Millisecond}).Run(ctx)
+		close(done)
+	}()
+	require.Eventually(t, func() bool { return testutil.ToFloat64(m.runs) == 1 }, 10*time.Second, 10*time.Millisecond)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Daily.Run did not stop with its context")
+	}
+	assert.EqualValues(t, 10, testutil.ToFloat64(m.written))
+	assert.FileExists(t, filepath.Join(dir, "server=pve", "date=2026-11-21", "calls-1.parquet"))
+}
+
+// A day whose hot calls are exactly its files' (rows and checksum) is not
+// read again until the retention deletes it; a change to the hot day is
+// still seen.
+func TestUnchangedDayIsNotReadAgain(t *testing.T) {
+	ctx := context.Background()
+	s, dir := setup(t)
+	appendEvents(t, s, events("e", []string{"pve"}, 1, 10))
+	now := day0.Add(2 * day)
+	_, err := Run(ctx, s, Options{Now: now})
+	require.NoError(t, err)
+	// A damaged file is not noticed while the day stays in the hot store...
+	bad := filepath.Join(dir, "server=pve", "date=2026-11-20", "calls-1.parquet")
+	require.NoError(t, os.WriteFile(bad, []byte("not parquet"), 0o644))
+	res, err := Run(ctx, s, Options{Now: now})
+	require.NoError(t, err)
+	assert.True(t, res.Days[0].Verified)
+	// ...but before anything is deleted, the whole day is read back.
+	res, err = Run(ctx, s, Options{Now: now, Retention: time.Hour})
+	require.Error(t, err)
+	assert.Zero(t, res.Deleted)
+	assert.EqualValues(t, 10, scalar(t, s, `SELECT count(*) FROM calls`))
+}
+
+// ArchiveDB: every connection of its pool sees the archived calls in
+// calls, for analyses over a window past the retention; closing it leaves
+// the store open.
+func TestArchiveDBSpansTheArchive(t *testing.T) {
+	ctx := context.Background()
+	s, _ := setup(t)
+	appendEvents(t, s, events("e", []string{"pve"}, 3, 10))
+	_, err := Run(ctx, s, Options{Now: day0.Add(2*day + time.Hour), Retention: time.Hour})
+	require.NoError(t, err)
+	require.EqualValues(t, 10, scalar(t, s, `SELECT count(*) FROM calls`))
+	db, err := s.ArchiveDB(ctx)
+	require.NoError(t, err)
+	db.SetMaxOpenConns(3)
+	for range 5 {
+		var n int64
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM calls WHERE ts >= '2026-11-20'`).Scan(&n))
+		assert.EqualValues(t, 30, n)
+	}
+	require.NoError(t, db.Close())
+	assert.EqualValues(t, 10, scalar(t, s, `SELECT count(*) FROM calls`), "the store's own pool never sees the view")
+}
