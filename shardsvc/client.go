@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/mcptrail/mcptrail/api"
+	"github.com/mcptrail/mcptrail/ingest"
 )
 
 // Shard is one daemon found on NATS.
@@ -150,8 +151,8 @@ func shardOf(info micro.Info) Shard {
 	return s
 }
 
-// Silent lists the durable consumers of stream that no discovered shard
-// owns: shards that exist but did not answer. subject is nats.subject (a
+// Silent lists the durable consumers of mcptrail daemons on stream
+// (ingest.ConsumerDescription) that no discovered shard owns: shards that exist but did not answer. subject is nats.subject (a
 // consumer's filter subjects name its servers under it). A stream the
 // client may not inspect gives an error; the caller then knows only the
 // shards that answered.
@@ -176,7 +177,7 @@ func (c *Client) Silent(ctx context.Context, stream, subject string, shards []Sh
 	var out []Silent
 	lister := st.ListConsumers(ctx)
 	for ci := range lister.Info() {
-		if ci.Config.Durable == "" || alive[ci.Config.Durable] {
+		if ci.Config.Durable == "" || ci.Config.Description != ingest.ConsumerDescription || alive[ci.Config.Durable] {
 			continue
 		}
 		s := Silent{Consumer: ci.Config.Durable}

@@ -11,6 +11,7 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -140,6 +141,12 @@ func TestShardsThroughNATS(t *testing.T) {
 	assert.Contains(t, stderr, "max payload of 1048576 bytes")
 	assert.Contains(t, stderr, "HTTP API")
 
+	// Another program's durable consumer on the stream is no shard.
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.CreateConsumer(ctx, "MCP_AUDIT", jetstream.ConsumerConfig{Durable: "archiver", Description: "not mcptrail"})
+	require.NoError(t, err)
+
 	// B dies: the fan-out prints A, names B and exits 4; B's server is not found.
 	require.NoError(t, syscall.Kill(pidB, syscall.SIGKILL))
 	require.Eventually(t, func() bool {
@@ -152,6 +159,7 @@ func TestShardsThroughNATS(t *testing.T) {
 	assert.Contains(t, out, "alpha,1000")
 	assert.NotContains(t, out, "shard-b")
 	assert.Contains(t, stderr, "shard shard-b (servers beta) did not answer")
+	assert.NotContains(t, stderr, "archiver")
 	_, code, stderr = cli(withToken, "--nats", url, "recommend", "--server", "beta")
 	assert.Equal(t, exitShardSilent, code, stderr)
 	assert.Contains(t, stderr, `shard shard-b owns server "beta" but did not answer`)
