@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -81,6 +82,7 @@ type Options struct {
 // Service is a running registration.
 type Service struct {
 	svc micro.Service
+	h   *handler
 }
 
 // Start registers the service on nc. Requests run with ctx: when it ends,
@@ -121,8 +123,8 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("register the NATS service %q: %w", Name, err)
 	}
-	s := &Service{svc: svc}
 	h := &handler{o: o, ctx: ctx, nc: nc, slots: make(chan struct{}, o.Concurrency)}
+	s := &Service{svc: svc, h: h}
 	base := SubjectPrefix + "." + svc.Info().ID
 	err = svc.AddEndpoint(HelloEndpoint, micro.HandlerFunc(h.hello), micro.WithEndpointSubject(base+"."+HelloEndpoint))
 	for _, p := range api.Paths() {
@@ -144,8 +146,16 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Service, error) {
 // ID is the instance's id, as discovery shows it.
 func (s *Service) ID() string { return s.svc.Info().ID }
 
-// Stop drains the service's subscriptions.
-func (s *Service) Stop() error { return s.svc.Stop() }
+// Stop drains the service's subscriptions and waits for the requests that
+// run: the daemon closes the store only after them.
+func (s *Service) Stop() error {
+	err := s.svc.Stop()
+	s.h.mu.Lock()
+	s.h.closed = true // a message still drained after Stop is refused
+	s.h.mu.Unlock()
+	s.h.running.Wait()
+	return err
+}
 
 // endpointName is the micro endpoint name of an api path
 // (/api/v1/catalog/import → catalog_import).
@@ -154,10 +164,13 @@ func endpointName(path string) string {
 }
 
 type handler struct {
-	o     Options
-	ctx   context.Context
-	nc    *nats.Conn
-	slots chan struct{}
+	o       Options
+	ctx     context.Context
+	nc      *nats.Conn
+	slots   chan struct{}
+	mu      sync.Mutex
+	closed  bool
+	running sync.WaitGroup
 }
 
 // hello proves that this daemon holds the token, before any client sends it.
@@ -191,7 +204,13 @@ func (h *handler) endpoint(path string) micro.Handler {
 			_ = req.Error(code, oneLine(err.Error()), nil)
 			return
 		}
-		go h.run(path, r, req)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.closed {
+			_ = req.Error(CodeUnavailable, "the daemon is shutting down", nil)
+			return
+		}
+		h.running.Go(func() { h.run(path, r, req) })
 	})
 }
 
