@@ -141,6 +141,17 @@ func TestShardsThroughNATS(t *testing.T) {
 	assert.Contains(t, stderr, "max payload of 1048576 bytes")
 	assert.Contains(t, stderr, "HTTP API")
 
+	// report without --server: each shard's reports, its folders written here.
+	reports := filepath.Join(t.TempDir(), "reports")
+	out, code, stderr = cli(withToken, "--nats", url, "report", "--since", "30d", "--out", reports)
+	require.Zero(t, code, stderr)
+	assert.Regexp(t, `^== shard shard-a \(\w+\), servers alpha ==\n(.+\n)+\n== shard shard-b \(\w+\), servers beta ==\n`, out)
+	for _, srv := range []string{"alpha", "beta"} {
+		found, err := filepath.Glob(filepath.Join(reports, srv, "*", "report.json"))
+		require.NoError(t, err)
+		assert.Len(t, found, 1, srv)
+	}
+
 	// Another program's durable consumer on the stream is no shard.
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
