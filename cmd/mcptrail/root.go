@@ -139,9 +139,10 @@ func (a *app) load(cmd *cobra.Command) error {
 }
 
 // shardCommand are the commands a daemon answers (typed requests), which
-// --nats sends to the shards. simulate and publish have a --nats of their own.
+// --nats sends to the shards, and queries, whose built-in list every shard
+// shares (it runs here). simulate and publish have a --nats of their own.
 var shardCommand = map[string]bool{
-	"query": true, "recommend": true, "replay": true, "backtest": true, "report": true,
+	"query": true, "queries": true, "recommend": true, "replay": true, "backtest": true, "report": true,
 	"import": true, "fetch": true, "list": true, "findings": true, "policies": true, "forget": true,
 	"suppress": true, "unsuppress": true, "suppressions": true,
 }
