@@ -175,6 +175,14 @@ func TestShardsThroughNATS(t *testing.T) {
 	assert.Equal(t, exitShardSilent, code, stderr)
 	assert.Contains(t, stderr, `shard shard-b owns server "beta" but did not answer`)
 
+	// queries lists the built-in queries, which every shard shares; ingest runs here only.
+	out, code, stderr = cli(nil, "--nats", url, "queries")
+	require.Zero(t, code, stderr)
+	assert.Contains(t, out, "calls_by_tool")
+	_, code, stderr = cli(nil, "--nats", url, "ingest", "events.jsonl")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "mcptrail ingest runs here")
+
 	// Without --nats nothing changes: the command goes to http.listen or the file.
 	out, code, stderr = cli(append(withToken, "MCPTRAIL_HTTP_LISTEN="+a.http), "--db", a.db,
 		"query", "--sql", "SELECT server, count(*) AS n FROM calls GROUP BY ALL", "--format", "csv")
