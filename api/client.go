@@ -156,14 +156,21 @@ func (c *Client) Do(ctx context.Context, req Request, sink Sink) (code int, reac
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		return 0, true, false, fmt.Errorf("daemon at %s answered %s: %s", c.base(), resp.Status, errorText(msg))
 	}
-	dec := json.NewDecoder(resp.Body)
+	code, truncated, err = ReadAnswer(resp.Body, sink, "daemon at "+c.base())
+	return code, true, truncated, err
+}
+
+// ReadAnswer copies an answer's frames into sink and returns its exit code;
+// an answer without the exit frame is an error naming from.
+func ReadAnswer(r io.Reader, sink Sink, from string) (code int, truncated bool, err error) {
+	dec := json.NewDecoder(r)
 	for {
 		var f Frame
 		if err := dec.Decode(&f); err != nil {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
-			return 1, true, truncated, fmt.Errorf("daemon at %s: the answer ended early: %w", c.base(), err)
+			return 1, truncated, fmt.Errorf("%s: the answer ended early: %w", from, err)
 		}
 		switch {
 		case f.Stdout != "":
@@ -181,10 +188,10 @@ func (c *Client) Do(ctx context.Context, req Request, sink Sink) (code int, reac
 		case f.Truncated:
 			truncated = true
 		case f.Exit != nil:
-			return *f.Exit, true, truncated, nil
+			return *f.Exit, truncated, nil
 		}
 		if err != nil {
-			return 1, true, truncated, err
+			return 1, truncated, err
 		}
 	}
 }

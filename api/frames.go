@@ -15,7 +15,8 @@ const flushAt = 32 << 10
 // order in which the command wrote to its standard output and error.
 type frameWriter struct {
 	mu      sync.Mutex
-	w       http.ResponseWriter
+	start   func() // before the first frame (the HTTP status line)
+	flush   func() error
 	enc     *json.Encoder
 	started bool
 	out     []byte // standard output not yet sent
@@ -24,7 +25,20 @@ type frameWriter struct {
 }
 
 func newFrameWriter(w http.ResponseWriter) *frameWriter {
-	return &frameWriter{w: w, enc: json.NewEncoder(w)}
+	return &frameWriter{
+		start: func() {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.WriteHeader(http.StatusOK)
+		},
+		flush: http.NewResponseController(w).Flush,
+		enc:   json.NewEncoder(w),
+	}
+}
+
+// newBufferWriter writes the frames into w unflushed, for an answer that
+// travels as one message (NATS).
+func newBufferWriter(w io.Writer) *frameWriter {
+	return &frameWriter{start: func() {}, flush: func() error { return nil }, enc: json.NewEncoder(w)}
 }
 
 func (f *frameWriter) send(fr Frame, flush bool) {
@@ -32,12 +46,11 @@ func (f *frameWriter) send(fr Frame, flush bool) {
 		return
 	}
 	if !f.started {
-		f.w.Header().Set("Content-Type", "application/x-ndjson")
-		f.w.WriteHeader(http.StatusOK)
+		f.start()
 		f.started = true
 	}
 	if f.err = f.enc.Encode(fr); f.err == nil && flush {
-		f.err = http.NewResponseController(f.w).Flush()
+		f.err = f.flush()
 	}
 }
 

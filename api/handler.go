@@ -102,8 +102,7 @@ func NewHandler(o Options) (http.Handler, error) {
 	h := &handler{o: o, hosts: hosts, slots: make(chan struct{}, o.Concurrency), mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET "+PathHello, h.hello)
 	h.mux.Handle("GET "+PathStatus, h.auth(http.HandlerFunc(h.status)))
-	for _, p := range []string{PathQuery, PathQueries, PathRecommend, PathReplay, PathReport, PathCatalogImp,
-		PathCatalogList, PathSuppress, PathUnsuppress, PathSuppressions, PathPolicies, PathForget, PathFindings, PathBacktest} {
+	for _, p := range Paths() {
 		h.mux.Handle("POST "+p, h.auth(http.HandlerFunc(h.run)))
 	}
 	return h, nil
@@ -179,16 +178,23 @@ func (h *handler) auth(next http.Handler) http.Handler {
 // 401 to the others: every endpoint of the daemon that takes data or runs
 // commands (the API, the OTLP receiver) uses it.
 func RequireToken(token string, next http.Handler) http.Handler {
-	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
+		if !BearerOK(r.Header.Get("Authorization"), token) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="mcptrail"`)
 			writeError(w, http.StatusUnauthorized, "unauthorized: send the daemon's token (http.token, or the file http.token_file) as \"Authorization: Bearer <token>\"")
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// BearerOK reports whether an Authorization value is "Bearer <token>",
+// compared in constant time. An empty token never matches.
+func BearerOK(authorization, token string) bool {
+	if token == "" {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(authorization), []byte("Bearer "+token)) == 1
 }
 
 func (h *handler) hello(w http.ResponseWriter, r *http.Request) {
@@ -209,31 +215,23 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnsupportedMediaType, "send the request as Content-Type: application/json")
 		return
 	}
-	req := newRequest(r.URL.Path)
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, h.o.MaxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(req); err != nil {
+	req, err := DecodeRequest(r.URL.Path, http.MaxBytesReader(w, r.Body, h.o.MaxBody))
+	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", h.o.MaxBody))
 			return
 		}
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("bad request body for %s: %v (see docs/API.md)", r.URL.Path, err))
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if dec.More() {
-		writeError(w, http.StatusBadRequest, "bad request body: one JSON object only")
-		return
-	}
-	if db := req.CommonFields().Database; db != "" && filepath.Clean(db) != h.o.Backend.Database() {
-		writeError(w, http.StatusConflict, "this daemon holds another database")
-		return
-	}
-	for _, f := range req.uploads() {
-		if !filepath.IsLocal(f.Name) {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("upload %q: want a relative path inside the output folder", f.Name))
-			return
+	if err := CheckRequest(req, h.o.Backend.Database()); err != nil {
+		status := http.StatusBadRequest
+		if errors.Is(err, ErrOtherDatabase) {
+			status = http.StatusConflict
 		}
+		writeError(w, status, err.Error())
+		return
 	}
 	select {
 	case h.slots <- struct{}{}:
@@ -242,17 +240,70 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fw := newFrameWriter(w)
-	code := h.execute(r.Context(), req, fw)
+	code := execute(r.Context(), h.o.Backend, h.o.Log, req, fw)
 	fw.exit(code)
+}
+
+// Paths are the endpoints that run a command (POST).
+func Paths() []string {
+	return []string{PathQuery, PathQueries, PathRecommend, PathReplay, PathReport, PathCatalogImp,
+		PathCatalogList, PathSuppress, PathUnsuppress, PathSuppressions, PathPolicies, PathForget, PathFindings, PathBacktest}
+}
+
+// DecodeRequest reads the one JSON object of a request for the endpoint
+// path, refusing unknown fields: the same rules over every transport.
+func DecodeRequest(path string, r io.Reader) (Request, error) {
+	req := newRequest(path)
+	if req == nil {
+		return nil, fmt.Errorf("no endpoint %s", path)
+	}
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(req); err != nil {
+		return nil, fmt.Errorf("bad request body for %s: %w (see docs/API.md)", path, err)
+	}
+	if dec.More() {
+		return nil, errors.New("bad request body: one JSON object only")
+	}
+	return req, nil
+}
+
+// ErrOtherDatabase is CheckRequest's answer to a request meant for another
+// database.
+var ErrOtherDatabase = errors.New("this daemon holds another database")
+
+// CheckRequest refuses a request that names another database than the
+// daemon's, or uploads a file outside its output folder.
+func CheckRequest(req Request, database string) error {
+	if db := req.CommonFields().Database; db != "" && filepath.Clean(db) != database {
+		return ErrOtherDatabase
+	}
+	for _, f := range req.uploads() {
+		if !filepath.IsLocal(f.Name) {
+			return fmt.Errorf("upload %q: want a relative path inside the output folder", f.Name)
+		}
+	}
+	return nil
+}
+
+// Execute runs a checked request on the backend and writes its whole answer
+// (the frames of an HTTP answer, ending with the exit frame) into w: for a
+// transport that sends the answer as one message.
+func Execute(ctx context.Context, b Backend, log *slog.Logger, req Request, w io.Writer) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	fw := newBufferWriter(w)
+	fw.exit(execute(ctx, b, log, req, fw))
 }
 
 // execute runs the request with its output folder, recovering from panics:
 // a failing command answers exit 1 and never takes the daemon down.
-func (h *handler) execute(ctx context.Context, req Request, fw *frameWriter) (code int) {
+func execute(ctx context.Context, b Backend, log *slog.Logger, req Request, fw *frameWriter) (code int) {
 	out := Output{Stdout: fw.stream(false), Stderr: fw.stream(true), Truncate: fw.truncated}
 	defer func() {
 		if p := recover(); p != nil {
-			h.o.Log.Error("api request panicked", "path", req.Path(), "panic", p, "stack", string(debug.Stack()))
+			log.Error("api request panicked", "path", req.Path(), "panic", p, "stack", string(debug.Stack()))
 			fmt.Fprintf(out.Stderr, "mcptrail: internal error in the daemon: %v\n", p)
 			code = 1
 		}
@@ -277,7 +328,7 @@ func (h *handler) execute(ctx context.Context, req Request, fw *frameWriter) (co
 			}
 		}()
 	}
-	return h.o.Backend.Run(ctx, req, out)
+	return b.Run(ctx, req, out)
 }
 
 // seed writes the uploads into the request's folder and remembers them, so

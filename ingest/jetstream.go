@@ -181,6 +181,11 @@ type ConsumerSpec struct {
 	AckEach bool
 }
 
+// ConsumerDescription marks the durable consumers of mcptrail daemons on
+// the stream, so that the CLI can tell a shard's consumer from another
+// program's.
+const ConsumerDescription = "mcptrail ingest into DuckDB"
+
 // EnsureConsumer creates or updates the durable pull consumer of spec.
 func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec) (jetstream.Consumer, error) {
 	batch := spec.BatchSize
@@ -201,7 +206,7 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSp
 	}
 	cfg := jetstream.ConsumerConfig{
 		Durable:       spec.Durable,
-		Description:   "mcptrail ingest into DuckDB",
+		Description:   ConsumerDescription,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     ackPolicy,
 		AckWait:       ackWait,

@@ -176,6 +176,10 @@ type Auth struct {
 	TLS      TLS
 }
 
+// AuthOptions are the nats.go options that sign in with a, for a client of
+// the daemon's NATS (the CLI finding shards); file errors name the key.
+func AuthOptions(a Auth) ([]nats.Option, error) { return authOptions(a) }
+
 // authOptions turns Auth into nats options; file errors name the key.
 func authOptions(a Auth) ([]nats.Option, error) {
 	var out []nats.Option

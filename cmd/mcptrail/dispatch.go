@@ -25,6 +25,9 @@ func (a *app) dispatch(ctx context.Context, req api.Request, readOnly bool, run 
 	if a.store != nil {
 		return run(ctx, a.store)
 	}
+	if a.shardsURL != "" {
+		return a.dispatchShards(ctx, req)
+	}
 	common := req.CommonFields()
 	common.Database = a.dbPath()
 	if a.nowFixed {

@@ -44,6 +44,10 @@ type app struct {
 	truncate     func()
 	overridesDoc *api.File
 
+	// --nats: the daemons found on this NATS answer the command (shards).
+	shardsURL    string
+	shardTimeout time.Duration
+
 	forwardedCode *int   // set when a daemon answered the command for us
 	cmdUsage      string // command path, for usage hints
 }
@@ -58,6 +62,9 @@ answers SQL over the whole call history, and recommends each server's policy.jso
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			a.cmdUsage = cmd.CommandPath()
+			if a.shardsURL != "" && !shardCommand[cmd.Name()] {
+				return usageErrorf("--nats sends a command to the daemons on NATS; %s runs here (serve and ingest use nats.url)", cmd.CommandPath())
+			}
 			return a.load(cmd)
 		},
 	}
@@ -66,6 +73,8 @@ answers SQL over the whole call history, and recommends each server's policy.jso
 	pf.StringVar(&a.configFile, "config", "", "config file (default ./config.yaml when present)")
 	pf.String("db", "", "DuckDB database file (storage.path)")
 	pf.StringVar(&a.nowFlag, "now", "", "RFC 3339 time used instead of the clock, for reproducible output (or MCPTRAIL_NOW)")
+	pf.StringVar(&a.shardsURL, "nats", "", "send the command to the mcptrail daemons found on this NATS (shards: the one owning --server, else each)")
+	pf.DurationVar(&a.shardTimeout, "nats-timeout", time.Minute, "with --nats: how long a shard may take to answer")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		a.cmdUsage = cmd.CommandPath()
 		return &exitError{code: exitUsage, err: err}
@@ -129,6 +138,15 @@ func (a *app) load(cmd *cobra.Command) error {
 	}
 	a.now = now
 	return nil
+}
+
+// shardCommand are the commands a daemon answers (typed requests), which
+// --nats sends to the shards, and queries, whose built-in list every shard
+// shares (it runs here). simulate and publish have a --nats of their own.
+var shardCommand = map[string]bool{
+	"query": true, "queries": true, "recommend": true, "replay": true, "backtest": true, "report": true,
+	"import": true, "fetch": true, "list": true, "findings": true, "policies": true, "forget": true,
+	"suppress": true, "unsuppress": true, "suppressions": true,
 }
 
 const configKeyAnnotation = "mcptrail/config-key"

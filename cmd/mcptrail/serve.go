@@ -53,6 +53,7 @@ SIGINT or SIGTERM stops it gracefully.`,
 				return err
 			}
 			opts.Backend = newDaemonBackend(a, store)
+			a.startShardService(opts.Backend, opts.HTTPToken, &opts)
 			a.scheduleReports(store, schedules, &opts)
 			a.startAlarm(store, &opts)
 			a.startPolicyWatch(store, &opts)

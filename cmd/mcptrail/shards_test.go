@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/server"
+	"github.com/mcptrail/mcptrail/shardsvc"
+)
+
+// shardEvents are n calls of one server, spread over two weeks.
+func shardEvents(srv, tool string, n int) func() (audit.Event, bool, error) {
+	base := time.Date(2026, 11, 10, 0, 0, 0, 0, time.UTC)
+	i := 0
+	return func() (audit.Event, bool, error) {
+		if i >= n {
+			return audit.Event{}, false, nil
+		}
+		e := audit.Event{
+			ID: fmt.Sprintf("%s-%05d", srv, i), TS: base.Add(time.Duration(i) * 20 * time.Minute), Server: srv,
+			Tool: tool, Decision: audit.Allowed, Status: "ok", Agent: "ops-agent", Session: fmt.Sprintf("%s-s%d", srv, i/20),
+		}
+		i++
+		return e, true, nil
+	}
+}
+
+// TestShardsThroughNATS: two serve daemons on one NATS, each owning one
+// server (nats.servers) with its own consumer and database, register the
+// service "mcptrail"; the CLI with --nats finds the one that owns --server
+// and gets the answer the HTTP API gives, fans a query out to both (one
+// section each), never sends its token to a shard that cannot prove it holds
+// it, is refused without the token, is told when an answer is over
+// max_payload, and, once a shard is killed, still prints the other and names
+// the silent one.
+func TestShardsThroughNATS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts NATS and two daemons")
+	}
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	ns.Start()
+	t.Cleanup(ns.Shutdown)
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+	url := ns.ClientURL()
+
+	const token = "shards-test-token-0123456789abcdef"
+	now := "MCPTRAIL_NOW=2026-11-24T12:00:00Z"
+	type shard struct{ db, http string }
+	start := func(name, owns string) (shard, int) {
+		tmp := t.TempDir()
+		db := filepath.Join(tmp, "mcptrail.duckdb")
+		addr, pid := startServe(t, tmp, db, []string{"MCPTRAIL_NATS_URL=" + url, "MCPTRAIL_NATS_CONSUMER=" + name,
+			"MCPTRAIL_NATS_SERVERS=" + owns, "MCPTRAIL_HTTP_TOKEN=" + token},
+			func(addr string) bool { return httpStatus(addr, "/readyz") == 200 })
+		return shard{db: db, http: addr}, pid
+	}
+	a, _ := start("shard-a", "alpha")
+	b, pidB := start("shard-b", "beta")
+
+	ctx := context.Background()
+	for srv, tool := range map[string]string{"alpha": "vm_status", "beta": "bucket_list"} {
+		_, err := server.Publish(ctx, server.PublishOptions{URL: url}, shardEvents(srv, tool, 1000))
+		require.NoError(t, err)
+	}
+
+	cli := func(env []string, args ...string) (string, int, string) {
+		return runCLI(t, t.TempDir(), append([]string{now, "MCPTRAIL_HTTP_LISTEN=127.0.0.1:1"}, env...), args)
+	}
+	withToken := []string{"MCPTRAIL_HTTP_TOKEN=" + token}
+	count := []string{"--nats", url, "query", "--sql", "SELECT server, count(*) AS n FROM calls GROUP BY ALL ORDER BY 1", "--format", "csv"}
+
+	// A fan-out: one section per shard, each with its own server's calls only.
+	require.Eventually(t, func() bool {
+		out, code, _ := cli(withToken, count...)
+		return code == 0 && strings.Contains(out, "alpha,1000") && strings.Contains(out, "beta,1000")
+	}, 30*time.Second, 200*time.Millisecond, "both shards store their server's events")
+	out, code, stderr := cli(withToken, count...)
+	require.Zero(t, code, stderr)
+	assert.Regexp(t, `^== shard shard-a \(\w+\), servers alpha ==\nserver,n\nalpha,1000\n\n`+
+		`== shard shard-b \(\w+\), servers beta ==\nserver,n\nbeta,1000\n$`, out)
+
+	// Routed to the shard that owns beta: byte for byte what B's HTTP API answers.
+	routed, code, stderr := cli(withToken, "--nats", url, "recommend", "--server", "beta", "--since", "30d")
+	require.Zero(t, code, stderr)
+	viaHTTP, code, stderr := cli(append(withToken, "MCPTRAIL_HTTP_LISTEN="+b.http), "--db", b.db, "recommend", "--server", "beta", "--since", "30d")
+	require.Zero(t, code, stderr)
+	assert.Equal(t, viaHTTP, routed)
+	assert.Contains(t, routed, "bucket_list")
+	assert.NotContains(t, routed, "vm_status")
+	_, code, stderr = cli(withToken, "--nats", url, "recommend", "--server", "gamma")
+	assert.NotZero(t, code)
+	assert.Contains(t, stderr, `no shard owns server "gamma"`)
+	assert.Contains(t, stderr, "alpha")
+
+	// A CLI with another token does not send it: the shards cannot prove they hold it.
+	_, code, stderr = cli([]string{"MCPTRAIL_HTTP_TOKEN=another-token-0123456789abcdef"}, "--nats", url, "recommend", "--server", "beta")
+	assert.NotZero(t, code)
+	assert.Contains(t, stderr, "did not prove that it holds this CLI's token")
+
+	// The service itself refuses a request without the token or with a wrong one.
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	shards, err := (&shardsvc.Client{Conn: nc}).Discover(ctx)
+	require.NoError(t, err)
+	require.Len(t, shards, 2)
+	assert.Equal(t, []string{"beta"}, shards[1].Servers)
+	assert.Equal(t, b.db, shards[1].Database)
+	subject := shardsvc.SubjectPrefix + "." + shards[1].ID + ".recommend"
+	for _, auth := range []string{"", "Bearer wrong-token-0123456789abcdef", "Bearer " + token + "x"} {
+		msg := nats.NewMsg(subject)
+		msg.Data = []byte(`{"server":"beta"}`)
+		if auth != "" {
+			msg.Header.Set(shardsvc.AuthHeader, auth)
+		}
+		resp, err := nc.RequestMsg(msg, 5*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, shardsvc.CodeUnauthorized, resp.Header.Get(micro.ErrorCodeHeader), "auth %q", auth)
+		assert.Contains(t, resp.Header.Get(micro.ErrorHeader), "unauthorized")
+		assert.Empty(t, resp.Data)
+	}
+
+	// An answer over max_payload is refused with the limit, not cut.
+	_, code, stderr = cli(withToken, "--nats", url, "query", "--sql", "SELECT repeat('x', 1000) AS x FROM range(2000)")
+	assert.Equal(t, 1, code, stderr)
+	assert.Contains(t, stderr, "max payload of 1048576 bytes")
+	assert.Contains(t, stderr, "HTTP API")
+
+	// report without --server: each shard's reports, its folders written here.
+	reports := filepath.Join(t.TempDir(), "reports")
+	out, code, stderr = cli(withToken, "--nats", url, "report", "--since", "30d", "--out", reports)
+	require.Zero(t, code, stderr)
+	assert.Regexp(t, `^== shard shard-a \(\w+\), servers alpha ==\n(.+\n)+\n== shard shard-b \(\w+\), servers beta ==\n`, out)
+	for _, srv := range []string{"alpha", "beta"} {
+		found, err := filepath.Glob(filepath.Join(reports, srv, "*", "report.json"))
+		require.NoError(t, err)
+		assert.Len(t, found, 1, srv)
+	}
+
+	// Another program's durable consumer on the stream is no shard.
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.CreateConsumer(ctx, "MCP_AUDIT", jetstream.ConsumerConfig{Durable: "archiver", Description: "not mcptrail"})
+	require.NoError(t, err)
+
+	// B dies: the fan-out prints A, names B and exits 4; B's server is not found.
+	require.NoError(t, syscall.Kill(pidB, syscall.SIGKILL))
+	require.Eventually(t, func() bool {
+		s, err := (&shardsvc.Client{Conn: nc}).Discover(ctx)
+		return err == nil && len(s) == 1
+	}, 10*time.Second, 100*time.Millisecond)
+	out, code, stderr = cli(withToken, count...)
+	assert.Equal(t, exitShardSilent, code, stderr)
+	assert.Contains(t, out, "== shard shard-a (")
+	assert.Contains(t, out, "alpha,1000")
+	assert.NotContains(t, out, "shard-b")
+	assert.Contains(t, stderr, "shard shard-b (servers beta) did not answer")
+	assert.NotContains(t, stderr, "archiver")
+	_, code, stderr = cli(withToken, "--nats", url, "recommend", "--server", "beta")
+	assert.Equal(t, exitShardSilent, code, stderr)
+	assert.Contains(t, stderr, `shard shard-b owns server "beta" but did not answer`)
+
+	// queries lists the built-in queries, which every shard shares; ingest runs here only.
+	out, code, stderr = cli(nil, "--nats", url, "queries")
+	require.Zero(t, code, stderr)
+	assert.Contains(t, out, "calls_by_tool")
+	_, code, stderr = cli(nil, "--nats", url, "ingest", "events.jsonl")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "mcptrail ingest runs here")
+
+	// Without --nats nothing changes: the command goes to http.listen or the file.
+	out, code, stderr = cli(append(withToken, "MCPTRAIL_HTTP_LISTEN="+a.http), "--db", a.db,
+		"query", "--sql", "SELECT server, count(*) AS n FROM calls GROUP BY ALL", "--format", "csv")
+	require.Zero(t, code, stderr)
+	assert.Equal(t, "server,n\nalpha,1000\n", out)
+}
