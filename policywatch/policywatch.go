@@ -1,6 +1,7 @@
 // Package policywatch is serve's regression watch (SPEC §5, Regressions):
-// every interval it looks, for every scope (server and grant) with recent
-// calls, for a policy version that appeared within regression.watch and
+// every interval it looks, for every scope (server and grant) of a server
+// whose calls carry a policy version that appeared within regression.watch,
+// for one that
 // refuses tools the scope used before it (recommend.Regressions). A new
 // regression is recorded in the finding history through a recorded
 // recommender run of its scope (the Record hook, source "watch"), then
@@ -126,14 +127,14 @@ func (w *Watch) Run(ctx context.Context) {
 	}
 }
 
-// Check looks at every scope with calls within regression.watch and raises
-// the regressions not raised before.
+// Check looks at every scope of the servers with a policy version new
+// within regression.watch and raises the regressions not raised before.
 func (w *Watch) Check(ctx context.Context) error {
 	now := w.now()
 	p := w.Config.Params
 	watch := cmp.Or(p.RegressionWatch, recommend.DefaultRegressionWatch)
 	lookback := cmp.Or(p.Window, recommend.DefaultParams().Window)
-	servers, err := w.Store.CallServers(ctx, now.Add(-watch))
+	servers, err := recommend.ServersWithNewVersions(ctx, w.Store.DB(), now, lookback, w.Config.Params)
 	if err != nil {
 		return err
 	}

@@ -170,6 +170,40 @@ func regressionFrom(q query, v *versionChange, watchTo, baselineFrom time.Time) 
 WHERE ` + q.scopeLit() + ` AND ts >= ` + sqlTime(baselineFrom) + ` AND ts <= ` + sqlTime(watchTo) + `) c`
 }
 
+// ServersWithNewVersions lists the servers with a policy version that has
+// calls in (now − RegressionWatch, now] and none in (now − lookback, now −
+// RegressionWatch]: a version new within the watch. The regression watch
+// looks only at them, so that a store without a recent policy change costs
+// one scan per check, not one per scope.
+func ServersWithNewVersions(ctx context.Context, db *sql.DB, now time.Time, lookback time.Duration, p Params) ([]string, error) {
+	watch, _, _, _ := p.regressionParams()
+	recent, older := sqlTime(now.Add(-watch)), sqlTime(now.Add(-lookback))
+	rows, err := db.QueryContext(ctx, `
+WITH recent AS (
+	SELECT DISTINCT server, coalesce("grant", '') AS g, policy_version AS v FROM calls
+	WHERE ts > `+recent+` AND ts <= `+sqlTime(now)+` AND policy_version IS NOT NULL
+)
+SELECT DISTINCT r.server FROM recent r
+WHERE NOT EXISTS (
+	SELECT 1 FROM calls c
+	WHERE c.server = r.server AND coalesce(c."grant", '') = r.g AND c.policy_version = r.v
+	  AND c.ts > `+older+` AND c.ts <= `+recent+`)
+ORDER BY 1`)
+	if err != nil {
+		return nil, fmt.Errorf("regressions: new policy versions: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, fmt.Errorf("regressions: new policy versions: %w", err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
 // RegressionScope selects the calls Regressions compares.
 type RegressionScope struct {
 	Server string

@@ -251,3 +251,20 @@ func TestRegressionWhenAHiddenToolVanishes(t *testing.T) {
 		assertSame(t, f.Evidence[c], row[i], c)
 	}
 }
+
+// The watch looks only at servers with a version new within the watch: a
+// day after the change, or before it, there is none.
+func TestServersWithNewVersions(t *testing.T) {
+	change := now.Add(-2 * time.Hour)
+	pc := simulate.PolicyChange{Server: "proxmox-mcp", Grant: "ops", Change: change, Refused: simulate.PolicyChangeUsedDaily, Days: 3}
+	store := policyChangeStore(t, pc, change.Add(30*time.Hour))
+	at := func(d time.Duration) []string {
+		s, err := recommend.ServersWithNewVersions(context.Background(), store.DB(), change.Add(d), 30*24*time.Hour, recommend.DefaultParams())
+		require.NoError(t, err)
+		return s
+	}
+	assert.Equal(t, []string{"proxmox-mcp"}, at(30*time.Minute))
+	assert.Equal(t, []string{"proxmox-mcp"}, at(23*time.Hour))
+	assert.Empty(t, at(-time.Hour), "only v1, seen for days")
+	assert.Empty(t, at(25*time.Hour), "v2 is older than the watch")
+}
