@@ -95,20 +95,12 @@ type versionChange struct {
 	since             time.Time
 }
 
-// NewVersion reports the scope's newest policy version in use at now: of the
+// newVersion is the scope's newest policy version in use at now: of the
 // versions with a call in the hour before the scope's newest call (up to
 // now; during a rollout both versions are in use, after a rollback only the
 // old one), the one first seen last in (now − lookback, now], when a call of
 // the scope precedes it within the baseline (a first version has nothing to
-// compare with). ok is false when there is none.
-func NewVersion(ctx context.Context, db *sql.DB, server, grant string, now time.Time, lookback time.Duration, p Params) (version string, since time.Time, ok bool, err error) {
-	v, err := newVersion(ctx, db, query{server: server, grant: grant, to: now}, lookback, p)
-	if err != nil || v == nil {
-		return "", time.Time{}, false, err
-	}
-	return v.version, v.since, true, nil
-}
-
+// compare with); nil when there is none.
 func newVersion(ctx context.Context, db *sql.DB, q query, lookback time.Duration, p Params) (*versionChange, error) {
 	_, baseline, _, _ := p.regressionParams()
 	now := q.to
@@ -224,7 +216,7 @@ type RegressionScope struct {
 const VanishedMinExpected = 3.0
 
 // Regressions finds the regressions of one scope at sc.Now: its newest
-// policy version first seen in (now − lookback, now] (see NewVersion),
+// policy version first seen in (now − lookback, now] (see newVersion),
 // compared with the baseline before it. A tool is a regression when the new
 // version refused it (refused calls, and a rise in the share of sessions
 // refused), or when the current policy refuses it and it vanished: no call
@@ -287,11 +279,7 @@ ORDER BY tool`)
 			}
 		}
 		r.Share = math.Round(r.Share*1000) / 1000
-		cols := make([]string, len(regressionCols))
-		for i, c := range regressionCols {
-			cols[i] = c.expr + " AS " + c.name
-		}
-		r.SQL = "SELECT " + strings.Join(cols, ",\n       ") + "\nFROM " + from + "\nWHERE tool = " + sqlString(r.Tool)
+		r.SQL = "SELECT " + strings.Join(exprs, ",\n       ") + "\nFROM " + from + "\nWHERE tool = " + sqlString(r.Tool)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
