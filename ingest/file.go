@@ -79,16 +79,13 @@ func ReadStream(ctx context.Context, r io.Reader, dec *Decoder, sink Sink, opts 
 	for b := range batches {
 		if b.events() > 0 || len(b.batch.DeadLetters) > 0 {
 			res, err := sink.Append(ctx, b.batch)
-			if b.batch.Staged != nil {
-				b.batch.Staged.Release()
-			}
+			b.release()
 			if err != nil {
 				return tot, fmt.Errorf("store batch from %s: %w", opts.Name, err)
 			}
 			tot.Add(res)
-		} else if b.batch.Staged != nil {
-			b.batch.Staged.Release()
 		}
+		b.release()
 		tot.Skipped += b.skipped
 		tot.Lines += int64(b.lines)
 		if opts.Progress != nil {
@@ -152,6 +149,14 @@ type fileBatch struct {
 	err          error
 }
 
+// release frees the batch's staging, once.
+func (b *fileBatch) release() {
+	if b.batch.Staged != nil {
+		b.batch.Staged.Release()
+		b.batch.Staged = nil
+	}
+}
+
 // events is how many events the batch holds.
 func (b *fileBatch) events() int {
 	if b.batch.Staged != nil {
@@ -180,9 +185,7 @@ func assembleBatches(ctx context.Context, in <-chan readChunk, out chan<- fileBa
 		case out <- *b:
 			return true
 		case <-ctx.Done():
-			if b.batch.Staged != nil {
-				b.batch.Staged.Release()
-			}
+			b.release()
 			return false
 		}
 	}
