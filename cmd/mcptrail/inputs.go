@@ -96,35 +96,16 @@ func (a *app) recommendInputs(ctx context.Context, store *analytics.Store, serve
 	if err != nil {
 		return opts, err
 	}
-	history, err := store.PolicyHistory(ctx, server, grant)
+	sp, err := scopePolicies(ctx, store, server, grant)
 	if err != nil {
 		return opts, err
 	}
-	if len(history) == 0 && grant != "" {
-		if history, err = store.PolicyHistory(ctx, server, ""); err != nil {
-			return opts, err
-		}
-		opts.CurrentServerWide = len(history) > 0
-	}
-	if len(history) > 0 {
-		latest := history[len(history)-1]
-		if opts.Current, err = policy.Parse(latest.Document, "recorded policy of "+server); err != nil {
-			return opts, err
-		}
-	}
-	if len(history) > 1 {
-		// A regression's revert restores the tool's rule from the policy
-		// recorded before the current one.
-		before := history[len(history)-2]
-		if opts.Previous, err = policy.Parse(before.Document, "earlier recorded policy of "+server); err != nil {
-			return opts, err
-		}
-	}
+	opts.Current, opts.Previous, opts.CurrentServerWide = sp.current, sp.previous, sp.serverWide
 	for _, t := range tools {
 		opts.Catalog = append(opts.Catalog, catalog.Classification{Tool: t.Tool, Category: catalog.Category(t.Category),
 			Severity: catalog.Severity(t.Severity), Source: catalog.Source(t.RiskSource), Why: t.Why})
 	}
-	opts.ToolAdded = toolAdded(tools, history)
+	opts.ToolAdded = toolAdded(tools, sp.history)
 	if opts.Suppressions, err = store.Suppressions(ctx); err != nil {
 		return opts, err
 	}
@@ -175,4 +156,42 @@ func toolAdded(tools []analytics.ToolRecord, history []analytics.PolicyRecord) m
 		}
 	}
 	return out
+}
+
+// recordedPolicies are a scope's recorded policies: its own, else (for a
+// grant without any) the server-wide ones.
+type recordedPolicies struct {
+	history    []analytics.PolicyRecord
+	current    *policy.Policy // the latest, nil when none is recorded
+	previous   *policy.Policy // the one before it: a regression's revert restores its rule
+	serverWide bool           // a grant's current policy is the server-wide one
+}
+
+// scopePolicies reads the recorded policies that apply to server and grant.
+func scopePolicies(ctx context.Context, store *analytics.Store, server, grant string) (recordedPolicies, error) {
+	var sp recordedPolicies
+	history, err := store.PolicyHistory(ctx, server, grant)
+	if err != nil {
+		return sp, err
+	}
+	if len(history) == 0 && grant != "" {
+		if history, err = store.PolicyHistory(ctx, server, ""); err != nil {
+			return sp, err
+		}
+		sp.serverWide = len(history) > 0
+	}
+	sp.history = history
+	if len(history) > 0 {
+		latest := history[len(history)-1]
+		if sp.current, err = policy.Parse(latest.Document, "recorded policy of "+server); err != nil {
+			return sp, err
+		}
+	}
+	if len(history) > 1 {
+		before := history[len(history)-2]
+		if sp.previous, err = policy.Parse(before.Document, "earlier recorded policy of "+server); err != nil {
+			return sp, err
+		}
+	}
+	return sp, nil
 }

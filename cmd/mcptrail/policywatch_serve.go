@@ -28,8 +28,8 @@ func (a *app) startPolicyWatch(store *analytics.Store, opts *server.Options) {
 		Config: policywatch.Config{Interval: a.cfg.Regression.Interval, SubjectPrefix: a.cfg.Alerts.SubjectPrefix, Params: a.recommendParams()},
 		Record: a.recordScope(store, "watch"),
 		Policy: func(ctx context.Context, server, grant string) (*policy.Policy, error) {
-			opts, err := a.recommendInputs(ctx, store, server, grant, nil, nil)
-			return opts.Current, err
+			sp, err := scopePolicies(ctx, store, server, grant)
+			return sp.current, err
 		}}
 	addBackground(opts, func(ctx context.Context, nc *nats.Conn) {
 		w.Publish = natsPublish(nc)
