@@ -60,8 +60,8 @@ func (s streamSetup) run(ctx context.Context) (jetstream.Stream, jetstream.Consu
 		case !retryable(err):
 			return nil, nil, err
 		case time.Now().Add(delay).After(deadline):
-			return nil, nil, fmt.Errorf("%w; gave up after nats.startup_timeout (%s) and %d attempts with the NATS servers %s",
-				err, timeout, attempt, s.servers())
+			return nil, nil, fmt.Errorf("%w; gave up after nats.startup_timeout (%s) and %d attempts with the NATS servers %s%s",
+				err, timeout, attempt, s.servers(), s.placementHint(err))
 		}
 		s.m.errors.WithLabelValues("stream_setup").Inc()
 		reason := fmt.Sprintf("waiting for stream %s: %v", s.stream.Name, err)
@@ -94,17 +94,34 @@ func (s streamSetup) once(ctx context.Context) (jetstream.Stream, jetstream.Cons
 	return stream, cons, nil
 }
 
-// retryable tells the errors that waiting can fix: no answer in time, or
-// JetStream saying it is unavailable for now (HTTP-like codes 408, 5xx).
+// errCodeNoPeers is JetStream's "no suitable peers for placement" (the
+// server's JSClusterNoPeersErrF), which nats.go does not name. A cluster
+// whose nodes are still joining answers it to a replicated stream with code
+// 400, although the next attempt may succeed.
+const errCodeNoPeers jetstream.ErrorCode = 10005
+
+// retryable tells the errors that waiting can fix: no answer in time,
+// JetStream saying it is unavailable for now (HTTP-like codes 408, 5xx), or
+// too few peers online yet to place the stream's replicas.
 func retryable(err error) bool {
 	if jetStreamOff(err) {
 		return false
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
-		return apiErr.Code == 408 || apiErr.Code >= 500
+		return apiErr.Code == 408 || apiErr.Code >= 500 || apiErr.ErrorCode == errCodeNoPeers
 	}
 	return true // timeouts, a connection being re-established
+}
+
+// placementHint says what a stream that could not be placed needs.
+func (s streamSetup) placementHint(err error) string {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeNoPeers {
+		return ""
+	}
+	return fmt.Sprintf(" (nats.stream_replicas is %d: the cluster needs that many JetStream servers online, "+
+		"or lower nats.stream_replicas)", max(s.stream.Replicas, 1))
 }
 
 // jetStreamOff tells the errors of a server or account without JetStream.

@@ -119,7 +119,8 @@ func readyzBody(addr string) (int, string) {
 // with 3 replicas; while a publisher that re-sends what was not
 // acknowledged publishes, the stream leader's node is stopped and started
 // again and serve is killed (SIGKILL) and started again; every acknowledged
-// event is stored exactly once.
+// event is stored exactly once. A stream that cannot be placed is waited
+// for, not refused at once.
 func TestServeOnAThreeNodeCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a NATS cluster and kills nodes")
@@ -192,6 +193,20 @@ func TestServeOnAThreeNodeCluster(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return count() == fmt.Sprintf("n,d\n%d,%d\n", n, n) }, 2*time.Minute, 250*time.Millisecond,
 		"every acknowledged event stored once: %s", count())
+
+	// A stream asking for more replicas than the cluster has nodes cannot be
+	// placed (code 400, no suitable peers): JetStream answers the same while
+	// a cluster's nodes are still joining, so serve waits it out, and only at
+	// nats.startup_timeout gives up, saying what the stream needs.
+	other := t.TempDir()
+	out, code, errOut := runCLI(t, other, []string{
+		"MCPTRAIL_NATS_URL=" + cl.url(), "MCPTRAIL_NATS_STREAM=MCP_AUDIT_R5", "MCPTRAIL_NATS_SUBJECT=mcp.audit5.>",
+		"MCPTRAIL_NATS_STREAM_REPLICAS=5", "MCPTRAIL_NATS_STARTUP_TIMEOUT=3s", "MCPTRAIL_HTTP_LISTEN=" + freeTCPAddr(t),
+	}, []string{"serve", "--db", filepath.Join(other, "r5.duckdb")})
+	assert.NotEqual(t, 0, code, out)
+	assert.Contains(t, errOut, "the stream does not answer yet; retrying", "serve waited before giving up")
+	assert.Contains(t, errOut, "no suitable peers for placement")
+	assert.Contains(t, errOut, "nats.stream_replicas is 5: the cluster needs that many JetStream servers online")
 }
 
 // clusterEvents are n distinct calls.
