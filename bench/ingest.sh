@@ -2,6 +2,8 @@
 # Ingest benchmark: mcptrail ingest against DuckDB's own read_json on the same
 # 1M simulated events, each run a whole process from start to exit, three
 # alternating pairs. Prints both rates per pair, the median ratio and peak RSS.
+# Each pair also runs ingest with Go's default GC target (GOGC=100) beside
+# ingest's own (25), for the memory the lower target saves and what it costs.
 #   EVENTS=1000000 bench/ingest.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,12 +32,15 @@ for pair in 1 2 3; do
 	rm -f "$OUT/ingest.duckdb"* "$OUT/readjson.duckdb"*
 	read -r t_m rss_m < <(run mcptrail "$OUT/mcptrail" ingest --db "$OUT/ingest.duckdb" "$FILE")
 	read -r t_r rss_r < <(run readjson "$OUT/readjson" "$FILE" "$OUT/readjson.duckdb")
+	rm -f "$OUT/ingest.duckdb"*
+	read -r t_g rss_g < <(run gogc100 env GOGC=100 "$OUT/mcptrail" ingest --db "$OUT/ingest.duckdb" "$FILE")
 	rate_m=$(awk -v n="$EVENTS" -v t="$t_m" 'BEGIN{printf "%.0f", n/t}')
 	rate_r=$(awk -v n="$EVENTS" -v t="$t_r" 'BEGIN{printf "%.0f", n/t}')
 	ratio=$(awk -v a="$t_r" -v b="$t_m" 'BEGIN{printf "%.3f", a/b}')
 	ratios+=("$ratio")
-	printf 'pair %d: mcptrail ingest %6.2fs %8s ev/s  rss %4d MiB | read_json %6.2fs %8s ev/s  rss %4d MiB | ratio %s\n' \
-		"$pair" "$t_m" "$rate_m" $((rss_m / 1024)) "$t_r" "$rate_r" $((rss_r / 1024)) "$ratio"
+	rate_g=$(awk -v n="$EVENTS" -v t="$t_g" 'BEGIN{printf "%.0f", n/t}')
+	printf 'pair %d: mcptrail ingest %6.2fs %8s ev/s  rss %4d MiB | read_json %6.2fs %8s ev/s  rss %4d MiB | ratio %s | ingest at GOGC=100 %8s ev/s  rss %4d MiB\n' \
+		"$pair" "$t_m" "$rate_m" $((rss_m / 1024)) "$t_r" "$rate_r" $((rss_r / 1024)) "$ratio" "$rate_g" $((rss_g / 1024))
 done
 median=$(printf '%s\n' "${ratios[@]}" | sort -n | sed -n 2p)
 echo "median ratio (mcptrail rate / read_json rate): $median   (target >= 1.0)"

@@ -111,6 +111,14 @@ func softMemoryLimit(bytes int64) {
 	}
 }
 
+// gcPercent sets the garbage collector's target (runtime/debug.SetGCPercent)
+// unless GOGC says otherwise.
+func gcPercent(percent int) {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(percent)
+	}
+}
+
 func newLogger(w io.Writer, level slog.Level) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
