@@ -131,8 +131,9 @@ type shardAnswer struct {
 }
 
 // fanOut asks every shard at once and prints their answers in shard order,
-// each under a header line naming the shard and its servers. A shard that
-// does not answer is named on stderr; the exit code is then 4.
+// each under a header line naming the shard and its servers, or, in CSV and
+// JSON, merged into one document (shards_merge.go). A shard that does not
+// answer is named on stderr; the exit code is then 4.
 func (a *app) fanOut(ctx context.Context, c *shardsvc.Client, req api.Request, shards []shardsvc.Shard, silent []shardsvc.Silent) error {
 	answers := make([]shardAnswer, len(shards))
 	var wg sync.WaitGroup
@@ -149,13 +150,21 @@ func (a *app) fanOut(ctx context.Context, c *shardsvc.Client, req api.Request, s
 	wg.Wait()
 	code := exitOK
 	write := a.outWriter(req)
+	format := fanOutFormat(req)
+	var outs []shardOutput
 	for i, s := range shards {
 		ans := &answers[i]
-		if i > 0 {
-			fmt.Fprintln(a.stdout)
+		if format != "" {
+			if ans.stdout.Len() > 0 {
+				outs = append(outs, shardOutput{shard: s, stdout: ans.stdout.Bytes()})
+			}
+		} else {
+			if i > 0 {
+				fmt.Fprintln(a.stdout)
+			}
+			fmt.Fprintf(a.stdout, "== shard %s, servers %s ==\n", s.Name(), s.ServersLabel())
+			_, _ = a.stdout.Write(ans.stdout.Bytes())
 		}
-		fmt.Fprintf(a.stdout, "== shard %s, servers %s ==\n", s.Name(), s.ServersLabel())
-		_, _ = a.stdout.Write(ans.stdout.Bytes())
 		_, _ = a.stderr.Write(ans.stderr.Bytes())
 		for _, f := range ans.files {
 			if err := write(f); err != nil && ans.err == nil {
@@ -171,6 +180,14 @@ func (a *app) fanOut(ctx context.Context, c *shardsvc.Client, req api.Request, s
 			code = max(code, exitFailure)
 		default:
 			code = max(code, ans.code)
+		}
+	}
+	if format != "" {
+		merged, err := mergeShardOutputs(format, outs)
+		_, _ = a.stdout.Write(merged)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "mcptrail: %v\n", err)
+			code = max(code, exitFailure)
 		}
 	}
 	for _, s := range silent {

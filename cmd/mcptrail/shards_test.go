@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -91,8 +93,16 @@ func TestShardsThroughNATS(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond, "both shards store their server's events")
 	out, code, stderr := cli(withToken, count...)
 	require.Zero(t, code, stderr)
-	assert.Regexp(t, `^== shard shard-a \(\w+\), servers alpha ==\nserver,n\nalpha,1000\n\n`+
-		`== shard shard-b \(\w+\), servers beta ==\nserver,n\nbeta,1000\n$`, out)
+	assert.Equal(t, "shard,server,n\nshard-a,alpha,1000\nshard-b,beta,1000\n", out, "one CSV, each row naming its shard")
+	// In JSON too: one array, the shards' rows merged, each naming its shard.
+	countJSON := append(slices.Clone(count[:len(count)-1]), "json")
+	out, code, stderr = cli(withToken, countJSON...)
+	require.Zero(t, code, stderr)
+	assert.Equal(t, "[\n  {\"shard\": \"shard-a\", \"server\": \"alpha\", \"n\": 1000},\n  {\"shard\": \"shard-b\", \"server\": \"beta\", \"n\": 1000}\n]\n", out)
+	// A text format keeps one section per shard.
+	out, code, stderr = cli(withToken, count[:len(count)-2]...)
+	require.Zero(t, code, stderr)
+	assert.Regexp(t, `^== shard shard-a \(\w+\), servers alpha ==\n(.+\n)+\n== shard shard-b \(\w+\), servers beta ==\n(.+\n)+$`, out)
 
 	// Routed to the shard that owns beta: byte for byte what B's HTTP API answers.
 	routed, code, stderr := cli(withToken, "--nats", url, "recommend", "--server", "beta", "--since", "30d")
@@ -151,6 +161,13 @@ func TestShardsThroughNATS(t *testing.T) {
 		require.NoError(t, err)
 		assert.Len(t, found, 1, srv)
 	}
+	// Reports in JSON: one list of the shards' reports, each naming its shard.
+	out, code, stderr = cli(withToken, "--nats", url, "report", "--since", "30d", "--format", "json")
+	require.Zero(t, code, stderr)
+	var merged []struct{ Shard, Server string }
+	require.NoError(t, json.Unmarshal([]byte(out), &merged), out)
+	assert.Equal(t, []struct{ Shard, Server string }{{"shard-a", "alpha"}, {"shard-b", "beta"}}, merged)
+	assert.Contains(t, out, "[\n  {\n    \"shard\": \"shard-a\",\n    \"version\": 1,\n", "laid out as the shard wrote it")
 
 	// Another program's durable consumer on the stream is no shard.
 	js, err := jetstream.New(nc)
@@ -166,9 +183,7 @@ func TestShardsThroughNATS(t *testing.T) {
 	}, 10*time.Second, 100*time.Millisecond)
 	out, code, stderr = cli(withToken, count...)
 	assert.Equal(t, exitShardSilent, code, stderr)
-	assert.Contains(t, out, "== shard shard-a (")
-	assert.Contains(t, out, "alpha,1000")
-	assert.NotContains(t, out, "shard-b")
+	assert.Equal(t, "shard,server,n\nshard-a,alpha,1000\n", out)
 	assert.Contains(t, stderr, "shard shard-b (servers beta) did not answer")
 	assert.NotContains(t, stderr, "archiver")
 	_, code, stderr = cli(withToken, "--nats", url, "recommend", "--server", "beta")
