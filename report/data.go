@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"time"
-
-	"github.com/mcptrail/mcptrail/analytics"
 )
 
 // Time arithmetic here goes through epoch_ms, never date_trunc on
@@ -241,13 +239,10 @@ ORDER BY total DESC, c.tool, h`, sql.Named("limit", limit), sql.Named("hour", ms
 	return m, rows.Err()
 }
 
-// Servers lists the servers with calls in (from, to], by name.
-func Servers(ctx context.Context, store *analytics.Store, from, to time.Time) ([]string, error) {
-	return servers(ctx, store.DB(), from, to)
-}
-
-// servers lists the servers with calls in (from, to], by name.
-func servers(ctx context.Context, db *sql.DB, from, to time.Time) ([]string, error) {
+// Servers lists the servers with calls in (from, to], by name, from the
+// pool the calls are read from (the store's, or one that reads the
+// archived days too).
+func Servers(ctx context.Context, db *sql.DB, from, to time.Time) ([]string, error) {
 	rows, err := db.QueryContext(ctx, `SELECT DISTINCT server FROM calls WHERE ts > $from AND ts <= $to ORDER BY server`,
 		sql.Named("from", from), sql.Named("to", to))
 	if err != nil {

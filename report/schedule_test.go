@@ -2,6 +2,7 @@ package report
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"os"
 	"path/filepath"
@@ -317,6 +318,18 @@ func TestRunnerRunsEveryServerAndCountsFailures(t *testing.T) {
 	empty := &Runner{Store: emptyStore(t), Inputs: r.Inputs, Metrics: metrics}
 	err = empty.RunSchedule(context.Background(), mustSchedule(t, "empty", "@weekly", t.TempDir()), fixedNow)
 	require.ErrorIs(t, err, errNoServers)
+
+	// With Calls, a run reads the calls (and finds the servers) in the pool
+	// it gives, as the daemon gives one that reads the archived days.
+	called := time.Duration(0)
+	fromPool := &Runner{Store: emptyStore(t), Inputs: r.Inputs, Calls: func(_ context.Context, window time.Duration) (*sql.DB, func(), error) {
+		called = window
+		return store.DB(), func() {}, nil
+	}}
+	poolOut := t.TempDir()
+	require.NoError(t, fromPool.RunSchedule(context.Background(), mustSchedule(t, "pool", "@weekly", poolOut), fixedNow))
+	assert.Equal(t, 7*24*time.Hour, called, "asked for the schedule's window")
+	assert.DirExists(t, ServerDir(poolOut, server), "the server found and reported from the pool's calls")
 
 	t.Run("an output folder that cannot be written", func(t *testing.T) {
 		blocked := filepath.Join(t.TempDir(), "file")

@@ -2,6 +2,7 @@ package report
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,6 +63,11 @@ type Runner struct {
 	// recommend` makes it (parameters, and each grant's catalog, current
 	// policy and suppressions).
 	Inputs func(server string, now time.Time) recommend.GrantsOptions
+	// Calls opens the pool a run reads the calls from, for a report window:
+	// nil reads the store's; the daemon passes one that reads the archived
+	// days too when the window reaches past storage.retention. done closes
+	// it.
+	Calls func(ctx context.Context, window time.Duration) (db *sql.DB, done func(), err error)
 	// Publish sends a server's JSON report to a NATS subject; nil skips it.
 	Publish func(subject string, data []byte) error
 	Metrics *Metrics
@@ -108,10 +114,18 @@ func (r *Runner) RunSchedule(ctx context.Context, s Schedule, now time.Time) err
 }
 
 func (r *Runner) runSchedule(ctx context.Context, s Schedule, now time.Time, log *slog.Logger) error {
+	calls, done := r.Store.DB(), func() {}
+	if r.Calls != nil {
+		var err error
+		if calls, done, err = r.Calls(ctx, s.Window); err != nil {
+			return err
+		}
+	}
+	defer done()
 	srvs := s.Servers
 	if len(srvs) == 0 {
 		var err error
-		if srvs, err = servers(ctx, r.Store.DB(), now.Add(-s.Window), now); err != nil {
+		if srvs, err = Servers(ctx, calls, now.Add(-s.Window), now); err != nil {
 			return err
 		}
 		if len(srvs) == 0 {
@@ -123,7 +137,7 @@ func (r *Runner) runSchedule(ctx context.Context, s Schedule, now time.Time, log
 		if err := ctx.Err(); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		if err := r.runServer(ctx, s, srv, now, log); err != nil {
+		if err := r.runServer(ctx, s, srv, now, calls, log); err != nil {
 			log.Error("report failed", "server", srv, "err", err)
 			errs = append(errs, fmt.Errorf("server %s: %w", srv, err))
 		}
@@ -131,10 +145,10 @@ func (r *Runner) runSchedule(ctx context.Context, s Schedule, now time.Time, log
 	return errors.Join(errs...)
 }
 
-func (r *Runner) runServer(ctx context.Context, s Schedule, server string, now time.Time, log *slog.Logger) error {
+func (r *Runner) runServer(ctx context.Context, s Schedule, server string, now time.Time, calls *sql.DB, log *slog.Logger) error {
 	ropts := r.Inputs(server, now)
 	res, err := Run(ctx, r.Store, RunOptions{
-		Options: Options{Server: server, Window: s.Window, Now: now, GeneratedAt: now, Schedule: s.Name, Recommend: ropts, Log: log},
+		Options: Options{Server: server, Window: s.Window, Now: now, GeneratedAt: now, Schedule: s.Name, Recommend: ropts, Log: log, Calls: calls},
 		OutDir:  s.OutDir, Formats: s.Formats, Keep: s.Keep,
 	})
 	if err != nil {

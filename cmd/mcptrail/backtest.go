@@ -107,12 +107,23 @@ func (a *app) runBacktest(ctx context.Context, store *analytics.Store, req *api.
 	}
 	g := a.grantsOptions(store, req.Server, params, "", "")
 	o.Now, o.Params, o.Inputs, o.GeneratedAt = a.now, params, g.Inputs, g.GeneratedAt
-	res, err := backtest.Run(ctx, store.DB(), o)
+	calls, done, err := a.callsDB(ctx, store, backtestReach(o))
+	if err != nil {
+		return err
+	}
+	defer done()
+	res, err := backtest.Run(ctx, calls, o)
 	if err != nil {
 		return err // it names the flag to change
 	}
 	f, _ := backtest.ParseFormat(req.Format)
 	return backtest.Write(a.stdout, res, f)
+}
+
+// backtestReach is how far back a backtest reads: its folds' test windows
+// and the training window before the first.
+func backtestReach(o backtest.Options) time.Duration {
+	return o.Train + time.Duration(max(o.Folds, 1))*o.Test
 }
 
 // appendBacktest adds the latest backtest to a PR folder's PR.md: the
@@ -121,8 +132,14 @@ func (a *app) runBacktest(ctx context.Context, store *analytics.Store, req *api.
 // such proposals hold up before merging this one.
 func (a *app) appendBacktest(ctx context.Context, store *analytics.Store, dir, server, grant string, params recommend.Params) error {
 	g := a.grantsOptions(store, server, params, "", "")
-	res, err := backtest.Run(ctx, store.DB(), backtest.Options{Server: server, Grant: grant, Now: a.now, Train: params.Window,
-		Test: defaultTest, Folds: 1, Params: params, Inputs: g.Inputs, GeneratedAt: g.GeneratedAt})
+	o := backtest.Options{Server: server, Grant: grant, Now: a.now, Train: params.Window,
+		Test: defaultTest, Folds: 1, Params: params, Inputs: g.Inputs, GeneratedAt: g.GeneratedAt}
+	calls, done, err := a.callsDB(ctx, store, backtestReach(o))
+	if err != nil {
+		return err
+	}
+	defer done()
+	res, err := backtest.Run(ctx, calls, o)
 	var b bytes.Buffer
 	switch {
 	case errors.Is(err, recommend.ErrNoCalls), errors.Is(err, backtest.ErrNoTestTraffic):

@@ -81,7 +81,12 @@ func (a *app) runReplay(ctx context.Context, store *analytics.Store, req *api.Re
 	}
 	server, grant, policyFile := req.Server, req.Grant, req.Policy.Name
 	from := a.now.Add(-window)
-	r, err := recommend.Run(ctx, store.DB(), recommend.ReplayOptions{Server: server, Grant: grant, From: from, To: a.now, Policy: p})
+	calls, done, err := a.callsDB(ctx, store, window)
+	if err != nil {
+		return err
+	}
+	defer done()
+	r, err := recommend.Run(ctx, calls, recommend.ReplayOptions{Server: server, Grant: grant, From: from, To: a.now, Policy: p})
 	if err != nil {
 		return err
 	}

@@ -98,10 +98,14 @@ func (a *app) runReportRequest(ctx context.Context, store *analytics.Store, req 
 
 // runReport builds the reports and writes or prints them.
 func (a *app) runReport(ctx context.Context, store *analytics.Store, server string, window time.Duration, formats []string, out string) error {
+	calls, done, err := a.callsDB(ctx, store, max(window, a.recommendParams().Window))
+	if err != nil {
+		return err
+	}
+	defer done()
 	servers := []string{server}
 	if server == "" {
-		var err error
-		if servers, err = report.Servers(ctx, store, a.now.Add(-window), a.now); err != nil {
+		if servers, err = report.Servers(ctx, calls, a.now.Add(-window), a.now); err != nil {
 			return err
 		}
 		if len(servers) == 0 {
@@ -116,11 +120,6 @@ func (a *app) runReport(ctx context.Context, store *analytics.Store, server stri
 	if a.nowIsFixed() {
 		generated = a.now
 	}
-	calls, done, err := a.callsDB(ctx, store, max(window, a.recommendParams().Window))
-	if err != nil {
-		return err
-	}
-	defer done()
 	var reports []*report.Report
 	for _, srv := range servers {
 		ropts := a.grantsOptions(store, srv, a.recommendParams(), "", "report")

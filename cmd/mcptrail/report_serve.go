@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,8 +31,11 @@ func (a *app) scheduleReports(store *analytics.Store, schedules []report.Schedul
 	log := a.log.With("component", "report")
 	addBackground(opts, func(ctx context.Context, nc *nats.Conn) {
 		runner := &report.Runner{
-			Store:   store,
-			Inputs:  a.reportInputs(store),
+			Store:  store,
+			Inputs: a.reportInputs(store),
+			Calls: func(ctx context.Context, window time.Duration) (*sql.DB, func(), error) {
+				return a.callsDB(ctx, store, max(window, a.recommendParams().Window))
+			},
 			Metrics: metrics,
 			Log:     log,
 			Publish: natsPublish(nc),

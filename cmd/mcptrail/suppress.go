@@ -220,7 +220,12 @@ func (a *app) suppressAllOf(ctx context.Context, store *analytics.Store, req *ap
 		return err
 	}
 	opts.Params, opts.Log = params, a.log
-	report, err := recommend.Recommend(ctx, store.DB(), opts)
+	calls, done, err := a.callsDB(ctx, store, params.Window)
+	if err != nil {
+		return err
+	}
+	defer done()
+	report, err := recommend.Recommend(ctx, calls, opts)
 	if err != nil {
 		return err
 	}
