@@ -151,6 +151,9 @@ func (s *Store) RestoreDay(ctx context.Context, server string, day time.Time, fi
 		if err != nil {
 			return 0, err
 		}
+		if err := recordToolDays(ctx, conn, dayWhere(server, day)); err != nil {
+			return 0, err
+		}
 		return r.RowsAffected()
 	})
 }

@@ -175,6 +175,18 @@ CREATE TABLE archive_days (
 	PRIMARY KEY (server, "date", file)
 );
 `},
+	{6, "tool days", `
+CREATE TABLE tool_days (
+	server        VARCHAR NOT NULL,
+	"grant"       VARCHAR NOT NULL,
+	tool          VARCHAR NOT NULL,
+	day           BIGINT NOT NULL,
+	first_allowed TIMESTAMPTZ,
+	last_allowed  TIMESTAMPTZ,
+	PRIMARY KEY (server, "grant", tool, day)
+);
+` + toolDaysSQL("true") + `;
+`},
 }
 
 // backfillSessionSource gives the rows stored before session sources a

@@ -358,6 +358,9 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 		if err := recordDerivedSessions(ctx, conn, now); err != nil {
 			return res, err
 		}
+		if err := recordToolDays(ctx, conn, "ingested_at = ?", now); err != nil {
+			return res, fmt.Errorf("append: %w", err)
+		}
 		n, _ := r.RowsAffected()
 		res.Ingested = int(n)
 		res.Duplicates = st.n + st.repeats - res.Ingested

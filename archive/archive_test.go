@@ -196,9 +196,16 @@ func TestRestoreIntoAnEmptyDatabase(t *testing.T) {
 	const cols = `id, ts, server, tool, method, decision, status, session, session_source, ingested_at`
 	var want string
 	require.NoError(t, s.DB().QueryRow(`SELECT string_agg(md5(concat_ws('|', `+cols+`)), ',' ORDER BY id) FROM calls`).Scan(&want))
+	const toolDays = `SELECT string_agg(concat_ws('|', server, "grant", tool, day, first_allowed, last_allowed), ',' ORDER BY server, "grant", tool, day) FROM tool_days`
+	var wantDays string
+	require.NoError(t, s.DB().QueryRow(toolDays).Scan(&wantDays))
+	require.NotEmpty(t, wantDays)
 	_, err := Run(ctx, s, Options{Now: day0.Add(5 * day), Retention: time.Hour})
 	require.NoError(t, err)
 	require.EqualValues(t, 0, scalar(t, s, `SELECT count(*) FROM calls`))
+	var keptDays string
+	require.NoError(t, s.DB().QueryRow(toolDays).Scan(&keptDays))
+	assert.Equal(t, wantDays, keptDays, "the retention keeps each tool's days")
 
 	fresh := open(t, filepath.Join(t.TempDir(), "fresh.duckdb"), dir)
 	got, err := Restore(ctx, fresh, day0.Add(day)) // the last two days
@@ -217,6 +224,9 @@ func TestRestoreIntoAnEmptyDatabase(t *testing.T) {
 	var have string
 	require.NoError(t, fresh.DB().QueryRow(`SELECT string_agg(md5(concat_ws('|', `+cols+`)), ',' ORDER BY id) FROM calls`).Scan(&have))
 	assert.Equal(t, want, have, "the same rows, column for column")
+	var restoredDays string
+	require.NoError(t, fresh.DB().QueryRow(toolDays).Scan(&restoredDays))
+	assert.Equal(t, wantDays, restoredDays, "the restore records the days it restores, once")
 	assert.EqualValues(t, 6, scalar(t, fresh, `SELECT count(*) FROM archive_days WHERE deleted_at IS NULL`))
 }
 

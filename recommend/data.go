@@ -138,24 +138,86 @@ type usage struct {
 	EarlierPeriods  int64      // window-length periods before the window with an allowed call
 }
 
-// toolUsage reads every tool's use in one scan of the server's history.
-func (q query) toolUsage(ctx context.Context, window time.Duration) (map[string]*usage, error) {
-	rows, err := q.rows(ctx, "tool usage", `
-SELECT tool,
-       count(*) FILTER (ts > $from),
-       count(*) FILTER (ts > $from AND decision = 'allowed'),
-       count(DISTINCT epoch_ms(ts) // 86400000) FILTER (ts > $from AND decision = 'allowed'),
-       count(*) FILTER (ts > $from AND decision <> 'allowed'),
-       count(DISTINCT hash(`+sessionKey+`)) FILTER (ts > $from AND `+sessionKey+` <> ''),
-       count(DISTINCT hash(`+sessionKey+`)) FILTER (ts > $from AND `+sessionKey+` <> '' AND decision = 'allowed'),
-       count(*) FILTER (ts > $from AND session_source = 'event'), count(*) FILTER (ts > $from AND agent IS NOT NULL),
-       count(*) FILTER (ts > $from AND decision = 'denied'), count(*) FILTER (ts > $from AND decision = 'hidden'),
-       count(*) FILTER (ts > $from AND decision = 'rate_limited'), count(*) FILTER (ts > $from AND decision = 'approval_required'),
+// dayMillis is a UTC day, the unit of tool_days.
+const dayMillis = 86_400_000
+
+// usageMetrics are toolUsage's window figures, in usage's order; every one
+// counts calls after $from only.
+const usageMetrics = `
+       count(*) FILTER (ts > $from) AS calls,
+       count(*) FILTER (ts > $from AND decision = 'allowed') AS allowed,
+       count(DISTINCT epoch_ms(ts) // 86400000) FILTER (ts > $from AND decision = 'allowed') AS allowed_days,
+       count(*) FILTER (ts > $from AND decision <> 'allowed') AS refused,
+       count(DISTINCT hash(` + sessionKey + `)) FILTER (ts > $from AND ` + sessionKey + ` <> '') AS sessions,
+       count(DISTINCT hash(` + sessionKey + `)) FILTER (ts > $from AND ` + sessionKey + ` <> '' AND decision = 'allowed') AS allowed_sessions,
+       count(*) FILTER (ts > $from AND session_source = 'event') AS with_session, count(*) FILTER (ts > $from AND agent IS NOT NULL) AS with_agent,
+       count(*) FILTER (ts > $from AND decision = 'denied') AS denied, count(*) FILTER (ts > $from AND decision = 'hidden') AS hidden,
+       count(*) FILTER (ts > $from AND decision = 'rate_limited') AS rate_limited,
+       count(*) FILTER (ts > $from AND decision = 'approval_required') AS approval`
+
+// toolUsageSQL reads every tool's use: the window's figures and, for the
+// history, the calls of the window's first day onwards, with the days before
+// it from tool_days (the analytics store keeps it as it stores the calls).
+// A tool's calls of one day lie in at most two window-length periods when
+// a period is a day or longer, and the day's first and last allowed calls
+// fall in each of those that holds one: so the periods counted from
+// tool_days are exactly those the calls would give.
+const toolUsageSQL = `
+WITH c AS (
+	SELECT tool,` + usageMetrics + `,
+	       max(ts) FILTER (decision = 'allowed') AS last_allowed,
+	       list(DISTINCT (epoch_ms($from) - epoch_ms(ts)) // $period_ms) FILTER (ts <= $from AND decision = 'allowed') AS periods
+	FROM calls
+	WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND ts >= $day0 AND ts <= $to AND tool IS NOT NULL
+	GROUP BY tool
+), d AS (
+	SELECT tool, last_allowed,
+	       unnest([(epoch_ms($from) - epoch_ms(first_allowed)) // $period_ms, (epoch_ms($from) - epoch_ms(last_allowed)) // $period_ms]) AS p
+	FROM tool_days
+	WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND day < $day0_days
+), h AS (
+	SELECT tool, max(last_allowed) AS last_allowed, list(DISTINCT p) FILTER (p IS NOT NULL) AS periods
+	FROM d GROUP BY tool
+)
+SELECT coalesce(c.tool, h.tool),
+       coalesce(c.calls, 0), coalesce(c.allowed, 0), coalesce(c.allowed_days, 0), coalesce(c.refused, 0),
+       coalesce(c.sessions, 0), coalesce(c.allowed_sessions, 0), coalesce(c.with_session, 0), coalesce(c.with_agent, 0),
+       coalesce(c.denied, 0), coalesce(c.hidden, 0), coalesce(c.rate_limited, 0), coalesce(c.approval, 0),
+       greatest(c.last_allowed, h.last_allowed),
+       len(list_distinct(list_concat(coalesce(c.periods, []), coalesce(h.periods, []))))
+FROM c FULL JOIN h ON c.tool = h.tool`
+
+// toolUsageScanSQL reads the same from the calls alone, the whole history
+// scanned: for periods shorter than a day, which tool_days cannot tell apart.
+const toolUsageScanSQL = `
+SELECT tool,` + usageMetrics + `,
        max(ts) FILTER (decision = 'allowed'),
        count(DISTINCT (epoch_ms($from) - epoch_ms(ts)) // $period_ms) FILTER (ts <= $from AND decision = 'allowed')
 FROM calls
 WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND ts <= $to AND tool IS NOT NULL
-GROUP BY tool`, sql.Named("period_ms", window.Milliseconds()))
+GROUP BY tool`
+
+// toolUsage reads every tool's use in the window and over its history.
+func (q query) toolUsage(ctx context.Context, window time.Duration) (map[string]*usage, error) {
+	text, extra := toolUsageScanSQL, []any{sql.Named("period_ms", window.Milliseconds())}
+	if window.Milliseconds() >= dayMillis && q.hasToolDays(ctx) {
+		day0 := q.from.UnixMilli() / dayMillis
+		text, extra = toolUsageSQL, append(extra, sql.Named("day0_days", day0), sql.Named("day0", time.UnixMilli(day0*dayMillis).UTC()))
+	}
+	return q.readUsage(ctx, text, extra...)
+}
+
+// hasToolDays tells whether the database has tool_days: one of an older
+// schema opened read-only (no migrations run then) has not.
+func (q query) hasToolDays(ctx context.Context) bool {
+	var n int
+	err := q.db.QueryRowContext(ctx, `SELECT count(*) FROM duckdb_tables() WHERE table_name = 'tool_days' AND NOT temporary`).Scan(&n)
+	return err == nil && n > 0
+}
+
+// readUsage runs a tool usage query (toolUsageSQL or toolUsageScanSQL).
+func (q query) readUsage(ctx context.Context, text string, extra ...any) (map[string]*usage, error) {
+	rows, err := q.rows(ctx, "tool usage", text, extra...)
 	if err != nil {
 		return nil, err
 	}

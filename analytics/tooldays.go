@@ -1,0 +1,39 @@
+package analytics
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// tool_days holds, per server, grant ('' for calls without one), tool and
+// UTC day (epoch_ms(ts) // 86400000) with a call, the first and last
+// allowed call of that day (NULL when none was allowed). The recommender
+// reads a tool's history before its window from it (recommend's tool usage:
+// the last allowed call ever, and the earlier window-length periods with an
+// allowed call) instead of scanning every call ever stored, so that its cost
+// follows tools and days, not calls. It is kept in the transaction that
+// stores the calls, keeps a day's use after storage.retention deletes the
+// day's calls, and min/max make a day recorded twice (a restore) the same.
+
+// toolDaysSQL records the calls that where selects into tool_days.
+func toolDaysSQL(where string) string {
+	return `
+INSERT INTO tool_days
+SELECT server, coalesce("grant", ''), tool, epoch_ms(ts) // 86400000,
+       min(ts) FILTER (decision = 'allowed'), max(ts) FILTER (decision = 'allowed')
+FROM calls WHERE tool IS NOT NULL AND (` + where + `)
+GROUP BY ALL
+ON CONFLICT DO UPDATE SET
+	first_allowed = least(tool_days.first_allowed, excluded.first_allowed),
+	last_allowed = greatest(tool_days.last_allowed, excluded.last_allowed)`
+}
+
+// recordToolDays records in tool_days the calls that where (with args)
+// selects, on conn, inside the caller's transaction.
+func recordToolDays(ctx context.Context, conn *sql.Conn, where string, args ...any) error {
+	if _, err := conn.ExecContext(ctx, toolDaysSQL(where), args...); err != nil {
+		return fmt.Errorf("record tool days: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,67 @@
+package analytics
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
+)
+
+// TestToolDaysIncremental: tool_days built as calls arrive in many small
+// batches (a day's calls spread over them, some sent twice) equals the one
+// built from a single batch and the one computed from the stored calls at
+// once, as the migration backfills it.
+func TestToolDaysIncremental(t *testing.T) {
+	ctx := context.Background()
+	base := time.Date(2026, 11, 1, 22, 0, 0, 0, time.UTC)
+	var evs []audit.Event
+	decisions := []audit.Decision{audit.Allowed, audit.Denied, audit.Allowed, audit.Hidden, audit.RateLimited}
+	for i := range 3000 {
+		e := audit.Event{ID: fmt.Sprintf("e-%d", i), TS: base.Add(time.Duration(i*97) * time.Second), Server: "pve",
+			Tool: fmt.Sprintf("tool_%d", i%7), Decision: decisions[i%len(decisions)], Grant: []string{"", "ops", "ci"}[i%3]}
+		if i%11 == 0 {
+			e.Tool = "" // a call without a tool has no tool day
+			e.Method = "resources/read"
+		}
+		evs = append(evs, e)
+	}
+	const rows = `SELECT string_agg(concat_ws('|', server, "grant", tool, day, first_allowed, last_allowed), ',' ORDER BY server, "grant", tool, day) FROM tool_days`
+	read := func(s *Store, q string) string {
+		var out string
+		require.NoError(t, s.DB().QueryRowContext(ctx, q).Scan(&out))
+		return out
+	}
+
+	one := openTemp(t)
+	_, err := one.Append(ctx, ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	want := read(one, rows)
+
+	many := openTemp(t)
+	for lo, size := 0, 1; lo < len(evs); lo, size = lo+size, size%97+13 {
+		hi := min(lo+size, len(evs))
+		batch := evs[lo:hi]
+		if lo > 50 {
+			batch = append(batch[:hi-lo:hi-lo], evs[lo-50:lo-40]...) // redelivered calls: duplicates
+		}
+		_, err := many.Append(ctx, ingest.Batch{Events: batch})
+		require.NoError(t, err)
+	}
+	assert.Equal(t, want, read(many, rows))
+
+	_, err = many.wconn.ExecContext(ctx, `DELETE FROM tool_days`)
+	require.NoError(t, err)
+	_, err = many.wconn.ExecContext(ctx, toolDaysSQL("true"))
+	require.NoError(t, err)
+	assert.Equal(t, want, read(many, rows), "from the stored calls at once")
+
+	assert.Equal(t, count(t, one, `SELECT count(DISTINCT (coalesce("grant", ''), tool, epoch_ms(ts) // 86400000)) FROM calls WHERE tool IS NOT NULL`),
+		count(t, one, `SELECT count(*) FROM tool_days`), "a row per grant, tool and day; none for calls without a tool")
+	assert.Positive(t, count(t, one, `SELECT count(*) FROM tool_days WHERE first_allowed IS NULL`), "days without an allowed call are kept")
+}

@@ -1,0 +1,87 @@
+package recommend
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/simulate"
+)
+
+// TestToolUsageFromToolDays: the tool usage read with tool_days for the
+// days before the window's first day equals the one scanned from every
+// call, for windows of a day or longer starting at any time of day, for
+// each grant and for all, on a store filled in uneven batches (so that a
+// day's calls span many of them); and the history it reads is exercised.
+func TestToolUsageFromToolDays(t *testing.T) {
+	ctx := context.Background()
+	store, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "u.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	end := time.Date(2026, 11, 29, 17, 23, 0, 0, time.UTC)
+	sizes := []int{1, 7, 500, 3001}
+	var batch []audit.Event
+	flush := func() error {
+		_, err := store.Append(ctx, ingest.Batch{Events: batch})
+		batch = batch[:0]
+		sizes = append(sizes[1:], sizes[0])
+		return err
+	}
+	_, err = simulate.Generate(ctx, simulate.Options{Scenario: "proxmox", Seed: 3, Now: end, Duration: 120 * 24 * time.Hour, Count: 40000},
+		func(e audit.Event) error {
+			batch = append(batch, e)
+			if len(batch) >= sizes[0] {
+				return flush()
+			}
+			return nil
+		})
+	require.NoError(t, err)
+	require.NoError(t, flush())
+
+	grants := []string{""}
+	rows, err := store.DB().QueryContext(ctx, `SELECT DISTINCT "grant" FROM calls WHERE "grant" IS NOT NULL ORDER BY 1`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var g string
+		require.NoError(t, rows.Scan(&g))
+		grants = append(grants, g)
+	}
+	require.NoError(t, rows.Err())
+	require.Greater(t, len(grants), 1)
+
+	history := 0
+	for _, window := range []time.Duration{24 * time.Hour, 36 * time.Hour, 7 * 24 * time.Hour, 30 * 24 * time.Hour} {
+		for _, to := range []time.Time{end, end.Add(-17*24*time.Hour - 5*time.Hour - 13*time.Minute), end.Add(-45*24*time.Hour + time.Millisecond)} {
+			for _, grant := range grants {
+				q := query{db: store.DB(), server: "proxmox-mcp", grant: grant, from: to.Add(-window), to: to}
+				got, err := q.toolUsage(ctx, window)
+				require.NoError(t, err)
+				want, err := q.readUsage(ctx, toolUsageScanSQL, sql.Named("period_ms", window.Milliseconds()))
+				require.NoError(t, err)
+				require.Equal(t, usageValues(want), usageValues(got), "window %s to %s grant %q", window, to, grant)
+				for _, u := range got {
+					if u.EarlierPeriods > 1 && u.LastAllowed != nil {
+						history++
+					}
+				}
+			}
+		}
+	}
+	assert.Positive(t, history, "tools with allowed calls in several periods before the window")
+}
+
+func usageValues(m map[string]*usage) map[string]usage {
+	out := make(map[string]usage, len(m))
+	for k, u := range m {
+		out[k] = *u
+	}
+	return out
+}
