@@ -181,8 +181,10 @@ CREATE TABLE tool_days (
 	"grant"       VARCHAR NOT NULL,
 	tool          VARCHAR NOT NULL,
 	day           BIGINT NOT NULL,
+	first_call    TIMESTAMPTZ NOT NULL,
 	first_allowed TIMESTAMPTZ,
 	last_allowed  TIMESTAMPTZ,
+	last_refused  TIMESTAMPTZ,
 	PRIMARY KEY (server, "grant", tool, day)
 );
 ` + toolDaysSQL("true") + `;

@@ -7,12 +7,13 @@ import (
 )
 
 // tool_days holds, per server, grant ('' for calls without one), tool and
-// UTC day (epoch_ms(ts) // 86400000) with a call, the first and last
-// allowed call of that day (NULL when none was allowed). The recommender
-// reads a tool's history before its window from it (recommend's tool usage:
-// the last allowed call ever, and the earlier window-length periods with an
-// allowed call) instead of scanning every call ever stored, so that its cost
-// follows tools and days, not calls. It is kept in the transaction that
+// UTC day (epoch_ms(ts) // 86400000) with a call, the day's first call, its
+// first and last allowed call (NULL when none was allowed) and its last
+// refused call. The recommender and the report read a tool's history before
+// their window from it (the last allowed call ever, the earlier
+// window-length periods with an allowed call, a tool's first call, each
+// grant's last access) instead of scanning every call ever stored, so that
+// their cost follows tools and days, not calls. It is kept in the transaction that
 // stores the calls, keeps a day's use after storage.retention deletes the
 // day's calls, and min/max make a day recorded twice (a restore) the same.
 
@@ -20,13 +21,15 @@ import (
 func toolDaysSQL(where string) string {
 	return `
 INSERT INTO tool_days
-SELECT server, coalesce("grant", ''), tool, epoch_ms(ts) // 86400000,
-       min(ts) FILTER (decision = 'allowed'), max(ts) FILTER (decision = 'allowed')
+SELECT server, coalesce("grant", ''), tool, epoch_ms(ts) // 86400000, min(ts),
+       min(ts) FILTER (decision = 'allowed'), max(ts) FILTER (decision = 'allowed'), max(ts) FILTER (decision <> 'allowed')
 FROM calls WHERE tool IS NOT NULL AND (` + where + `)
 GROUP BY ALL
 ON CONFLICT DO UPDATE SET
+	first_call = least(tool_days.first_call, excluded.first_call),
 	first_allowed = least(tool_days.first_allowed, excluded.first_allowed),
-	last_allowed = greatest(tool_days.last_allowed, excluded.last_allowed)`
+	last_allowed = greatest(tool_days.last_allowed, excluded.last_allowed),
+	last_refused = greatest(tool_days.last_refused, excluded.last_refused)`
 }
 
 // recordToolDays records in tool_days the calls that where (with args)

@@ -31,7 +31,7 @@ func TestToolDaysIncremental(t *testing.T) {
 		}
 		evs = append(evs, e)
 	}
-	const rows = `SELECT string_agg(concat_ws('|', server, "grant", tool, day, first_allowed, last_allowed), ',' ORDER BY server, "grant", tool, day) FROM tool_days`
+	const rows = `SELECT string_agg(concat_ws('|', server, "grant", tool, day, first_call, first_allowed, last_allowed, last_refused), ',' ORDER BY server, "grant", tool, day) FROM tool_days`
 	read := func(s *Store, q string) string {
 		var out string
 		require.NoError(t, s.DB().QueryRowContext(ctx, q).Scan(&out))

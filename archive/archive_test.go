@@ -196,7 +196,7 @@ func TestRestoreIntoAnEmptyDatabase(t *testing.T) {
 	const cols = `id, ts, server, tool, method, decision, status, session, session_source, ingested_at`
 	var want string
 	require.NoError(t, s.DB().QueryRow(`SELECT string_agg(md5(concat_ws('|', `+cols+`)), ',' ORDER BY id) FROM calls`).Scan(&want))
-	const toolDays = `SELECT string_agg(concat_ws('|', server, "grant", tool, day, first_allowed, last_allowed), ',' ORDER BY server, "grant", tool, day) FROM tool_days`
+	const toolDays = `SELECT string_agg(concat_ws('|', server, "grant", tool, day, first_call, first_allowed, last_allowed, last_refused), ',' ORDER BY server, "grant", tool, day) FROM tool_days`
 	var wantDays string
 	require.NoError(t, s.DB().QueryRow(toolDays).Scan(&wantDays))
 	require.NotEmpty(t, wantDays)

@@ -45,6 +45,17 @@ func (q querier) args(extra ...any) []any {
 	return append(args, extra...)
 }
 
+// dayMillis is a UTC day, the unit of tool_days.
+const dayMillis = 86_400_000
+
+// historyArgs bind what the queries that read a tool's whole history need:
+// the calls from the window's first day ($day0), and tool_days (kept by the
+// store as it stores calls) for the days before it ($day0_days).
+func (q querier) historyArgs() []any {
+	day0 := q.from.UnixMilli() / dayMillis
+	return []any{sql.Named("day0", time.UnixMilli(day0*dayMillis).UTC()), sql.Named("day0_days", day0)}
+}
+
 // calls selects the server's calls in the window, of q.grant when set.
 func (q querier) calls() string {
 	if q.grant != "" {
@@ -129,7 +140,7 @@ ORDER BY r.range`, sql.Named("bucket", bucket), sql.Named("first", first), sql.N
 }
 
 // tools reads every tool's use in the window with its latency percentiles
-// and its first call ever.
+// and its first call ever (from tool_days before the window's first day).
 func (q querier) tools(ctx context.Context) ([]ToolStats, error) {
 	rows, err := q.query(ctx, "tools", `
 WITH w AS (
@@ -144,14 +155,20 @@ WITH w AS (
 	FROM calls WHERE `+inWindow+` AND tool IS NOT NULL
 	GROUP BY tool
 ), f AS (
-	SELECT tool, min(epoch_ms(ts)) AS first_ms
-	FROM calls WHERE server = $server AND ts <= $to AND tool IN (SELECT tool FROM w)
+	SELECT tool, min(first_ms) AS first_ms FROM (
+		SELECT tool, min(epoch_ms(ts)) AS first_ms
+		FROM calls WHERE server = $server AND ts >= $day0 AND ts <= $to AND tool IN (SELECT tool FROM w)
+		GROUP BY tool
+		UNION ALL
+		SELECT tool, min(epoch_ms(first_call))
+		FROM tool_days WHERE server = $server AND day < $day0_days AND tool IN (SELECT tool FROM w)
+		GROUP BY tool)
 	GROUP BY tool
 )
 SELECT w.tool, calls, allowed, refused, errors, `+rate("errors", "allowed")+`, `+rate("refused", "calls")+`,
        sessions, agents, p50, p95, p99, mx, f.first_ms
 FROM w JOIN f USING (tool)
-ORDER BY calls DESC, w.tool`)
+ORDER BY calls DESC, w.tool`, q.historyArgs()...)
 	if err != nil {
 		return nil, err
 	}
@@ -338,24 +355,34 @@ ORDER BY tool, start_tool, polls`,
 
 // lastAccess reads, for every tool and grant, the last allowed call up to
 // the window's end (the whole history, as IAM's last-accessed data reads
-// it) and the window's allowed and refused calls. Catalog tools that no
+// it: from tool_days before the window's first day) and the window's
+// allowed and refused calls. Catalog tools that no
 // grant ever called come with an empty grant and no last access.
 func (q querier) lastAccess(ctx context.Context) ([]LastAccess, error) {
 	rows, err := q.query(ctx, "last access", `
 WITH u AS (
-	SELECT tool, coalesce("grant", '(none)') AS g,
-	       max(epoch_ms(ts)) FILTER (decision = 'allowed') AS last_ms,
-	       max(epoch_ms(ts)) FILTER (decision <> 'allowed') AS last_refused_ms,
-	       count(*) FILTER (decision = 'allowed' AND ts > $from) AS allowed,
-	       count(*) FILTER (decision <> 'allowed' AND ts > $from) AS refused
-	FROM calls WHERE server = $server AND ts <= $to AND tool IS NOT NULL
-	GROUP BY ALL
+	SELECT tool, g, max(last_ms) AS last_ms, max(last_refused_ms) AS last_refused_ms,
+	       sum(allowed)::BIGINT AS allowed, sum(refused)::BIGINT AS refused
+	FROM (
+		SELECT tool, coalesce("grant", '(none)') AS g,
+		       max(epoch_ms(ts)) FILTER (decision = 'allowed') AS last_ms,
+		       max(epoch_ms(ts)) FILTER (decision <> 'allowed') AS last_refused_ms,
+		       count(*) FILTER (decision = 'allowed' AND ts > $from) AS allowed,
+		       count(*) FILTER (decision <> 'allowed' AND ts > $from) AS refused
+		FROM calls WHERE server = $server AND ts >= $day0 AND ts <= $to AND tool IS NOT NULL
+		GROUP BY ALL
+		UNION ALL
+		SELECT tool, CASE WHEN "grant" = '' THEN '(none)' ELSE "grant" END,
+		       max(epoch_ms(last_allowed)), max(epoch_ms(last_refused)), 0, 0
+		FROM tool_days WHERE server = $server AND day < $day0_days
+		GROUP BY ALL)
+	GROUP BY tool, g
 )
 SELECT tool, g, last_ms, last_refused_ms, allowed, refused FROM u
 UNION ALL
 SELECT DISTINCT tool, '', NULL::BIGINT, NULL::BIGINT, 0, 0 FROM tools
 WHERE server = $server AND tool NOT IN (SELECT tool FROM u)
-ORDER BY tool, g`)
+ORDER BY tool, g`, q.historyArgs()...)
 	if err != nil {
 		return nil, err
 	}
