@@ -3,7 +3,12 @@
 # 10M stored calls of one server (30 days), as whole processes, with peak RSS,
 # each run beside its yardstick: one grouped scan of the same window through
 # `mcptrail query` (the cost of reading every call once), and their ratio.
+# A size N:D fills N calls over D days instead of 30: with N = D/30 × the
+# 30-day size, the window holds as many calls and the rest is history before
+# it, which should cost next to nothing (the recommender reads it from
+# tool_days).
 #   SIZES="1000000 10000000" bench/recommend.sh
+#   SIZES="1000000 6000000:180" bench/recommend.sh    # the same window, 6x the history
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZES="${SIZES:-1000000 10000000}"
@@ -11,10 +16,13 @@ OUT="${OUT:-bench/out}"
 mkdir -p "$OUT"
 go build -tags duckdb_arrow -o "$OUT/mcptrail" ./cmd/mcptrail
 go build -tags duckdb_arrow -o "$OUT/fill" ./bench/fill
-for n in $SIZES; do
-	db="$OUT/recommend-$n.duckdb"
+for size in $SIZES; do
+	n="${size%%:*}"
+	days=30
+	[ "$size" != "$n" ] && days="${size##*:}"
+	db="$OUT/recommend-$n-${days}d.duckdb"
 	if [ ! -s "$db" ]; then
-		"$OUT/fill" -db "$db" -count "$n"
+		"$OUT/fill" -db "$db" -count "$n" -days "$days"
 		"$OUT/mcptrail" --db "$db" --now 2026-11-29T00:00:00Z catalog import testdata/proxmox-mcp.tools.json --server proxmox-mcp >/dev/null
 	fi
 	scan="SELECT count(*), max(c) FROM (SELECT tool, session, count(*) c FROM calls
@@ -23,14 +31,14 @@ for n in $SIZES; do
 	for run in 1 2; do
 		/usr/bin/time -f "%e %M" -o "$OUT/time.recommend" \
 			env MCPTRAIL_DEBUG=1 "$OUT/mcptrail" --db "$db" --now 2026-11-29T00:00:00Z recommend --server proxmox-mcp --format json \
-			>"$OUT/recommend-$n.json" 2>"$OUT/recommend-$n.log"
+			>"$OUT/recommend-$n-${days}d.json" 2>"$OUT/recommend-$n-${days}d.log"
 		read -r secs rss <"$OUT/time.recommend"
-		stages=$(grep -o 'stage=[a-z]* took=[0-9.]*[a-zµ]*' "$OUT/recommend-$n.log" | sed 's/stage=//; s/ took=/ /' | tr '\n' ' ')
+		stages=$(grep -o 'stage=[a-z]* took=[0-9.]*[a-zµ]*' "$OUT/recommend-$n-${days}d.log" | sed 's/stage=//; s/ took=/ /' | tr '\n' ' ')
 		/usr/bin/time -f "%e %M" -o "$OUT/time.scan" "$OUT/mcptrail" --db "$db" query --sql "$scan" >/dev/null
 		read -r scan_secs scan_rss <"$OUT/time.scan"
 		ratio=$(awk -v a="$secs" -v b="$scan_secs" 'BEGIN{printf "%.1f", a/b}')
-		printf '%9d calls, run %d: %6.2fs  peak RSS %5d MiB | grouped scan %5.2fs  peak RSS %5d MiB | %s× the scan   (%s)\n' \
-			"$n" "$run" "$secs" $((rss / 1024)) "$scan_secs" $((scan_rss / 1024)) "$ratio" "$stages"
+		printf '%9d calls over %3d days, run %d: %6.2fs  peak RSS %5d MiB | grouped scan %5.2fs  peak RSS %5d MiB | %s× the scan   (%s)\n' \
+			"$n" "$days" "$run" "$secs" $((rss / 1024)) "$scan_secs" $((scan_rss / 1024)) "$ratio" "$stages"
 	done
 done
 echo "target: <= 10 s and <= 2 GiB at 10M calls; goal (issue 14): <= 3x the grouped scan"
