@@ -69,17 +69,21 @@ func (q query) rows(ctx context.Context, what, text string, extra ...any) (*sql.
 
 // windowStats counts the window's calls, sessions, agents and active days.
 // Distinct sessions are counted by their hash (as everywhere here): distinct
-// integers are cheaper to count than the strings.
+// integers are cheaper to count than the strings. The first call only tells
+// whether history starts inside the window: any call before the window's
+// first day says it does not, and the first one found ends that scan, so
+// that its cost does not grow with the history.
 func (q query) windowStats(ctx context.Context) (w Window, activeDays int, err error) {
 	var first sql.NullTime
 	err = q.db.QueryRowContext(ctx, `
 SELECT count(*), count(DISTINCT hash(`+sessionKey+`)) FILTER (`+sessionKey+` <> ''), count(DISTINCT agent),
        count(DISTINCT epoch_ms(ts) // 86400000),
-       (SELECT min(ts) FROM calls WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND ts <= $to),
+       coalesce((SELECT ts FROM calls WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND ts < $day0 LIMIT 1),
+                (SELECT min(ts) FROM calls WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND ts >= $day0 AND ts <= $to)),
        count(*) FILTER (session_source = 'event'), count(*) FILTER (session_source = 'conversation'),
        count(*) FILTER (session_source = 'trace'), count(*) FILTER (session_source = 'derived'),
        count(*) FILTER (session_source = 'gateway')
-FROM calls WHERE `+inWindow, q.args()...).Scan(&w.Calls, &w.Sessions, &w.Agents, &activeDays, &first,
+FROM calls WHERE `+inWindow, q.args(sql.Named("day0", q.day0()))...).Scan(&w.Calls, &w.Sessions, &w.Agents, &activeDays, &first,
 		&w.SessionSources.Event, &w.SessionSources.Conversation, &w.SessionSources.Trace, &w.SessionSources.Derived, &w.SessionSources.Gateway)
 	if err != nil {
 		return w, 0, fmt.Errorf("window statistics: %w", err)
@@ -201,10 +205,14 @@ GROUP BY tool`
 func (q query) toolUsage(ctx context.Context, window time.Duration) (map[string]*usage, error) {
 	text, extra := toolUsageScanSQL, []any{sql.Named("period_ms", window.Milliseconds())}
 	if window.Milliseconds() >= dayMillis && q.hasToolDays(ctx) {
-		day0 := q.from.UnixMilli() / dayMillis
-		text, extra = toolUsageSQL, append(extra, sql.Named("day0_days", day0), sql.Named("day0", time.UnixMilli(day0*dayMillis).UTC()))
+		text, extra = toolUsageSQL, append(extra, sql.Named("day0_days", q.from.UnixMilli()/dayMillis), sql.Named("day0", q.day0()))
 	}
 	return q.readUsage(ctx, text, extra...)
+}
+
+// day0 is the start of the window's first UTC day.
+func (q query) day0() time.Time {
+	return time.UnixMilli(q.from.UnixMilli() / dayMillis * dayMillis).UTC()
 }
 
 // hasToolDays tells whether the database has tool_days: one of an older

@@ -85,3 +85,38 @@ func usageValues(m map[string]*usage) map[string]usage {
 	}
 	return out
 }
+
+// TestWindowStatsHistoryDays: history before the window, even with no call
+// between the window's first day and its start, makes the whole window
+// covered; without it the days covered run from the first call.
+func TestWindowStatsHistoryDays(t *testing.T) {
+	ctx := context.Background()
+	store, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "h.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	to := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
+	from := to.Add(-30 * 24 * time.Hour)
+	call := func(id string, ts time.Time) audit.Event {
+		return audit.Event{ID: id, TS: ts, Server: "pve", Tool: "get_vm_status", Decision: audit.Allowed}
+	}
+	// The window starts at 18:00; its first day's calls end at 06:00.
+	_, err = store.Append(ctx, ingest.Batch{Events: []audit.Event{call("late", to.Add(-5*24*time.Hour)), call("day0", from.Add(-12*time.Hour))}})
+	require.NoError(t, err)
+	q := query{db: store.DB(), server: "pve", from: from, to: to}
+	w, _, err := q.windowStats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 30, w.HistoryDays, "a call before the window")
+
+	q.server = "git"
+	_, err = store.Append(ctx, ingest.Batch{Events: []audit.Event{{ID: "g", TS: to.Add(-5 * 24 * time.Hour), Server: "git", Tool: "x", Decision: audit.Allowed}}})
+	require.NoError(t, err)
+	w, _, err = q.windowStats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 5, w.HistoryDays, "history starts inside the window")
+
+	_, err = store.Append(ctx, ingest.Batch{Events: []audit.Event{{ID: "g0", TS: from.Add(-40 * 24 * time.Hour), Server: "git", Tool: "x", Decision: audit.Allowed}}})
+	require.NoError(t, err)
+	w, _, err = q.windowStats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 30, w.HistoryDays, "a call days before the window's first day")
+}
