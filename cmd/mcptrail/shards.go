@@ -81,7 +81,12 @@ func requestServer(req api.Request) (srv string, spans bool) {
 	case *api.ForgetRequest:
 		return r.Server, false
 	case *api.SuppressRequest:
+		if r.Server == "" {
+			return findingServer(r.FindingID), false
+		}
 		return r.Server, false
+	case *api.UnsuppressRequest:
+		return findingServer(r.FindingID), false
 	case *api.ReportRequest:
 		return r.Server, r.Server == ""
 	case *api.PoliciesRequest:
@@ -92,6 +97,16 @@ func requestServer(req api.Request) (srv string, spans bool) {
 		return "", true
 	}
 	return "", false
+}
+
+// findingServer is the server a finding id names (kind:server:grant:subject,
+// recommend.FindingID), "" for an id of another shape.
+func findingServer(id string) string {
+	parts := strings.SplitN(id, ":", 3)
+	if len(parts) < 3 {
+		return ""
+	}
+	return parts[1]
 }
 
 // routeShard sends the request to the shard that owns srv.

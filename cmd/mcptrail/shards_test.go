@@ -117,6 +117,18 @@ func TestShardsThroughNATS(t *testing.T) {
 	assert.Contains(t, stderr, `no shard owns server "gamma"`)
 	assert.Contains(t, stderr, "alpha")
 
+	// A finding id names its server: suppress and unsuppress go to the shard that owns it.
+	id := "unused_tool:beta:*:bucket_delete"
+	out, code, stderr = cli(withToken, "--nats", url, "suppress", id, "--reason", "kept for DR", "--until", "30d", "--force")
+	require.Zero(t, code, stderr)
+	assert.Contains(t, out, id)
+	out, code, stderr = cli(append(withToken, "MCPTRAIL_HTTP_LISTEN="+b.http), "--db", b.db, "suppressions", "--format", "json")
+	require.Zero(t, code, stderr)
+	assert.Contains(t, out, id, "stored by the shard that owns beta")
+	out, code, stderr = cli(withToken, "--nats", url, "unsuppress", id)
+	require.Zero(t, code, stderr)
+	assert.Equal(t, "unsuppressed "+id+"\n", out)
+
 	// A CLI with another token does not send it: the shards cannot prove they hold it.
 	_, code, stderr = cli([]string{"MCPTRAIL_HTTP_TOKEN=another-token-0123456789abcdef"}, "--nats", url, "recommend", "--server", "beta")
 	assert.NotZero(t, code)
