@@ -166,6 +166,9 @@ func (a *app) fanOut(ctx context.Context, c *shardsvc.Client, req api.Request, s
 	code := exitOK
 	write := a.outWriter(req)
 	format := fanOutFormat(req)
+	if write != nil {
+		format = "" // with --out, a shard prints what it wrote, in words
+	}
 	var outs []shardOutput
 	for i, s := range shards {
 		ans := &answers[i]

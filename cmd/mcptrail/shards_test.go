@@ -163,9 +163,10 @@ func TestShardsThroughNATS(t *testing.T) {
 	assert.Contains(t, stderr, "max payload of 1048576 bytes")
 	assert.Contains(t, stderr, "HTTP API")
 
-	// report without --server: each shard's reports, its folders written here.
+	// report without --server: each shard's reports, its folders written here
+	// (with --out a shard prints what it wrote, in words: sections, whatever the format).
 	reports := filepath.Join(t.TempDir(), "reports")
-	out, code, stderr = cli(withToken, "--nats", url, "report", "--since", "30d", "--out", reports)
+	out, code, stderr = cli(withToken, "--nats", url, "report", "--since", "30d", "--format", "json", "--out", reports)
 	require.Zero(t, code, stderr)
 	assert.Regexp(t, `^== shard shard-a \(\w+\), servers alpha ==\n(.+\n)+\n== shard shard-b \(\w+\), servers beta ==\n`, out)
 	for _, srv := range []string{"alpha", "beta"} {
