@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/mcptrail/mcptrail/alarm"
 	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/internal/freeport"
 	"github.com/mcptrail/mcptrail/recommend"
 	"github.com/mcptrail/mcptrail/server"
 )
@@ -27,10 +27,7 @@ const testServer = "pve"
 
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
+	return freeport.Addr(t)
 }
 
 // env is one database and embedded NATS store that daemons start on, one

@@ -402,6 +402,7 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 	p := &pipeline{src: s, dec: &Decoder{Opts: opts, Workers: s.Workers, CheckSubject: true}, cp: cp}
 	defer p.wait()
 	var bo backoff
+	lost := false // the consumer is missing and recreating it failed
 	for ctx.Err() == nil {
 		// One fetcher per contiguous run of deliveries: a gap or a fetch
 		// error stops it before the consumer is rewound or recreated.
@@ -428,11 +429,13 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 				return nil
 			}
 			continue
-		case errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
-			errors.Is(err, jetstream.ErrStreamNotFound):
+		case lost || consumerMissing(err) || errors.Is(err, jetstream.ErrStreamNotFound):
+			// lost: the last recreate failed, and fetching from the missing
+			// consumer now fails otherwise ("no responders"): try again.
 			s.fail("fetch", err)
 			s.health.Set("missing", fmt.Sprintf("the stream or the consumer %s is missing: recreating it (%v)", s.CheckpointKey, err), s.OnHealth)
 			recreated = s.recreate(ctx, p)
+			lost = !recreated && s.Recreate != nil
 		default:
 			s.fail("fetch", err)
 		}
@@ -810,12 +813,15 @@ func (s *JetStreamSource) resync(ctx context.Context) bool {
 			}
 			return true
 		}
+		if consumerMissing(err) {
+			return true // nothing is outstanding; the next fetch recreates it
+		}
 		s.fail("fetch", err)
 	}
 	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	info, err := s.Consumer.Info(ictx)
 	cancel()
-	if err == nil && info.NumAckPending == 0 {
+	if (err == nil && info.NumAckPending == 0) || consumerMissing(err) {
 		return true
 	}
 	ackWait := DefaultAckWait
@@ -824,6 +830,15 @@ func (s *JetStreamSource) resync(ctx context.Context) bool {
 	}
 	s.Log.Warn("waiting for the ack wait before fetching, so that unacknowledged messages come back first", "wait", ackWait)
 	return wait.Sleep(ctx, ackWait+time.Second)
+}
+
+// consumerMissing tells the errors of a consumer that does not exist (any
+// more): one deleted while its recreation failed (the server may refuse to
+// create it again while it still removes the deleted one's files).
+func consumerMissing(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+		(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeConsumerNotFound)
 }
 
 // gapError is a delivery sequence that does not follow the previous one.

@@ -448,15 +448,21 @@ func TestJetStreamFlushesWhenABacklogIsDrained(t *testing.T) {
 	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 205 }, 10*time.Second, 20*time.Millisecond)
 }
 
+// consumerToDelete is a stream holding 100 events and the durable consumer
+// (spec) that an operator is about to delete, with a sink for the source.
+func consumerToDelete(t *testing.T) (jetstream.JetStream, jetstream.Consumer, ConsumerSpec, *memSink) {
+	t.Helper()
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Hour)
+	jsPublish(t, js, 0, 100)
+	return js, c, ConsumerSpec{Stream: "MCP_AUDIT", Durable: "mcptrail", BatchSize: 50, AckWait: time.Hour}, &memSink{}
+}
+
 // An operator deletes the durable consumer while the source runs: the
 // source notices, recreates it, and the new consumer's redeliveries of what
 // is already stored are skipped by the checkpoint.
 func TestJetStreamRecreatesADeletedConsumer(t *testing.T) {
-	_, js := jsServer(t)
-	c := jsSetup(t, js, time.Hour)
-	spec := ConsumerSpec{Stream: "MCP_AUDIT", Durable: "mcptrail", BatchSize: 50, AckWait: time.Hour}
-	jsPublish(t, js, 0, 100)
-	sink := &memSink{}
+	js, c, spec, sink := consumerToDelete(t)
 	var mu sync.Mutex
 	var stages []string
 	runSource(t, &JetStreamSource{Consumer: c, JS: js, Sink: sink, BatchSize: 50, MaxWait: 100 * time.Millisecond,
@@ -479,6 +485,35 @@ func TestJetStreamRecreatesADeletedConsumer(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.NotEmpty(t, stages, "the lost consumer was reported")
+}
+
+// The server may refuse to create a deleted consumer again while it still
+// removes the deleted one's files (seen under load: code 500, "open
+// .../obs/..."): the source tries again at its next fetch instead of
+// waiting the ack wait for deliveries that a missing consumer cannot hold.
+func TestJetStreamRetriesAFailedRecreate(t *testing.T) {
+	js, c, spec, sink := consumerToDelete(t)
+	var attempts atomic.Int32
+	runSource(t, &JetStreamSource{Consumer: c, JS: js, Sink: sink, BatchSize: 50, MaxWait: 100 * time.Millisecond,
+		Recreate: func(ctx context.Context) (jetstream.Consumer, error) {
+			if attempts.Add(1) == 1 {
+				return nil, errors.New("the server still removes the deleted consumer")
+			}
+			return EnsureConsumer(ctx, js, spec)
+		}})
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 100 }, 10*time.Second, 20*time.Millisecond)
+
+	require.NoError(t, js.DeleteConsumer(context.Background(), "MCP_AUDIT", "mcptrail"))
+	jsPublish(t, js, 100, 200)
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n >= 200 }, 15*time.Second, 20*time.Millisecond,
+		"stored after a second recreate, not an ack wait (1 min) later")
+	assert.GreaterOrEqual(t, attempts.Load(), int32(2))
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	require.Len(t, sink.events, 200, "each event once: the redeliveries are skipped by the checkpoint")
+	for i, e := range sink.events {
+		require.Equal(t, fmt.Sprintf("e%06d", i), e.ID)
+	}
 }
 
 // healthLog records OnHealth and OnRecreate calls.

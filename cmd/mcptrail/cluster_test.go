@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/internal/freeport"
 	"github.com/mcptrail/mcptrail/server"
 )
 
@@ -58,11 +57,7 @@ func newNATSCluster(t *testing.T, size int) *natsCluster {
 
 func freePortNumber(t *testing.T) int {
 	t.Helper()
-	_, port, err := net.SplitHostPort(freeTCPAddr(t))
-	require.NoError(t, err)
-	p, err := strconv.Atoi(port)
-	require.NoError(t, err)
-	return p
+	return freeport.Port(t)
 }
 
 // start starts node i (again).

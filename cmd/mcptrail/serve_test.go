@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/internal/freeport"
 	"github.com/mcptrail/mcptrail/server"
 )
 
@@ -195,10 +195,7 @@ func crashEvents(n int) func() (audit.Event, bool, error) {
 
 func freeTCPAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
+	return freeport.Addr(t)
 }
 
 func httpStatus(addr, path string) int {
