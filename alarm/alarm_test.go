@@ -25,11 +25,6 @@ import (
 
 const testServer = "pve"
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	return freeport.Addr(t)
-}
-
 // env is one database and embedded NATS store that daemons start on, one
 // after the other.
 type env struct {
@@ -42,10 +37,10 @@ type env struct {
 func newEnv(t testing.TB, cfg alarm.Config) *env {
 	dir := t.TempDir()
 	return &env{t: t, db: filepath.Join(dir, "mcptrail.duckdb"), config: cfg, opts: server.Options{
-		EmbeddedListen: freeAddr(t), EmbeddedStoreDir: filepath.Join(dir, "nats"),
+		EmbeddedListen: freeport.Addr(t), EmbeddedStoreDir: filepath.Join(dir, "nats"),
 		GatewayPasswordFile: filepath.Join(dir, server.GatewayPasswordFileName),
 		User:                "admin", Password: "admin-secret", JetStream: true,
-		HTTPListen: freeAddr(t), BatchSize: 1000, FlushInterval: 50 * time.Millisecond,
+		HTTPListen: freeport.Addr(t), BatchSize: 1000, FlushInterval: 50 * time.Millisecond,
 	}}
 }
 

@@ -22,6 +22,8 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/internal/freeport"
 )
 
 // securedCase is an external NATS server that demands one kind of
@@ -289,7 +291,7 @@ func TestServeKeepsURLCredentialsOutOfLogs(t *testing.T) {
 			// Unreachable: the error names the URL, without the secret.
 			opts = testOptions(t)
 			opts.User, opts.Password = "", ""
-			opts.URL = "nats://" + userinfo + "@" + freeAddr(t) + ",nats://" + token + "@" + freeAddr(t)
+			opts.URL = "nats://" + userinfo + "@" + freeport.Addr(t) + ",nats://" + token + "@" + freeport.Addr(t)
 			logger := slog.New(slog.NewTextHandler(&log, nil))
 			err := Run(context.Background(), openStore(t), opts, logger, nil)
 			require.Error(t, err)

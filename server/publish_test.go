@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/internal/freeport"
 )
 
 // startNATS starts a JetStream server on addr with its store in dir.
@@ -38,7 +39,7 @@ func startNATS(t *testing.T, addr, dir string) *natsserver.Server {
 // the NATS server restarts; what was not acknowledged is sent again with the
 // same Nats-Msg-Id, and the stream holds every event exactly once.
 func TestPublishBatchedAcrossAServerRestart(t *testing.T) {
-	addr, dir := freeAddr(t), t.TempDir()
+	addr, dir := freeport.Addr(t), t.TempDir()
 	ns := startNATS(t, addr, dir)
 	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 	ctx := context.Background()

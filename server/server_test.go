@@ -30,11 +30,6 @@ import (
 	"github.com/mcptrail/mcptrail/internal/freeport"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	return freeport.Addr(t)
-}
-
 // syncBuffer collects a daemon's log; it is printed when the test fails.
 type syncBuffer struct {
 	mu sync.Mutex
@@ -76,13 +71,13 @@ func openStore(t *testing.T) *analytics.Store {
 // default gateway user (see gateway).
 func testOptions(t *testing.T) Options {
 	return Options{
-		EmbeddedListen:      freeAddr(t),
+		EmbeddedListen:      freeport.Addr(t),
 		EmbeddedStoreDir:    t.TempDir(),
 		GatewayPasswordFile: filepath.Join(t.TempDir(), GatewayPasswordFileName),
 		User:                "admin",
 		Password:            "admin-secret",
 		JetStream:           true,
-		HTTPListen:          freeAddr(t),
+		HTTPListen:          freeport.Addr(t),
 		BatchSize:           1000,
 		FlushInterval:       100 * time.Millisecond,
 	}
@@ -549,7 +544,7 @@ func TestServeRefusesBadStartups(t *testing.T) {
 	assert.Contains(t, err.Error(), "own durable consumer")
 
 	opts = testOptions(t)
-	opts.URL = "nats://" + freeAddr(t)
+	opts.URL = "nats://" + freeport.Addr(t)
 	err = Run(context.Background(), store, opts, testLogger(t), nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "(nats.url)")

@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/internal/freeport"
 )
 
 // serve wires its alarm from alerts.*: a runaway loop sent through JetStream
@@ -26,7 +28,7 @@ func TestServeAlertsRunawayLoop(t *testing.T) {
 		t.Skip("runs the daemon as a child process")
 	}
 	dir := t.TempDir()
-	natsAddr, httpAddr := freeTCPAddr(t), freeTCPAddr(t)
+	natsAddr, httpAddr := freeport.Addr(t), freeport.Addr(t)
 	serve := exec.Command(binary, "serve")
 	serve.Env = append(os.Environ(),
 		"MCPTRAIL_STORAGE_PATH="+filepath.Join(dir, "mcptrail.duckdb"),

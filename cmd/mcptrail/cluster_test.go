@@ -35,7 +35,7 @@ func newNATSCluster(t *testing.T, size int) *natsCluster {
 	c := &natsCluster{t: t}
 	var routes []string
 	for i := range size {
-		client, route := freePortNumber(t), freePortNumber(t)
+		client, route := freeport.Port(t), freeport.Port(t)
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", route))
 		c.opts = append(c.opts, &natsserver.Options{
 			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: client,
@@ -53,11 +53,6 @@ func newNATSCluster(t *testing.T, size int) *natsCluster {
 		}
 	})
 	return c
-}
-
-func freePortNumber(t *testing.T) int {
-	t.Helper()
-	return freeport.Port(t)
 }
 
 // start starts node i (again).
@@ -196,7 +191,7 @@ func TestServeOnAThreeNodeCluster(t *testing.T) {
 	other := t.TempDir()
 	out, code, errOut := runCLI(t, other, []string{
 		"MCPTRAIL_NATS_URL=" + cl.url(), "MCPTRAIL_NATS_STREAM=MCP_AUDIT_R5", "MCPTRAIL_NATS_SUBJECT=mcp.audit5.>",
-		"MCPTRAIL_NATS_STREAM_REPLICAS=5", "MCPTRAIL_NATS_STARTUP_TIMEOUT=3s", "MCPTRAIL_HTTP_LISTEN=" + freeTCPAddr(t),
+		"MCPTRAIL_NATS_STREAM_REPLICAS=5", "MCPTRAIL_NATS_STARTUP_TIMEOUT=3s", "MCPTRAIL_HTTP_LISTEN=" + freeport.Addr(t),
 	}, []string{"serve", "--db", filepath.Join(other, "r5.duckdb")})
 	assert.NotEqual(t, 0, code, out)
 	assert.Contains(t, errOut, "the stream does not answer yet; retrying", "serve waited before giving up")
@@ -226,7 +221,7 @@ func TestServeGivesUpAfterTheStartupTimeout(t *testing.T) {
 	cl := newNATSCluster(t, 3)
 	cl.start(0)
 	tmp := t.TempDir()
-	env := []string{"MCPTRAIL_NATS_URL=" + cl.url(), "MCPTRAIL_NATS_STARTUP_TIMEOUT=3s", "MCPTRAIL_HTTP_LISTEN=" + freeTCPAddr(t)}
+	env := []string{"MCPTRAIL_NATS_URL=" + cl.url(), "MCPTRAIL_NATS_STARTUP_TIMEOUT=3s", "MCPTRAIL_HTTP_LISTEN=" + freeport.Addr(t)}
 	_, code, errOut := runCLI(t, tmp, env, []string{"serve", "--db", filepath.Join(tmp, "mcptrail.duckdb")})
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, "nats.stream")

@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/internal/freeport"
 )
 
 // daemonGolden are the commands that run in the daemon when it holds the
@@ -100,13 +102,13 @@ func startDaemon(t *testing.T, tmp, db string, env ...string) string {
 // until ready says so, and returns its http.listen and process id.
 func startServe(t *testing.T, tmp, db string, env []string, ready func(addr string) bool) (string, int) {
 	t.Helper()
-	httpAddr := freeTCPAddr(t)
+	httpAddr := freeport.Addr(t)
 	logs, err := os.Create(filepath.Join(t.TempDir(), "serve.log"))
 	require.NoError(t, err)
 	cmd := exec.Command(binary, "serve", "--db", db)
 	cmd.Dir = tmp
 	cmd.Env = append(os.Environ(),
-		"MCPTRAIL_NATS_EMBEDDED_LISTEN="+freeTCPAddr(t),
+		"MCPTRAIL_NATS_EMBEDDED_LISTEN="+freeport.Addr(t),
 		"MCPTRAIL_NATS_EMBEDDED_STORE_DIR="+filepath.Join(t.TempDir(), "nats"),
 		"MCPTRAIL_HTTP_LISTEN="+httpAddr)
 	cmd.Env = append(cmd.Env, env...)

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/internal/freeport"
 	"github.com/mcptrail/mcptrail/server"
 	"github.com/mcptrail/mcptrail/simulate"
 )
@@ -34,7 +35,7 @@ func TestServeRaisesARegressionAfterAPolicyChange(t *testing.T) {
 	}
 	dir := t.TempDir()
 	db := filepath.Join(dir, "mcptrail.duckdb")
-	natsAddr, httpAddr := freeTCPAddr(t), freeTCPAddr(t)
+	natsAddr, httpAddr := freeport.Addr(t), freeport.Addr(t)
 	env := []string{
 		"MCPTRAIL_STORAGE_PATH=" + db,
 		"MCPTRAIL_NATS_EMBEDDED_LISTEN=" + natsAddr,

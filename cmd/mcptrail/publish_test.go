@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/internal/freeport"
 )
 
 // TestPublishReachesTheDaemon: while serve holds the database, ingest
@@ -18,7 +20,7 @@ import (
 // fails the command.
 func TestPublishReachesTheDaemon(t *testing.T) {
 	tmp, db, env := ingestedDB(t, 1000)
-	natsAddr := freeTCPAddr(t)
+	natsAddr := freeport.Addr(t)
 	addr := startDaemon(t, tmp, db, "MCPTRAIL_NATS_EMBEDDED_LISTEN="+natsAddr)
 	env = append(env, "MCPTRAIL_HTTP_LISTEN="+addr, "MCPTRAIL_NATS_EMBEDDED_LISTEN="+natsAddr)
 

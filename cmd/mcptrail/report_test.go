@@ -41,11 +41,6 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	return freeport.Addr(t)
-}
-
 // TestReportSchedulesInTheDaemon runs `mcptrail serve` with two report
 // schedules: one missed while the daemon was down (it runs once at start)
 // and one every few seconds (it publishes its JSON to NATS and keeps one
@@ -67,7 +62,7 @@ func TestReportSchedulesInTheDaemon(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(weekly, ".mcptrail-schedule.json"),
 		[]byte(fmt.Sprintf(`{"schedule":"weekly","spec":"0 8 * * MON","armed":%q,"last_run":%q,"last_ok":true}`, last, last)), 0o644))
 
-	natsAddr, httpAddr := freePort(t), freePort(t)
+	natsAddr, httpAddr := freeport.Addr(t), freeport.Addr(t)
 	cfg := filepath.Join(tmp, "config.yaml")
 	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
 storage:

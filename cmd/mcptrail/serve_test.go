@@ -37,7 +37,7 @@ func TestServeSurvivesSIGKILL(t *testing.T) {
 	const n = 60000
 	dir := t.TempDir()
 	db := filepath.Join(dir, "mcptrail.duckdb")
-	natsAddr, httpAddr := freeTCPAddr(t), freeTCPAddr(t)
+	natsAddr, httpAddr := freeport.Addr(t), freeport.Addr(t)
 	env := append(os.Environ(),
 		"MCPTRAIL_STORAGE_PATH="+db,
 		"MCPTRAIL_NATS_EMBEDDED_LISTEN="+natsAddr,
@@ -139,7 +139,7 @@ func TestSimulateNATSSignsInAsTheGateway(t *testing.T) {
 		t.Skip("runs the daemon as a child process")
 	}
 	dir := t.TempDir()
-	natsAddr, httpAddr := freeTCPAddr(t), freeTCPAddr(t)
+	natsAddr, httpAddr := freeport.Addr(t), freeport.Addr(t)
 	env := append(os.Environ(),
 		"MCPTRAIL_STORAGE_PATH="+filepath.Join(dir, "mcptrail.duckdb"),
 		"MCPTRAIL_NATS_EMBEDDED_LISTEN="+natsAddr,
@@ -193,11 +193,6 @@ func crashEvents(n int) func() (audit.Event, bool, error) {
 	}
 }
 
-func freeTCPAddr(t *testing.T) string {
-	t.Helper()
-	return freeport.Addr(t)
-}
-
 func httpStatus(addr, path string) int {
 	resp, err := http.Get("http://" + addr + path)
 	if err != nil {
@@ -236,7 +231,7 @@ func TestSimulateSendsOTLPToServe(t *testing.T) {
 		t.Skip("runs the daemon as a child process")
 	}
 	dir := t.TempDir()
-	otlpAddr, db := freeTCPAddr(t), filepath.Join(dir, "mcptrail.duckdb")
+	otlpAddr, db := freeport.Addr(t), filepath.Join(dir, "mcptrail.duckdb")
 	httpAddr, _ := startServe(t, dir, db, []string{"MCPTRAIL_OTLP_LISTEN=" + otlpAddr},
 		func(addr string) bool { return httpStatus(addr, "/readyz") == http.StatusOK })
 	env := append(os.Environ(), "MCPTRAIL_STORAGE_PATH="+db, "MCPTRAIL_NOW=2026-11-30T00:00:00Z")
