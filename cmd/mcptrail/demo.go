@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -62,14 +61,11 @@ func (a *app) runDemo(ctx context.Context, dir string, days int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create the demo folder: %w", err)
 	}
-	natsAddr, err := freeAddr()
+	addrs, err := freeAddrs(2)
 	if err != nil {
 		return err
 	}
-	httpAddr, err := freeAddr()
-	if err != nil {
-		return err
-	}
+	natsAddr, httpAddr := addrs[0], addrs[1]
 	store, err := analytics.Open(ctx, dbPath, analytics.Options{SessionGap: a.cfg.Recommend.SessionGap})
 	if err != nil {
 		return err
@@ -209,16 +205,25 @@ func waitStored(ctx context.Context, store *analytics.Store, n int64) error {
 	}
 }
 
-// freeAddr finds a free loopback port, so that the demo never collides with
-// a daemon already running on the default ports.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
+// freeAddrs finds n free loopback ports, so that the demo never collides
+// with a daemon already running on the default ports. The listeners stay
+// open until all n are found: the kernel may otherwise hand out a port it
+// just freed again.
+func freeAddrs(n int) ([]string, error) {
+	var addrs []string
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			_ = l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		lns = append(lns, l)
+		addrs = append(addrs, l.Addr().String())
 	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-		return "", err
-	}
-	return addr, nil
+	return addrs, nil
 }
