@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 )
 
 // tool_days holds, per server, grant ('' for calls without one), tool and
@@ -39,4 +40,13 @@ func recordToolDays(ctx context.Context, conn *sql.Conn, where string, args ...a
 		return fmt.Errorf("record tool days: %w", err)
 	}
 	return nil
+}
+
+// ToolDay is the tool_days day holding t (its day column) and the day's
+// start: a reader of a tool's history takes the calls from start on and
+// tool_days for the days before day.
+func ToolDay(t time.Time) (day int64, start time.Time) {
+	const dayMillis = 24 * 60 * 60 * 1000
+	day = t.UnixMilli() / dayMillis
+	return day, time.UnixMilli(day * dayMillis).UTC()
 }

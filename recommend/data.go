@@ -12,6 +12,7 @@ import (
 
 	duckdb "github.com/duckdb/duckdb-go/v2"
 
+	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/policy"
 )
 
@@ -75,6 +76,7 @@ func (q query) rows(ctx context.Context, what, text string, extra ...any) (*sql.
 // that its cost does not grow with the history.
 func (q query) windowStats(ctx context.Context) (w Window, activeDays int, err error) {
 	var first sql.NullTime
+	_, day0 := analytics.ToolDay(q.from)
 	err = q.db.QueryRowContext(ctx, `
 SELECT count(*), count(DISTINCT hash(`+sessionKey+`)) FILTER (`+sessionKey+` <> ''), count(DISTINCT agent),
        count(DISTINCT epoch_ms(ts) // 86400000),
@@ -83,7 +85,7 @@ SELECT count(*), count(DISTINCT hash(`+sessionKey+`)) FILTER (`+sessionKey+` <> 
        count(*) FILTER (session_source = 'event'), count(*) FILTER (session_source = 'conversation'),
        count(*) FILTER (session_source = 'trace'), count(*) FILTER (session_source = 'derived'),
        count(*) FILTER (session_source = 'gateway')
-FROM calls WHERE `+inWindow, q.args(sql.Named("day0", q.day0()))...).Scan(&w.Calls, &w.Sessions, &w.Agents, &activeDays, &first,
+FROM calls WHERE `+inWindow, q.args(sql.Named("day0", day0))...).Scan(&w.Calls, &w.Sessions, &w.Agents, &activeDays, &first,
 		&w.SessionSources.Event, &w.SessionSources.Conversation, &w.SessionSources.Trace, &w.SessionSources.Derived, &w.SessionSources.Gateway)
 	if err != nil {
 		return w, 0, fmt.Errorf("window statistics: %w", err)
@@ -141,9 +143,6 @@ type usage struct {
 	LastAllowed     *time.Time // last allowed call ever (up to now)
 	EarlierPeriods  int64      // window-length periods before the window with an allowed call
 }
-
-// dayMillis is a UTC day, the unit of tool_days.
-const dayMillis = 86_400_000
 
 // usageMetrics are toolUsage's window figures, in usage's order; every one
 // counts calls after $from only.
@@ -204,15 +203,11 @@ GROUP BY tool`
 // toolUsage reads every tool's use in the window and over its history.
 func (q query) toolUsage(ctx context.Context, window time.Duration) (map[string]*usage, error) {
 	text, extra := toolUsageScanSQL, []any{sql.Named("period_ms", window.Milliseconds())}
-	if window.Milliseconds() >= dayMillis && q.hasToolDays(ctx) {
-		text, extra = toolUsageSQL, append(extra, sql.Named("day0_days", q.from.UnixMilli()/dayMillis), sql.Named("day0", q.day0()))
+	if window >= 24*time.Hour && q.hasToolDays(ctx) {
+		day0, start := analytics.ToolDay(q.from)
+		text, extra = toolUsageSQL, append(extra, sql.Named("day0_days", day0), sql.Named("day0", start))
 	}
 	return q.readUsage(ctx, text, extra...)
-}
-
-// day0 is the start of the window's first UTC day.
-func (q query) day0() time.Time {
-	return time.UnixMilli(q.from.UnixMilli() / dayMillis * dayMillis).UTC()
 }
 
 // hasToolDays tells whether the database has tool_days: one of an older

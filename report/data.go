@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/mcptrail/mcptrail/analytics"
 )
 
 // Time arithmetic here goes through epoch_ms, never date_trunc on
@@ -45,15 +47,12 @@ func (q querier) args(extra ...any) []any {
 	return append(args, extra...)
 }
 
-// dayMillis is a UTC day, the unit of tool_days.
-const dayMillis = 86_400_000
-
 // historyArgs bind what the queries that read a tool's whole history need:
 // the calls from the window's first day ($day0), and tool_days (kept by the
 // store as it stores calls) for the days before it ($day0_days).
 func (q querier) historyArgs() []any {
-	day0 := q.from.UnixMilli() / dayMillis
-	return []any{sql.Named("day0", time.UnixMilli(day0*dayMillis).UTC()), sql.Named("day0_days", day0)}
+	day0, start := analytics.ToolDay(q.from)
+	return []any{sql.Named("day0", start), sql.Named("day0_days", day0)}
 }
 
 // calls selects the server's calls in the window, of q.grant when set.
