@@ -836,9 +836,9 @@ func (s *JetStreamSource) resync(ctx context.Context) bool {
 // more): one deleted while its recreation failed (the server may refuse to
 // create it again while it still removes the deleted one's files).
 func consumerMissing(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
-		(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeConsumerNotFound)
+	// An API error with the consumer-not-found code matches
+	// ErrConsumerNotFound too (jetstream.APIError compares codes).
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted)
 }
 
 // gapError is a delivery sequence that does not follow the previous one.

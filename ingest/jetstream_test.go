@@ -631,3 +631,14 @@ func TestJetStreamShutdownStoresNothingAfterAnAbandonedBatch(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(0), info.AckFloor.Stream, "nothing may be acknowledged")
 }
+
+// consumerMissing knows the server's answer for a missing consumer however
+// it arrives: the client's sentinel errors, or the API error wrapped by a
+// call such as consumer info.
+func TestConsumerMissing(t *testing.T) {
+	apiErr := &jetstream.APIError{Code: 404, ErrorCode: jetstream.JSErrCodeConsumerNotFound, Description: "consumer not found"}
+	assert.True(t, consumerMissing(fmt.Errorf("consumer info: %w", apiErr)))
+	assert.True(t, consumerMissing(jetstream.ErrConsumerDeleted))
+	assert.False(t, consumerMissing(&jetstream.APIError{Code: 404, ErrorCode: jetstream.JSErrCodeStreamNotFound}))
+	assert.False(t, consumerMissing(errors.New("nats: no responders available for request")))
+}
