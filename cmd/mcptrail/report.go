@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -96,9 +97,16 @@ func (a *app) runReportRequest(ctx context.Context, store *analytics.Store, req 
 	return a.runReport(ctx, store, req.Server, window, formats, req.Out)
 }
 
+// reportCallsDB is the pool a report over window reads the calls from: it
+// reaches as far back as the report or its recommendation (recommend.window),
+// whichever is longer (callsDB).
+func (a *app) reportCallsDB(ctx context.Context, store *analytics.Store, window time.Duration) (*sql.DB, func(), error) {
+	return a.callsDB(ctx, store, max(window, a.recommendParams().Window))
+}
+
 // runReport builds the reports and writes or prints them.
 func (a *app) runReport(ctx context.Context, store *analytics.Store, server string, window time.Duration, formats []string, out string) error {
-	calls, done, err := a.callsDB(ctx, store, max(window, a.recommendParams().Window))
+	calls, done, err := a.reportCallsDB(ctx, store, window)
 	if err != nil {
 		return err
 	}

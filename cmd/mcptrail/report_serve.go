@@ -34,7 +34,7 @@ func (a *app) scheduleReports(store *analytics.Store, schedules []report.Schedul
 			Store:  store,
 			Inputs: a.reportInputs(store),
 			Calls: func(ctx context.Context, window time.Duration) (*sql.DB, func(), error) {
-				return a.callsDB(ctx, store, max(window, a.recommendParams().Window))
+				return a.reportCallsDB(ctx, store, window)
 			},
 			Metrics: metrics,
 			Log:     log,
