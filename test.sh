@@ -1,9 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command: go vet, every test, then each fuzz target briefly.
 # FUZZTIME sets how long each fuzz target runs (default 10s; 0 skips fuzzing).
-# mcptrail is built with the duckdb_arrow tag (batches reach DuckDB as Arrow
-# records); the store's fallback without the tag (the Appender) is vetted and
-# its package tested too.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -20,15 +17,11 @@ if ! command -v chromium >/dev/null 2>&1; then
 	fi
 fi
 
-TAGS="-tags=duckdb_arrow"
-
 echo "== go vet"
-go vet "$TAGS" ./...
 go vet ./...
 
 echo "== go test"
-go test "$TAGS" -count=1 -timeout 20m ./...
-go test -count=1 ./analytics ./ingest
+go test -count=1 -timeout 20m ./...
 
 if [ "$FUZZTIME" != "0" ]; then
 	echo "== fuzz ($FUZZTIME per target)"
@@ -37,13 +30,13 @@ if [ "$FUZZTIME" != "0" ]; then
 		dir=$(dirname "$file")
 		grep -oE '^func Fuzz[A-Za-z0-9_]+' "$file" | sed 's/^func //' | while read -r target; do
 			echo "-- $dir $target"
-			if ! out=$(go test "$TAGS" -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$dir" 2>&1); then
+			if ! out=$(go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$dir" 2>&1); then
 				# On a loaded machine the fuzzing engine itself sometimes ends
 				# with "context deadline exceeded" while stopping its workers,
 				# with no failing input: run such a target once more.
 				if echo "$out" | grep -q "context deadline exceeded" && ! echo "$out" | grep -q "Failing input written"; then
 					echo "   (the fuzzing engine timed out stopping; once more)"
-					out=$(go test "$TAGS" -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$dir" 2>&1) && continue
+					out=$(go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$dir" 2>&1) && continue
 				fi
 				echo "$out"
 				exit 1

@@ -18,7 +18,7 @@ import (
 // arrival on mcptrail.alerts.<server> is timed from the publishing of the
 // poll that crossed the threshold. One iteration is one round of 100 loops:
 //
-//	go test -tags duckdb_arrow ./alarm -run '^$' -bench AlarmDelay -benchtime 1x
+//	go test ./alarm -run '^$' -bench AlarmDelay -benchtime 1x
 func BenchmarkAlarmDelay(b *testing.B) {
 	const loops, threshold = 100, 5
 	cfg := liveConfig()

@@ -11,8 +11,8 @@ import (
 	"github.com/mcptrail/mcptrail/ingest"
 )
 
-// BenchmarkAppend measures the store's batch append (Appender into the
-// staging table, de-duplicating insert, commit) in events per second.
+// BenchmarkAppend measures the store's batch append (Arrow record
+// registered as a view, de-duplicating insert, commit) in events per second.
 func BenchmarkAppend(b *testing.B) {
 	for _, size := range []int{5000, 32768, 122880} {
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {

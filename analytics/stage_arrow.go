@@ -1,5 +1,3 @@
-//go:build duckdb_arrow
-
 package analytics
 
 import (
@@ -14,13 +12,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	duckdb "github.com/duckdb/duckdb-go/v2"
 
 	"github.com/mcptrail/mcptrail/audit"
 )
-
-// StagingPath names how batches reach DuckDB in this build.
-const StagingPath = "arrow"
 
 // stagingSchema mirrors the calls table up to ingested_at; args travel as
 // text and become JSON in the INSERT.
@@ -155,11 +149,7 @@ func (c *columns) register(ctx context.Context, conn *sql.Conn) (string, func(),
 	name := fmt.Sprintf("staging_arrow_%d", viewSeq.Add(1))
 	var release func()
 	err = conn.Raw(func(dc any) error {
-		ar, err := duckdb.NewArrowFromConn(dc.(driver.Conn))
-		if err != nil {
-			return err
-		}
-		release, err = ar.RegisterView(reader, name)
+		release, err = registerArrowView(dc.(driver.Conn), reader, name)
 		return err
 	})
 	if err != nil {

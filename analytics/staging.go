@@ -10,7 +10,7 @@ import (
 )
 
 // staging is a batch on its way into DuckDB: its events in this build's
-// column form (Arrow columns, or rows for the Appender), without repeated
+// column form (Arrow columns), without repeated
 // ids, and the batch's time range for de-duplication against stored calls.
 type staging struct {
 	cols *columns

@@ -8,7 +8,6 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -19,7 +18,6 @@ import (
 
 	duckdb "github.com/duckdb/duckdb-go/v2"
 
-	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/ingest"
 )
 
@@ -397,41 +395,6 @@ func stagingOf(b ingest.Batch) (*staging, error) {
 	st := newStaging(len(b.Events))
 	st.Add(b.Events, nil)
 	return st, nil
-}
-
-// eventRow lays out an event in the column order of the calls table.
-// Empty optional strings become NULL so that SQL users can test IS NULL.
-func eventRow(e *audit.Event) []driver.Value {
-	var errorCode, latency, argKeys, args, attrs driver.Value
-	if e.ErrorCode != nil {
-		errorCode = *e.ErrorCode
-	}
-	if e.LatencyMS != nil {
-		latency = *e.LatencyMS
-	}
-	if len(e.ArgKeys) > 0 {
-		argKeys = e.ArgKeys
-	}
-	if len(e.Args) > 0 {
-		args = json.RawMessage(e.Args)
-	}
-	if len(e.Attrs) > 0 {
-		m := make(duckdb.Map, len(e.Attrs))
-		for k, v := range e.Attrs {
-			m[k] = v
-		}
-		attrs = m
-	}
-	method := e.Method
-	if method == "" {
-		method = audit.DefaultMethod
-	}
-	return []driver.Value{
-		e.ID, e.TS.UTC(), e.Server, nullable(e.Tool), method, string(e.Decision), nullable(e.Status),
-		nullable(e.Gateway), nullable(e.Grant), nullable(e.Agent), nullable(e.Session), nullable(e.RequestID),
-		nullable(e.Rule), nullable(e.Reason), errorCode, latency, nullable(e.ArgsHash), argKeys, args,
-		nullable(e.PolicyVersion), attrs, nil, nil, // ingested_at and session_source: set by insertCalls
-	}
 }
 
 func nullable(s string) driver.Value {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"io"
 	"os"
@@ -432,3 +433,30 @@ func TestHoldDatabase(t *testing.T) {
 	fmt.Println("holding")
 	_, _ = io.Copy(io.Discard, os.Stdin)
 }
+
+// The Arrow path reaches into the driver's connection: a connection of
+// another layout must be refused by name, not dereferenced.
+func TestRawConnectionRefusesAnotherDriver(t *testing.T) {
+	_, err := rawConnection(otherConn{})
+	require.ErrorIs(t, err, errNoRawConnection)
+	require.ErrorContains(t, err, "analytics/arrowscan.go")
+
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "raw.duckdb"), Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	conn, err := s.db.Conn(context.Background())
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.Raw(func(dc any) error {
+		c, err := rawConnection(dc.(driver.Conn))
+		require.NotNil(t, c)
+		return err
+	}))
+}
+
+// otherConn is a database/sql driver connection that is not DuckDB's.
+type otherConn struct{}
+
+func (otherConn) Prepare(string) (driver.Stmt, error) { return nil, driver.ErrSkip }
+func (otherConn) Close() error                        { return nil }
+func (otherConn) Begin() (driver.Tx, error)           { return nil, driver.ErrSkip }

@@ -16,5 +16,5 @@ trap cleanup EXIT
 
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
-go build -tags duckdb_arrow -o "$OUT/mcptrail" ./cmd/mcptrail
+go build -o "$OUT/mcptrail" ./cmd/mcptrail
 go build -o "$OUT/jetstream" ./bench/jetstream

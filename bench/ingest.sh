@@ -11,7 +11,7 @@ EVENTS="${EVENTS:-1000000}"
 OUT="${OUT:-bench/out}"
 mkdir -p "$OUT"
 
-go build -tags duckdb_arrow -o "$OUT/mcptrail" ./cmd/mcptrail
+go build -o "$OUT/mcptrail" ./cmd/mcptrail
 go build -o "$OUT/readjson" ./bench/readjson
 FILE="$OUT/events-$EVENTS.jsonl"
 if [ ! -s "$FILE" ]; then

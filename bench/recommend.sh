@@ -14,8 +14,8 @@ cd "$(dirname "$0")/.."
 SIZES="${SIZES:-1000000 10000000}"
 OUT="${OUT:-bench/out}"
 mkdir -p "$OUT"
-go build -tags duckdb_arrow -o "$OUT/mcptrail" ./cmd/mcptrail
-go build -tags duckdb_arrow -o "$OUT/fill" ./bench/fill
+go build -o "$OUT/mcptrail" ./cmd/mcptrail
+go build -o "$OUT/fill" ./bench/fill
 for size in $SIZES; do
 	n="${size%%:*}"
 	days=30

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/internal/mcptest"
 )
 
@@ -31,12 +30,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "mcptrail")
-	// The binary takes the same path into DuckDB as this test build.
-	args := []string{"build", "-o", binary}
-	if analytics.StagingPath == "arrow" {
-		args = append(args, "-tags", "duckdb_arrow")
-	}
-	build := exec.Command("go", append(args, ".")...)
+	build := exec.Command("go", "build", "-o", binary, ".")
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
 		panic("build mcptrail: " + err.Error())
