@@ -29,6 +29,8 @@ func (b *bitmap) add(valid bool) {
 	b.rows++
 }
 
+func (b *bitmap) get(i int) bool { return b.bits[i/8]&(1<<(i%8)) != 0 }
+
 // buffer is the bitmap for Arrow: none when no row is null.
 func (b *bitmap) buffer() *memory.Buffer {
 	if b == nil || b.nulls == 0 {
@@ -126,6 +128,9 @@ func (c *listColumn) add(items []string) {
 	}
 	c.offsets = append(c.offsets, int32(len(c.values.offsets)-1))
 }
+
+// items is the range of row i's items in values.
+func (c *listColumn) items(i int) (from, to int) { return int(c.offsets[i]), int(c.offsets[i+1]) }
 
 func (c *listColumn) array(t arrow.DataType, n int) arrow.Array {
 	child := c.values.arrayData(len(c.values.offsets) - 1)

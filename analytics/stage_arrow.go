@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -58,79 +59,163 @@ var dataHint [numCols]atomic.Int64
 
 // columns builds a batch as Arrow columns, handed to DuckDB as a view: the
 // columns are built in Go memory and crossed into DuckDB once, instead of
-// one cgo call per value as with the Appender. Strings are copied into the
-// columns' buffers, which hold no pointers for the garbage collector.
-// The columns are plain slices rather than arrow-go builders, whose
-// per-value capacity checks and generic offset encoding made staging
-// twice as slow.
+// one cgo call per value. Strings are copied into the columns' buffers,
+// which hold no pointers for the garbage collector. The columns are plain
+// slices rather than arrow-go builders, whose per-value capacity checks
+// and generic offset encoding made staging twice as slow.
+//
+// The rows are staged in chunks of one server and grant each, so that
+// every vector DuckDB stores holds one server's grant (see cluster.go).
 type columns struct {
+	n        int
+	capacity int
+	chunks   []*chunk
+	keys     []clusterKey // the servers and grants met, in order
+	byKey    map[clusterKey]int32
+	open     []int32             // per key, its chunk being filled
+	last     int32               // the key of the previous row: runs of one grant are common
+	where    []uint64            // row i's chunk << 32 | its index in the chunk
+	recs     []arrow.RecordBatch // built at the first register, kept for retries
+}
+
+// chunk is the columns of up to chunkRows rows of one server and grant.
+type chunk struct {
+	key       int32 // index in columns.keys
 	n         int
 	strs      [numCols]strColumn // the string columns (others stay empty)
 	ts        []int64            // microseconds
 	errorCode nullVals[int64]
 	latency   nullVals[float64]
 	argKeys   listColumn
-	attrs     *array.MapBuilder // rare: arrow-go's builder
-	rec       arrow.RecordBatch // built at the first register, kept for retries
+	attrKeys  listColumn // each row's attribute keys, sorted
+	attrVals  listColumn // their values, in the same order
 }
 
 func isString(col int) bool { return stagingSchema.Field(col).Type.ID() == arrow.STRING }
 
 func newColumns(capacity int) *columns {
-	c := &columns{
-		ts:        make([]int64, 0, capacity),
-		errorCode: newNullVals[int64](capacity),
-		latency:   newNullVals[float64](capacity),
-		argKeys:   newListColumn(capacity, reserve(colArgKeys, capacity)),
-		attrs:     array.NewBuilder(memory.DefaultAllocator, stagingSchema.Field(colAttrs).Type).(*array.MapBuilder),
+	return &columns{capacity: capacity, byKey: map[clusterKey]int32{}, last: -1, where: make([]uint64, 0, capacity)}
+}
+
+func newChunk(key int32, rows int) *chunk {
+	s := &chunk{
+		key:       key,
+		ts:        make([]int64, 0, rows),
+		errorCode: newNullVals[int64](rows),
+		latency:   newNullVals[float64](rows),
+		argKeys:   newListColumn(rows, reserve(colArgKeys, rows)),
+		attrKeys:  newListColumn(rows, 0),
+		attrVals:  newListColumn(rows, 0),
 	}
-	for i := range c.strs {
+	for i := range s.strs {
 		if isString(i) {
-			c.strs[i] = newStrColumn(capacity, reserve(i, capacity))
+			s.strs[i] = newStrColumn(rows, reserve(i, rows))
 		}
 	}
-	c.attrs.Reserve(capacity)
-	return c
+	return s
 }
 
-// reserve is the string bytes to reserve for a column of capacity rows: an
+// reserve is the string bytes to reserve for a column of rows rows: an
 // eighth more than the last batch needed, for batches a little wordier.
-func reserve(col, capacity int) int {
-	return int(dataHint[col].Load() * int64(capacity) / 16 * 9 / 8)
+func reserve(col, rows int) int {
+	return int(dataHint[col].Load() * int64(rows) / 16 * 9 / 8)
 }
 
-// id is the id of the i-th event added (before register).
-func (c *columns) id(i int) string { return c.strs[colID].value(i) }
+// id is the id of the i-th event added.
+func (c *columns) id(i int) string {
+	w := c.where[i]
+	return c.chunks[w>>32].strs[colID].value(int(uint32(w)))
+}
 
-// record assembles the columns into one Arrow record.
-func (c *columns) record() arrow.RecordBatch {
+// add appends one event as a row of its server and grant's open chunk.
+func (c *columns) add(e *audit.Event) {
+	k := clusterKey{server: e.Server, grant: e.Grant}
+	key := c.last
+	if key < 0 || c.keys[key] != k {
+		var ok bool
+		if key, ok = c.byKey[k]; !ok {
+			key = c.newKey(k)
+		}
+		c.last = key
+	}
+	open := c.open[key]
+	if open < 0 || c.chunks[open].n == chunkRows {
+		open = int32(len(c.chunks))
+		c.chunks = append(c.chunks, newChunk(key, min(chunkRows, c.capacity)))
+		c.open[key] = open
+	}
+	ch := c.chunks[open]
+	c.where = append(c.where, uint64(open)<<32|uint64(ch.n))
+	ch.add(e)
+	c.n++
+}
+
+// newKey adds key k; past maxKeys, k shares the last key's chunks.
+func (c *columns) newKey(k clusterKey) int32 {
+	if len(c.keys) == maxKeys {
+		return maxKeys - 1
+	}
+	if len(c.keys) == maxKeys-1 {
+		k = overflowKey
+	}
+	k = clusterKey{server: strings.Clone(k.server), grant: strings.Clone(k.grant)} // the event's strings are not ours
+	id := int32(len(c.keys))
+	c.keys = append(c.keys, k)
+	c.open = append(c.open, -1)
+	c.byKey[k] = id
+	return id
+}
+
+// records is the batch as one Arrow record per chunk, in key order.
+func (c *columns) records() []arrow.RecordBatch {
+	order := make([]int, len(c.chunks))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		return compareClusterKeys(c.keys[c.chunks[order[a]].key], c.keys[c.chunks[order[b]].key]) < 0
+	})
+	var bytes [numCols]int64
+	recs := make([]arrow.RecordBatch, 0, len(c.chunks))
+	for _, i := range order {
+		ch := c.chunks[i]
+		for col := range ch.strs {
+			bytes[col] += int64(len(ch.strs[col].data))
+		}
+		bytes[colArgKeys] += int64(len(ch.argKeys.values.data))
+		recs = append(recs, ch.record())
+	}
 	if rows := int64(c.n); rows > 0 {
-		for i := range c.strs {
-			if isString(i) {
-				dataHint[i].Store(int64(len(c.strs[i].data)) * 16 / rows)
+		for col := range bytes {
+			if isString(col) || col == colArgKeys {
+				dataHint[col].Store(bytes[col] * 16 / rows)
 			}
 		}
-		dataHint[colArgKeys].Store(int64(len(c.argKeys.values.data)) * 16 / rows)
 	}
+	return recs
+}
+
+// record assembles the chunk's columns into one Arrow record.
+func (s *chunk) record() arrow.RecordBatch {
 	arrs := make([]arrow.Array, numCols)
 	for i := range arrs {
 		f := stagingSchema.Field(i)
 		switch i {
 		case colTS:
-			arrs[i] = fixedArray(f.Type, c.n, nil, arrow.Int64Traits.CastToBytes(c.ts))
+			arrs[i] = fixedArray(f.Type, s.n, nil, arrow.Int64Traits.CastToBytes(s.ts))
 		case colErrorCode:
-			arrs[i] = fixedArray(f.Type, c.n, &c.errorCode.valid, arrow.Int64Traits.CastToBytes(c.errorCode.values))
+			arrs[i] = fixedArray(f.Type, s.n, &s.errorCode.valid, arrow.Int64Traits.CastToBytes(s.errorCode.values))
 		case colLatency:
-			arrs[i] = fixedArray(f.Type, c.n, &c.latency.valid, arrow.Float64Traits.CastToBytes(c.latency.values))
+			arrs[i] = fixedArray(f.Type, s.n, &s.latency.valid, arrow.Float64Traits.CastToBytes(s.latency.values))
 		case colArgKeys:
-			arrs[i] = c.argKeys.array(f.Type, c.n)
+			arrs[i] = s.argKeys.array(f.Type, s.n)
 		case colAttrs:
-			arrs[i] = c.attrs.NewArray()
+			arrs[i] = s.attrsArray()
 		default:
-			arrs[i] = c.strs[i].array(c.n)
+			arrs[i] = s.strs[i].array(s.n)
 		}
 	}
-	rec := array.NewRecordBatch(stagingSchema, arrs, int64(c.n))
+	rec := array.NewRecordBatch(stagingSchema, arrs, int64(s.n))
 	for _, a := range arrs {
 		a.Release()
 	}
@@ -139,10 +224,10 @@ func (c *columns) record() arrow.RecordBatch {
 
 // register makes the batch visible to SQL on conn as a view; release drops it.
 func (c *columns) register(ctx context.Context, conn *sql.Conn) (string, func(), error) {
-	if c.rec == nil {
-		c.rec = c.record()
+	if c.recs == nil {
+		c.recs = c.records()
 	}
-	reader, err := array.NewRecordReader(stagingSchema, []arrow.RecordBatch{c.rec})
+	reader, err := array.NewRecordReader(stagingSchema, c.recs)
 	if err != nil {
 		return "", nil, fmt.Errorf("append: arrow batch: %w", err)
 	}
@@ -163,17 +248,37 @@ func (c *columns) register(ctx context.Context, conn *sql.Conn) (string, func(),
 	}, nil
 }
 
-func (c *columns) release() {
-	if c.rec != nil {
-		c.rec.Release()
-		c.rec = nil
+// attrsArray builds the attrs column, a map per row (null without
+// attributes), with arrow-go's builder: most events carry none.
+func (s *chunk) attrsArray() arrow.Array {
+	b := array.NewBuilder(memory.DefaultAllocator, stagingSchema.Field(colAttrs).Type).(*array.MapBuilder)
+	defer b.Release()
+	b.Reserve(s.n)
+	kb, vb := b.KeyBuilder().(*array.StringBuilder), b.ItemBuilder().(*array.StringBuilder)
+	for i := range s.n {
+		if !s.attrKeys.valid.get(i) {
+			b.AppendNull()
+			continue
+		}
+		b.Append(true)
+		from, to := s.attrKeys.items(i)
+		for j := from; j < to; j++ {
+			kb.Append(s.attrKeys.values.value(j))
+			vb.Append(s.attrVals.values.value(j))
+		}
 	}
-	c.attrs.Release()
+	return b.NewArray()
+}
+
+func (c *columns) release() {
+	for _, r := range c.recs {
+		r.Release()
+	}
 	*c = columns{}
 }
 
 // add appends one event as a row.
-func (c *columns) add(e *audit.Event) {
+func (c *chunk) add(e *audit.Event) {
 	method := e.Method
 	if method == "" {
 		method = audit.DefaultMethod
@@ -199,20 +304,17 @@ func (c *columns) add(e *audit.Event) {
 	c.argKeys.add(e.ArgKeys)
 	s[18].addOpt(unsafe.String(unsafe.SliceData(e.Args), len(e.Args)))
 	s[19].addOpt(e.PolicyVersion)
-	if len(e.Attrs) > 0 {
-		c.attrs.Append(true)
-		ks := make([]string, 0, len(e.Attrs))
-		for k := range e.Attrs {
-			ks = append(ks, k)
-		}
-		sort.Strings(ks)
-		ak, av := c.attrs.KeyBuilder().(*array.StringBuilder), c.attrs.ItemBuilder().(*array.StringBuilder)
-		for _, k := range ks {
-			ak.Append(k)
-			av.Append(e.Attrs[k])
-		}
-	} else {
-		c.attrs.AppendNull()
+	// Attributes in key order, so that the stored map does not depend on
+	// Go's map iteration.
+	keys := make([]string, 0, len(e.Attrs))
+	for k := range e.Attrs {
+		keys = append(keys, k)
 	}
+	sort.Strings(keys)
+	c.attrKeys.add(keys)
+	for i, k := range keys {
+		keys[i] = e.Attrs[k]
+	}
+	c.attrVals.add(keys)
 	c.n++
 }
