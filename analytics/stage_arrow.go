@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"sort"
-	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -57,28 +56,13 @@ const (
 // once, instead of growing them as it fills.
 var dataHint [numCols]atomic.Int64
 
-// columns builds a batch as Arrow columns, handed to DuckDB as a view: the
-// columns are built in Go memory and crossed into DuckDB once, instead of
-// one cgo call per value. Strings are copied into the columns' buffers,
-// which hold no pointers for the garbage collector. The columns are plain
-// slices rather than arrow-go builders, whose per-value capacity checks
-// and generic offset encoding made staging twice as slow.
-//
-// The rows are staged in chunks of one server and grant each, so that
-// every vector DuckDB stores holds one server's grant (see cluster.go).
-type columns struct {
-	n        int
-	capacity int
-	chunks   []*chunk
-	keys     []clusterKey // the servers and grants met, in order
-	byKey    map[clusterKey]int32
-	open     []int32             // per key, its chunk being filled
-	last     int32               // the key of the previous row: runs of one grant are common
-	where    []uint64            // row i's chunk << 32 | its index in the chunk
-	recs     []arrow.RecordBatch // built at the first register, kept for retries
-}
-
-// chunk is the columns of up to chunkRows rows of one server and grant.
+// chunk holds up to chunkRows rows of one server and grant as Arrow
+// columns, handed to DuckDB as one record of the batch's view: the columns
+// are built in Go memory and crossed into DuckDB once, instead of one cgo
+// call per value. Strings are copied into the columns' buffers, which hold
+// no pointers for the garbage collector. The columns are plain slices
+// rather than arrow-go builders, whose per-value capacity checks and
+// generic offset encoding made staging twice as slow.
 type chunk struct {
 	key       int32 // index in columns.keys
 	n         int
@@ -92,10 +76,6 @@ type chunk struct {
 }
 
 func isString(col int) bool { return stagingSchema.Field(col).Type.ID() == arrow.STRING }
-
-func newColumns(capacity int) *columns {
-	return &columns{capacity: capacity, byKey: map[clusterKey]int32{}, last: -1, where: make([]uint64, 0, capacity)}
-}
 
 func newChunk(key int32, rows int) *chunk {
 	s := &chunk{
@@ -121,78 +101,24 @@ func reserve(col, rows int) int {
 	return int(dataHint[col].Load() * int64(rows) / 16 * 9 / 8)
 }
 
-// id is the id of the i-th event added.
-func (c *columns) id(i int) string {
-	w := c.where[i]
-	return c.chunks[w>>32].strs[colID].value(int(uint32(w)))
-}
-
-// add appends one event as a row of its server and grant's open chunk.
-func (c *columns) add(e *audit.Event) {
-	k := clusterKey{server: e.Server, grant: e.Grant}
-	key := c.last
-	if key < 0 || c.keys[key] != k {
-		var ok bool
-		if key, ok = c.byKey[k]; !ok {
-			key = c.newKey(k)
-		}
-		c.last = key
+// noteSizes records a batch's string bytes per row for the next batch's
+// reserve.
+func noteSizes(chunks []*chunk, rows int) {
+	if rows == 0 {
+		return
 	}
-	open := c.open[key]
-	if open < 0 || c.chunks[open].n == chunkRows {
-		open = int32(len(c.chunks))
-		c.chunks = append(c.chunks, newChunk(key, min(chunkRows, c.capacity)))
-		c.open[key] = open
-	}
-	ch := c.chunks[open]
-	c.where = append(c.where, uint64(open)<<32|uint64(ch.n))
-	ch.add(e)
-	c.n++
-}
-
-// newKey adds key k; past maxKeys, k shares the last key's chunks.
-func (c *columns) newKey(k clusterKey) int32 {
-	if len(c.keys) == maxKeys {
-		return maxKeys - 1
-	}
-	if len(c.keys) == maxKeys-1 {
-		k = overflowKey
-	}
-	k = clusterKey{server: strings.Clone(k.server), grant: strings.Clone(k.grant)} // the event's strings are not ours
-	id := int32(len(c.keys))
-	c.keys = append(c.keys, k)
-	c.open = append(c.open, -1)
-	c.byKey[k] = id
-	return id
-}
-
-// records is the batch as one Arrow record per chunk, in key order.
-func (c *columns) records() []arrow.RecordBatch {
-	order := make([]int, len(c.chunks))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool {
-		return compareClusterKeys(c.keys[c.chunks[order[a]].key], c.keys[c.chunks[order[b]].key]) < 0
-	})
 	var bytes [numCols]int64
-	recs := make([]arrow.RecordBatch, 0, len(c.chunks))
-	for _, i := range order {
-		ch := c.chunks[i]
+	for _, ch := range chunks {
 		for col := range ch.strs {
 			bytes[col] += int64(len(ch.strs[col].data))
 		}
 		bytes[colArgKeys] += int64(len(ch.argKeys.values.data))
-		recs = append(recs, ch.record())
 	}
-	if rows := int64(c.n); rows > 0 {
-		for col := range bytes {
-			if isString(col) || col == colArgKeys {
-				dataHint[col].Store(bytes[col] * 16 / rows)
-			}
+	for col := range bytes {
+		if isString(col) || col == colArgKeys {
+			dataHint[col].Store(bytes[col] * 16 / int64(rows))
 		}
 	}
-	return recs
 }
 
 // record assembles the chunk's columns into one Arrow record.
@@ -268,13 +194,6 @@ func (s *chunk) attrsArray() arrow.Array {
 		}
 	}
 	return b.NewArray()
-}
-
-func (c *columns) release() {
-	for _, r := range c.recs {
-		r.Release()
-	}
-	*c = columns{}
 }
 
 // add appends one event as a row.
