@@ -2,7 +2,7 @@ package analytics
 
 import (
 	"cmp"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -111,16 +111,11 @@ func (c *columns) newKey(k clusterKey) int32 {
 
 // records is the batch as one Arrow record per chunk, in key order.
 func (c *columns) records() []arrow.RecordBatch {
-	order := make([]int, len(c.chunks))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool {
-		return compareClusterKeys(c.keys[c.chunks[order[a]].key], c.keys[c.chunks[order[b]].key]) < 0
-	})
-	recs := make([]arrow.RecordBatch, 0, len(c.chunks))
-	for _, i := range order {
-		recs = append(recs, c.chunks[i].record())
+	chunks := slices.Clone(c.chunks)
+	slices.SortStableFunc(chunks, func(a, b *chunk) int { return compareClusterKeys(c.keys[a.key], c.keys[b.key]) })
+	recs := make([]arrow.RecordBatch, 0, len(chunks))
+	for _, ch := range chunks {
+		recs = append(recs, ch.record())
 	}
 	noteSizes(c.chunks, c.n)
 	return recs
