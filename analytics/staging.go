@@ -9,9 +9,9 @@ import (
 	"github.com/mcptrail/mcptrail/ingest"
 )
 
-// staging is a batch on its way into DuckDB: its events in this build's
-// column form (Arrow columns), without repeated
-// ids, and the batch's time range for de-duplication against stored calls.
+// staging is a batch on its way into DuckDB: its events as Arrow columns,
+// without repeated ids, and the batch's time range for de-duplication
+// against stored calls.
 type staging struct {
 	cols *columns
 	// seen maps the hash of each id to the index of the event holding it;
