@@ -11,7 +11,7 @@ import (
 	"github.com/mcptrail/mcptrail/ingest"
 )
 
-// BenchmarkAppend measures the store's batch append (Arrow record
+// BenchmarkAppend measures the store's batch append (Arrow records
 // registered as a view, de-duplicating insert, commit) in events per second.
 func BenchmarkAppend(b *testing.B) {
 	for _, size := range []int{5000, 32768, 122880} {
