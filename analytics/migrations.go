@@ -234,3 +234,50 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	}
 	return nil
 }
+
+// storedSchemaVersion is the newest migration recorded in db, 0 when it has
+// no schema_migrations table (not a database mcptrail created).
+func storedSchemaVersion(ctx context.Context, db *sql.DB) (int, error) {
+	var tables int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM duckdb_tables() WHERE table_name = 'schema_migrations' AND NOT temporary`).Scan(&tables); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	if tables == 0 {
+		return 0, nil
+	}
+	var v int
+	if err := db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
+}
+
+// migrateBeforeReading brings a database of an older schema, just opened
+// read-only as s, up to this build's: the readers (recommend, report,
+// query) rely on the newest tables and columns, and a read-only open runs
+// no migrations. Only when the schema is behind does it close s, open the
+// file for writing to migrate it and open it read-only again; a file it
+// cannot open for writing (another process holds it, no write permission)
+// is refused with the reason, never read half-migrated. A file without
+// schema_migrations is left as it is.
+func migrateBeforeReading(ctx context.Context, s *Store, opts Options) (*Store, error) {
+	v, err := storedSchemaVersion(ctx, s.db)
+	if err != nil || v == 0 || v >= SchemaVersion() {
+		if err != nil {
+			_ = s.db.Close()
+			return nil, fmt.Errorf("open database %s: %w", s.path, err)
+		}
+		return s, nil
+	}
+	if err := s.db.Close(); err != nil {
+		return nil, fmt.Errorf("open database %s: %w", s.path, err)
+	}
+	w, err := Open(ctx, s.path, Options{MemoryLimit: opts.MemoryLimit, SessionGap: opts.SessionGap, ArchiveDir: opts.ArchiveDir})
+	if err != nil {
+		return nil, fmt.Errorf("database %s has schema version %d, older than this build's %d, and could not be opened for writing to migrate it: %w", s.path, v, SchemaVersion(), err)
+	}
+	if err := w.Close(); err != nil {
+		return nil, fmt.Errorf("migrate database %s: %w", s.path, err)
+	}
+	return openSandboxed(ctx, s.path, opts)
+}

@@ -30,8 +30,9 @@ var ErrLocked = errors.New("database is locked by another process")
 
 // Options tune how the store is opened.
 type Options struct {
-	// ReadOnly opens the file in DuckDB's read-only mode: no migrations run and
-	// any write fails. Several read-only processes may share one file.
+	// ReadOnly opens the file in DuckDB's read-only mode: any write fails,
+	// and several read-only processes may share one file. A file of an older
+	// schema is migrated first, in a brief open for writing.
 	ReadOnly bool
 	// MemoryLimit bounds DuckDB's memory, e.g. "256MB" (DefaultMemoryLimit
 	// when empty); larger sorts and aggregates spill to disk.
@@ -107,6 +108,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	release := privateFiles()
 	s, err := openSandboxed(ctx, path, opts)
+	if err == nil && opts.ReadOnly {
+		s, err = migrateBeforeReading(ctx, s, opts)
+	}
 	if err != nil {
 		release()
 		return nil, err

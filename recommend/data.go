@@ -203,19 +203,11 @@ GROUP BY tool`
 // toolUsage reads every tool's use in the window and over its history.
 func (q query) toolUsage(ctx context.Context, window time.Duration) (map[string]*usage, error) {
 	text, extra := toolUsageScanSQL, []any{sql.Named("period_ms", window.Milliseconds())}
-	if window >= 24*time.Hour && q.hasToolDays(ctx) {
+	if window >= 24*time.Hour {
 		day0, start := analytics.ToolDay(q.from)
 		text, extra = toolUsageSQL, append(extra, sql.Named("day0_days", day0), sql.Named("day0", start))
 	}
 	return q.readUsage(ctx, text, extra...)
-}
-
-// hasToolDays tells whether the database has tool_days: one of an older
-// schema opened read-only (no migrations run then) has not.
-func (q query) hasToolDays(ctx context.Context) bool {
-	var n int
-	err := q.db.QueryRowContext(ctx, `SELECT count(*) FROM duckdb_tables() WHERE table_name = 'tool_days' AND NOT temporary`).Scan(&n)
-	return err == nil && n > 0
 }
 
 // readUsage runs a tool usage query (toolUsageSQL or toolUsageScanSQL).
