@@ -21,6 +21,9 @@ type staging struct {
 	collided   map[string]struct{}
 	n, repeats int
 	lo, hi     time.Time
+	// derive holds the keys of the staged events that get a derived
+	// session if they are new.
+	derive []sessionKeys
 }
 
 var idSeed = maphash.MakeSeed()
@@ -47,6 +50,9 @@ func (s *staging) Add(events []audit.Event, repeat []bool) {
 			continue
 		}
 		s.cols.add(e)
+		if needsDerivedSession(e) {
+			s.derive = append(s.derive, keysOf(e))
+		}
 		if s.n == 0 || e.TS.Before(s.lo) {
 			s.lo = e.TS
 		}
@@ -85,5 +91,5 @@ func (s *staging) Len() int { return s.n }
 // Release implements ingest.Staging.
 func (s *staging) Release() {
 	s.cols.release()
-	s.seen, s.collided = nil, nil
+	s.seen, s.collided, s.derive = nil, nil, nil
 }

@@ -348,14 +348,25 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 		defer st.Release()
 	}
 	if st.n > 0 {
+		derived := len(st.derive) > 0
+		if derived {
+			if err := deriveSessions(ctx, conn, st.derive, st.lo, st.hi, s.sessionGap); err != nil {
+				return res, err
+			}
+		}
 		staged, release, err := st.cols.register(ctx, conn)
 		if err != nil {
 			return res, err
 		}
-		r, err := conn.ExecContext(ctx, insertCalls(staged, s.sessionGap), st.lo, st.hi, now)
+		r, err := conn.ExecContext(ctx, insertCalls(staged, derived), st.lo, st.hi, now)
 		release()
 		if err != nil {
 			return res, fmt.Errorf("append: insert calls: %w", err)
+		}
+		if derived {
+			if err := dropBatchSessions(ctx, conn); err != nil {
+				return res, err
+			}
 		}
 		if err := recordDerivedSessions(ctx, conn, now); err != nil {
 			return res, err
