@@ -364,12 +364,13 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 			return res, fmt.Errorf("append: insert calls: %w", err)
 		}
 		if derived {
+			// Only a batch that derived sessions moves derived_sessions.
 			if err := dropBatchSessions(ctx, conn); err != nil {
 				return res, err
 			}
-		}
-		if err := recordDerivedSessions(ctx, conn, now); err != nil {
-			return res, err
+			if err := recordDerivedSessions(ctx, conn, now); err != nil {
+				return res, err
+			}
 		}
 		if err := recordToolDays(ctx, conn, "ingested_at = ?", now); err != nil {
 			return res, fmt.Errorf("append: %w", err)
