@@ -25,6 +25,14 @@ import (
 // 631 MiB of RSS at 256 MB, 566 at 192 and 537 at 160, no slower.
 const ingestMemoryLimit = "160MB"
 
+// ingestThreads is DuckDB's thread count while `ingest` appends: the
+// Arrow scan that feeds an insert is one stream, and a second DuckDB thread
+// only took the core the decoders need, as in `serve` (1M events: 4.9-5.2 s
+// and 351-407 MiB on one thread, 5.5-6.4 s and 460-498 MiB on two; 10M:
+// 46-48 s against 60 s). On one thread a batch is also stored in the order
+// it was staged, chunk by chunk, every time; two interleaved them.
+const ingestThreads = 1
+
 // ingestGCPercent is Go's GC target while `ingest` runs (GOGC overrides it).
 const ingestGCPercent = 25
 
@@ -64,7 +72,7 @@ reported; they fail the command only with --strict.`,
 			// 230 MB at the same rate (bench/ingest.sh runs both).
 			gcPercent(ingestGCPercent)
 			softMemoryLimit(384 << 20)
-			store, closeStore, err := a.openStoreWith(cmd.Context(), analytics.Options{MemoryLimit: ingestMemoryLimit, ReturnMemory: true})
+			store, closeStore, err := a.openStoreWith(cmd.Context(), analytics.Options{MemoryLimit: ingestMemoryLimit, ReturnMemory: true, IngestThreads: ingestThreads})
 			if err != nil {
 				if errors.Is(err, analytics.ErrLocked) && a.daemonHoldsDB(cmd.Context()) {
 					return fmt.Errorf("mcptrail serve is running and holds %s: send the events through NATS for it to ingest with `mcptrail publish %s`, or stop it first", a.dbPath(), strings.Join(files, " "))
