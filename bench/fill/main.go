@@ -27,7 +27,8 @@ func main() {
 		os.Exit(2)
 	}
 	ctx := context.Background()
-	store, err := analytics.Open(ctx, *db, analytics.Options{})
+	// One DuckDB thread, as `mcptrail ingest` stores batches: in their staged order.
+	store, err := analytics.Open(ctx, *db, analytics.Options{IngestThreads: 1})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
