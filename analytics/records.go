@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	duckdb "github.com/duckdb/duckdb-go/v2"
 )
 
 // ToolRecord is one tool of an imported catalog with its risk classification.
@@ -35,20 +33,10 @@ func (s *Store) ImportCatalog(ctx context.Context, server, source string, at tim
 	if _, err := conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE import_tools AS SELECT * FROM tools LIMIT 0`); err != nil {
 		return 0, fmt.Errorf("import catalog: %w", err)
 	}
-	err = conn.Raw(func(dc any) error {
-		a, err := duckdb.NewAppender(dc.(driver.Conn), "temp", "main", "import_tools")
-		if err != nil {
-			return err
-		}
-		for _, t := range tools {
-			if err := a.AppendRow(server, t.Tool, nullable(t.Description), rawJSONValue(t.Annotations), rawJSONValue(t.InputSchema),
-				t.Category, t.Severity, t.RiskSource, nullable(t.Why), at.UTC(), at.UTC()); err != nil {
-				_ = a.Close()
-				return fmt.Errorf("tool %s: %w", t.Tool, err)
-			}
-		}
-		return a.Close()
-	})
+	err = AppendRows(conn, "temp", "import_tools", tools, func(t *ToolRecord) []driver.Value {
+		return []driver.Value{server, t.Tool, nullable(t.Description), rawJSONValue(t.Annotations), rawJSONValue(t.InputSchema),
+			t.Category, t.Severity, t.RiskSource, nullable(t.Why), at.UTC(), at.UTC()}
+	}, func(t *ToolRecord) string { return "tool " + t.Tool })
 	if err != nil {
 		return 0, fmt.Errorf("import catalog: %w", err)
 	}

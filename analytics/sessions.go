@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	duckdb "github.com/duckdb/duckdb-go/v2"
-
 	"github.com/mcptrail/mcptrail/audit"
 )
 
@@ -90,19 +88,9 @@ func deriveSessions(ctx context.Context, conn *sql.Conn, keys []sessionKeys, lo,
 	if _, err := conn.ExecContext(ctx, batchKeysTable); err != nil {
 		return fmt.Errorf("append: batch keys: %w", err)
 	}
-	err := conn.Raw(func(dc any) error {
-		a, err := duckdb.NewAppender(dc.(driver.Conn), "temp", "main", "batch_keys")
-		if err != nil {
-			return err
-		}
-		for _, k := range keys {
-			if err := a.AppendRow(k.id, k.ts, k.server, k.agent, k.grant, k.gateway); err != nil {
-				_ = a.Close()
-				return err
-			}
-		}
-		return a.Close()
-	})
+	err := AppendRows(conn, "temp", "batch_keys", keys, func(k *sessionKeys) []driver.Value {
+		return []driver.Value{k.id, k.ts, k.server, k.agent, k.grant, k.gateway}
+	}, func(k *sessionKeys) string { return "event " + k.id })
 	if err != nil {
 		return fmt.Errorf("append: batch keys: %w", err)
 	}

@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	duckdb "github.com/duckdb/duckdb-go/v2"
-
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/policy"
 )
@@ -546,19 +544,9 @@ func loadExcluded(ctx context.Context, conn *sql.Conn, excluded []run) error {
 	if len(excluded) == 0 {
 		return nil
 	}
-	err := conn.Raw(func(dc any) error {
-		a, err := duckdb.NewAppender(dc.(driver.Conn), "temp", "main", "excluded_runs")
-		if err != nil {
-			return err
-		}
-		for _, r := range excluded {
-			if err := a.AppendRow(r.SessionHash, r.Tool, r.First.UnixMilli(), r.Last.UnixMilli()); err != nil {
-				_ = a.Close()
-				return err
-			}
-		}
-		return a.Close()
-	})
+	err := analytics.AppendRows(conn, "temp", "excluded_runs", excluded, func(r *run) []driver.Value {
+		return []driver.Value{r.SessionHash, r.Tool, r.First.UnixMilli(), r.Last.UnixMilli()}
+	}, func(r *run) string { return "run of " + r.Tool })
 	if err != nil {
 		return fmt.Errorf("excluded runs: %w", err)
 	}
