@@ -122,26 +122,26 @@ func noteSizes(chunks []*chunk, rows int) {
 }
 
 // record assembles the chunk's columns into one Arrow record.
-func (s *chunk) record() arrow.RecordBatch {
+func (c *chunk) record() arrow.RecordBatch {
 	arrs := make([]arrow.Array, numCols)
 	for i := range arrs {
 		f := stagingSchema.Field(i)
 		switch i {
 		case colTS:
-			arrs[i] = fixedArray(f.Type, s.n, nil, arrow.Int64Traits.CastToBytes(s.ts))
+			arrs[i] = fixedArray(f.Type, c.n, nil, arrow.Int64Traits.CastToBytes(c.ts))
 		case colErrorCode:
-			arrs[i] = fixedArray(f.Type, s.n, &s.errorCode.valid, arrow.Int64Traits.CastToBytes(s.errorCode.values))
+			arrs[i] = fixedArray(f.Type, c.n, &c.errorCode.valid, arrow.Int64Traits.CastToBytes(c.errorCode.values))
 		case colLatency:
-			arrs[i] = fixedArray(f.Type, s.n, &s.latency.valid, arrow.Float64Traits.CastToBytes(s.latency.values))
+			arrs[i] = fixedArray(f.Type, c.n, &c.latency.valid, arrow.Float64Traits.CastToBytes(c.latency.values))
 		case colArgKeys:
-			arrs[i] = s.argKeys.array(f.Type, s.n)
+			arrs[i] = c.argKeys.array(f.Type, c.n)
 		case colAttrs:
-			arrs[i] = s.attrsArray()
+			arrs[i] = c.attrsArray()
 		default:
-			arrs[i] = s.strs[i].array(s.n)
+			arrs[i] = c.strs[i].array(c.n)
 		}
 	}
-	rec := array.NewRecordBatch(stagingSchema, arrs, int64(s.n))
+	rec := array.NewRecordBatch(stagingSchema, arrs, int64(c.n))
 	for _, a := range arrs {
 		a.Release()
 	}
@@ -176,21 +176,21 @@ func (c *columns) register(ctx context.Context, conn *sql.Conn) (string, func(),
 
 // attrsArray builds the attrs column, a map per row (null without
 // attributes), with arrow-go's builder: most events carry none.
-func (s *chunk) attrsArray() arrow.Array {
+func (c *chunk) attrsArray() arrow.Array {
 	b := array.NewBuilder(memory.DefaultAllocator, stagingSchema.Field(colAttrs).Type).(*array.MapBuilder)
 	defer b.Release()
-	b.Reserve(s.n)
+	b.Reserve(c.n)
 	kb, vb := b.KeyBuilder().(*array.StringBuilder), b.ItemBuilder().(*array.StringBuilder)
-	for i := range s.n {
-		if !s.attrKeys.valid.get(i) {
+	for i := range c.n {
+		if !c.attrKeys.valid.get(i) {
 			b.AppendNull()
 			continue
 		}
 		b.Append(true)
-		from, to := s.attrKeys.items(i)
+		from, to := c.attrKeys.items(i)
 		for j := from; j < to; j++ {
-			kb.Append(s.attrKeys.values.value(j))
-			vb.Append(s.attrVals.values.value(j))
+			kb.Append(c.attrKeys.values.value(j))
+			vb.Append(c.attrVals.values.value(j))
 		}
 	}
 	return b.NewArray()
