@@ -22,7 +22,7 @@ import (
 // ingestMemoryLimit bounds DuckDB's memory while `ingest` appends. A batch
 // being stored holds ~110 MB of it (one uncompressed row group); the rest
 // caches table blocks, which grow with the file: 10M events peaked at
-// 631 MiB of RSS at 256 MB, 566 at 192 and 537 at 160, no slower.
+// 616 MiB of RSS at 256 MB, 553 at 192 and 525 at 160, no slower.
 const ingestMemoryLimit = "160MB"
 
 // ingestThreads is DuckDB's thread count while `ingest` appends: the
