@@ -1,6 +1,7 @@
 package recommend
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -273,8 +274,10 @@ func (s *state) detectLoops(ctx context.Context, _ map[string]bool) error {
 		}
 	}
 	keys := make([]loopPair, 0, len(pairs))
-	for k := range pairs {
+	s.pollsPerLoop = make(map[LoopShape][]LoopCount, len(pairs))
+	for k, loops := range pairs {
 		keys = append(keys, k)
+		s.pollsPerLoop[LoopShape{Tool: k.tool, Start: k.start}] = countPolls(loops)
 	}
 	sort.Slice(keys, func(i, j int) bool {
 		if keys[i].tool != keys[j].tool {
@@ -296,6 +299,20 @@ func (s *state) detectLoops(ctx context.Context, _ map[string]bool) error {
 		}
 	}
 	return nil
+}
+
+// countPolls counts loops by their number of polls, fewest polls first.
+func countPolls(loops []run) []LoopCount {
+	byPolls := map[int64]int64{}
+	for _, r := range loops {
+		byPolls[r.Polls]++
+	}
+	out := make([]LoopCount, 0, len(byPolls))
+	for polls, n := range byPolls {
+		out = append(out, LoopCount{Polls: polls, Loops: n})
+	}
+	slices.SortFunc(out, func(a, b LoopCount) int { return cmp.Compare(a.Polls, b.Polls) })
+	return out
 }
 
 // isLoop tells a polling loop from other runs: not a retry storm, started

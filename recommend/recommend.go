@@ -42,6 +42,8 @@ type state struct {
 	approval        map[string]bool
 	// runaway are the polled tools' runaway loops, for gateway-scope limits (intercept.go).
 	runaway map[string][]run
+	// pollsPerLoop are the polling loops by shape and number of polls.
+	pollsPerLoop map[LoopShape][]LoopCount
 }
 
 // Recommend analyses one server's history and returns the recommendation
@@ -140,6 +142,7 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 		Window: s.window, Confidence: s.confid, Draft: s.confid == Low, Gates: gates,
 		Findings: s.findings, Policy: proposed, Current: opts.Current, Patch: patch, Replay: *replay,
 		RuleChanges: ruleChanges, SuppressionChanges: changes, Gateway: gateway, Runaway: s.runawayLoops(),
+		PollsPerLoop: s.pollsPerLoop,
 	}, nil
 }
 

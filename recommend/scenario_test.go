@@ -1,8 +1,10 @@
 package recommend_test
 
 import (
+	"cmp"
 	"context"
 	"path/filepath"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -87,6 +89,22 @@ func TestLoopsScenarioGroundTruth(t *testing.T) {
 			assert.Equal(t, runaway, f.Evidence["runaway_loops"], pp.PollTool)
 			counts := pp.PollCounts()
 			assert.InDelta(t, median(counts), f.Evidence["median_polls"], 1.0, "median polls of %s", pp.PollTool)
+			// The report's histogram: every planted loop of the pair by its polls, fewest first.
+			want, got := map[int64]int64{}, map[int64]int64{}
+			for _, n := range counts {
+				want[int64(n)]++
+			}
+			for _, rl := range truth.Runaway {
+				if rl.PollTool == pp.PollTool {
+					want[int64(rl.Polls)]++
+				}
+			}
+			hist := r.PollsPerLoop[recommend.LoopShape{Tool: pp.PollTool, Start: pp.StartTool}]
+			for _, c := range hist {
+				got[c.Polls] += c.Loops
+			}
+			assert.Equal(t, want, got, "loops of %s by polls", pp.PollTool)
+			assert.True(t, slices.IsSortedFunc(hist, func(a, b recommend.LoopCount) int { return cmp.Compare(a.Polls, b.Polls) }), "fewest polls first")
 			assert.InDelta(t, pp.Loops[0].Interval.Seconds(), f.Evidence["median_interval_s"], 0.2)
 			assert.Less(t, f.Evidence["interval_cv"], 0.1)
 			require.Equal(t, recommend.OpRateLimit, f.Action.Op)

@@ -115,7 +115,18 @@ type Report struct {
 	// Runaway are the runaway polling loops found in the window, for the
 	// backtest's count of runaway polls a proposal cuts.
 	Runaway []RunawayLoop `json:"-"`
+	// PollsPerLoop counts the window's polling loops of each shape by their
+	// number of polls, for the report's histograms: the loops the detector
+	// found, so that the report does not look for them again.
+	PollsPerLoop map[LoopShape][]LoopCount `json:"-"`
 }
+
+// LoopShape is a polling loop's polled tool and the tool whose call
+// started it.
+type LoopShape struct{ Tool, Start string }
+
+// LoopCount is how many loops of a shape made Polls polls.
+type LoopCount struct{ Polls, Loops int64 }
 
 // Window describes the analysed history.
 type Window struct {

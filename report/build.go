@@ -136,10 +136,7 @@ func Build(ctx context.Context, store *analytics.Store, opts Options) (*Report, 
 	win := recommend.Window{From: r.Recommendation.From, To: r.Recommendation.To}
 	r.Polling, r.Limits = []PollingLoop{}, []LimitPeak{}
 	for _, g := range r.FullRecommendations() {
-		pl, err := polling(ctx, db, opts.Server, g.Grant, win, g.Findings, ropts.Params)
-		if err != nil {
-			return nil, err
-		}
+		pl := polling(g)
 		lp, err := limits(ctx, db, opts.Server, g.Grant, win, g.Findings)
 		if err != nil {
 			return nil, err
@@ -273,45 +270,31 @@ func actionText(f recommend.Finding) string {
 	return f.Action.Op
 }
 
-// polling reads the polls-per-loop distribution of each polling_loop
-// finding of one grant's proposal (grant "" for a server without grants),
-// over the recommendation's window and the grant's calls.
-func polling(ctx context.Context, db *sql.DB, server, grant string, win recommend.Window, findings []recommend.Finding, p recommend.Params) ([]PollingLoop, error) {
-	var pairs []loopShape
-	var loops []PollingLoop
-	for _, f := range findings {
+// polling is the polls-per-loop distribution of each polling_loop finding
+// of one grant's proposal (grant "" for a server without grants), as the
+// recommender counted the loops it found in its window.
+func polling(rec *recommend.Report) []PollingLoop {
+	loops := []PollingLoop{}
+	for _, f := range rec.Findings {
 		if f.Kind != recommend.KindPollingLoop {
 			continue
 		}
 		start, _ := f.Evidence["start_tool"].(string)
-		pl := PollingLoop{FindingID: f.ID, Grant: grant, Tool: f.Tool, StartTool: start, Histogram: []PollCount{}}
+		pl := PollingLoop{FindingID: f.ID, Grant: rec.Grant, Tool: f.Tool, StartTool: start, Histogram: []PollCount{}}
 		if v, ok := f.Evidence["runaway_threshold_polls"].(float64); ok {
 			pl.RunawayThreshold = v
 		}
 		if l := f.Action.Limit; l != nil && f.Suppressed == nil {
 			pl.Limit = &Limit{Max: l.Max, Window: l.Window, Scope: l.EffectiveScope()}
 		}
-		pairs = append(pairs, loopShape{tool: f.Tool, start: start})
+		for _, c := range rec.PollsPerLoop[recommend.LoopShape{Tool: f.Tool, Start: start}] {
+			pl.Histogram = append(pl.Histogram, PollCount{Polls: c.Polls, Loops: c.Loops})
+			pl.Loops += c.Loops
+		}
 		loops = append(loops, pl)
 	}
-	if len(loops) == 0 {
-		return []PollingLoop{}, nil
-	}
-	hist, err := pollHistograms(ctx, querier{db: db, server: server, grant: grant, from: win.From, to: win.To}, p.PollMinCalls, p.PollMaxInterval, p.PollMaxCV, pairs)
-	if err != nil {
-		return nil, err
-	}
-	for i := range loops {
-		h := hist[loopShape{tool: loops[i].Tool, start: loops[i].StartTool}]
-		if h != nil {
-			loops[i].Histogram = h
-		}
-		for _, pc := range loops[i].Histogram {
-			loops[i].Loops += pc.Loops
-		}
-	}
 	sort.SliceStable(loops, func(i, j int) bool { return loops[i].Tool < loops[j].Tool })
-	return loops, nil
+	return loops
 }
 
 // limits sets every proposed rate limit of one grant's proposal (of the

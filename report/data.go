@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/mcptrail/mcptrail/analytics"
@@ -272,82 +271,6 @@ func Servers(ctx context.Context, db *sql.DB, from, to time.Time) ([]string, err
 			return nil, fmt.Errorf("report: servers: %w", err)
 		}
 		out = append(out, s)
-	}
-	return out, rows.Err()
-}
-
-// loopShape is one (polled tool, start tool) pair to read the loops of.
-type loopShape struct{ tool, start string }
-
-// pollHistograms counts, for each pair, its polling loops by number of
-// polls. A loop is found exactly as the recommender finds it (SPEC §5): in
-// one session, a run of at least minCalls calls of one tool with the same
-// arguments, each within maxGap of the previous, right after a call of
-// another tool (within maxGap too), at regular intervals (coefficient of
-// variation at most maxCV), and not a retry storm (mostly errors, ending in
-// one). The sequence work runs in DuckDB on hashed keys, as the
-// recommender's does.
-func pollHistograms(ctx context.Context, q querier, minCalls int,
-	maxGap time.Duration, maxCV float64, pairs []loopShape) (map[loopShape][]PollCount, error) {
-	out := map[loopShape][]PollCount{}
-	if len(pairs) == 0 {
-		return out, nil
-	}
-	want := map[loopShape]bool{}
-	tools := make([]string, 0, len(pairs))
-	for _, p := range pairs {
-		want[p] = true
-		tools = append(tools, p.tool)
-	}
-	rows, err := q.query(ctx, "polls per loop", `
-WITH c AS (
-	SELECT hash(`+sessionKey+`) AS skh, tool, hash(tool) AS th, hash(args_hash) AS hh, args_hash IS NULL AS no_args,
-	       status = 'error' AS err, epoch_ms(ts) AS ms
-	FROM calls WHERE `+q.calls()+` AND tool IS NOT NULL
-), s AS (
-	SELECT *, lag(th) OVER w AS prev_th, lag(tool) OVER w AS prev_tool, lag(hh) OVER w AS prev_hh,
-	       ms - lag(ms) OVER w AS gap
-	FROM c WINDOW w AS (PARTITION BY skh ORDER BY ms, th, hh)
-), m AS (
-	SELECT *, (prev_th IS NULL OR th <> prev_th OR no_args OR hh <> prev_hh OR gap > $max_gap_ms)::INTEGER AS brk
-	FROM s
-), r AS (
-	SELECT *, sum(brk) OVER (PARTITION BY skh ORDER BY ms, th, hh ROWS UNBOUNDED PRECEDING) AS run_no
-	FROM m
-), runs AS (
-	SELECT any_value(tool) AS tool, arg_min(prev_tool, ms) AS start_tool, coalesce(arg_min(gap, ms), 0) AS start_gap,
-	       count(*) AS polls, coalesce(avg(gap) FILTER (brk = 0), 0) AS mean_gap,
-	       coalesce(stddev_pop(gap) FILTER (brk = 0), 0) AS sd_gap,
-	       count(*) FILTER (err) AS errors, coalesce(arg_max(err, ms), false) AS last_err
-	FROM r
-	GROUP BY skh, run_no
-	HAVING count(*) >= $min_calls AND any_value(tool) IN (SELECT unnest($tools::VARCHAR[]))
-)
-SELECT tool, start_tool, polls, count(*)
-FROM runs
-WHERE NOT (errors * 2 >= polls AND last_err)
-  AND start_tool IS NOT NULL AND start_tool <> tool AND start_gap <= $max_gap_ms
-  AND (CASE WHEN mean_gap <= 0 THEN 0 ELSE sd_gap / mean_gap END) <= $max_cv
-GROUP BY ALL
-ORDER BY tool, start_tool, polls`,
-		sql.Named("max_gap_ms", maxGap.Milliseconds()), sql.Named("min_calls", minCalls),
-		sql.Named("max_cv", maxCV), sql.Named("tools", tools))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var k loopShape
-		var pc PollCount
-		if err := rows.Scan(&k.tool, &k.start, &pc.Polls, &pc.Loops); err != nil {
-			return nil, fmt.Errorf("report: polls per loop: %w", err)
-		}
-		if want[k] {
-			out[k] = append(out[k], pc)
-		}
-	}
-	for k := range out {
-		sort.Slice(out[k], func(i, j int) bool { return out[k][i].Polls < out[k][j].Polls })
 	}
 	return out, rows.Err()
 }
