@@ -139,6 +139,9 @@ ORDER BY r.range`, sql.Named("bucket", bucket), sql.Named("first", first), sql.N
 
 // tools reads every tool's use in the window with its latency percentiles
 // and its first call ever (from tool_days before the window's first day).
+// The percentiles come from one quantile_cont over a list of fractions:
+// one sort of a tool's latencies instead of three (5M calls, through
+// `mcptrail query`: 0.8 s instead of 1.05 s).
 func (q querier) tools(ctx context.Context) ([]ToolStats, error) {
 	rows, err := q.query(ctx, "tools", `
 WITH w AS (
@@ -146,9 +149,7 @@ WITH w AS (
 	       count(*) FILTER (decision <> 'allowed') AS refused,
 	       count(*) FILTER (decision = 'allowed' AND status = 'error') AS errors,
 	       count(DISTINCT `+sessionKey+`) FILTER (`+sessionKey+` <> '') AS sessions, count(DISTINCT agent) AS agents,
-	       round(quantile_cont(latency_ms, 0.50) FILTER (decision = 'allowed'), 1) AS p50,
-	       round(quantile_cont(latency_ms, 0.95) FILTER (decision = 'allowed'), 1) AS p95,
-	       round(quantile_cont(latency_ms, 0.99) FILTER (decision = 'allowed'), 1) AS p99,
+	       quantile_cont(latency_ms, [0.50, 0.95, 0.99]) FILTER (decision = 'allowed') AS q,
 	       round(max(latency_ms) FILTER (decision = 'allowed'), 1) AS mx
 	FROM calls WHERE `+inWindow+` AND tool IS NOT NULL
 	GROUP BY tool
@@ -164,7 +165,7 @@ WITH w AS (
 	GROUP BY tool
 )
 SELECT w.tool, calls, allowed, refused, errors, `+rate("errors", "allowed")+`, `+rate("refused", "calls")+`,
-       sessions, agents, p50, p95, p99, mx, f.first_ms
+       sessions, agents, round(q[1], 1), round(q[2], 1), round(q[3], 1), mx, f.first_ms
 FROM w JOIN f USING (tool)
 ORDER BY calls DESC, w.tool`, q.historyArgs()...)
 	if err != nil {
