@@ -75,7 +75,7 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 			exact = append(exact, t)
 		}
 	}
-	var newlyStatic []string
+	var newlyStatic, refusedStatic []string
 	for _, t := range static {
 		info := tools[t]
 		tr := r.tool(t)
@@ -87,9 +87,12 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 		if staticVerdict[t].Decision != policy.Allowed && info.allowed > 0 {
 			tr.Changed += info.allowed
 			tr.changedBy(staticVerdict[t], info.allowed)
-			if err := q.affectedStatic(ctx, t, staticVerdict[t], acc, o.FirstN); err != nil {
-				return nil, err
-			}
+			refusedStatic = append(refusedStatic, t)
+		}
+	}
+	if len(refusedStatic) > 0 {
+		if err := q.affectedStatic(ctx, refusedStatic, staticVerdict, acc, o.FirstN); err != nil {
+			return nil, err
 		}
 	}
 	if len(newlyStatic) > 0 {
@@ -339,41 +342,60 @@ FROM calls WHERE `+inWindow+` AND tool IS NOT NULL GROUP BY tool`)
 	return out, rows.Err()
 }
 
-// affectedStatic records the recorded-allowed calls of a tool that the policy
-// refuses outright.
-func (q query) affectedStatic(ctx context.Context, tool string, v policy.Verdict, acc *affected, firstN int) error {
+// affectedStatic records the recorded-allowed calls of the tools (in order)
+// that the policy refuses outright (verdicts): their sessions and agents,
+// and each tool's earliest firstN calls, tool by tool. One query each for
+// all the tools: a query per tool read the whole window again for each.
+func (q query) affectedStatic(ctx context.Context, tools []string, verdicts map[string]policy.Verdict, acc *affected, firstN int) error {
 	rows, err := q.rows(ctx, "replay", `
-SELECT DISTINCT `+sessionID+`, coalesce(agent, '') FROM calls
-WHERE `+inWindow+` AND tool = $tool AND decision = 'allowed'`, sql.Named("tool", tool))
+SELECT DISTINCT tool, `+sessionID+`, coalesce(agent, '') FROM calls
+WHERE `+inWindow+` AND list_contains($tools, tool) AND decision = 'allowed'`, sql.Named("tools", tools))
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
-		var sk, agent string
-		if err := rows.Scan(&sk, &agent); err != nil {
+		var tool, sk, agent string
+		if err := rows.Scan(&tool, &sk, &agent); err != nil {
 			rows.Close()
 			return fmt.Errorf("replay: %w", err)
 		}
 		acc.add(AffectedCall{Tool: tool, Agent: agent}, sk, 0)
 	}
 	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
 	first, err := q.rows(ctx, "replay", `
-SELECT id, ts, coalesce(session, ''), coalesce(agent, '') FROM calls
-WHERE `+inWindow+` AND tool = $tool AND decision = 'allowed' ORDER BY ts, id LIMIT $n`,
-		sql.Named("tool", tool), sql.Named("n", firstN))
+SELECT tool, id, ts, session, agent FROM (
+	SELECT tool, id, ts, coalesce(session, '') AS session, coalesce(agent, '') AS agent,
+	       row_number() OVER (PARTITION BY tool ORDER BY ts, id) AS rn
+	FROM calls WHERE `+inWindow+` AND list_contains($tools, tool) AND decision = 'allowed'
+) WHERE rn <= $n`, sql.Named("tools", tools), sql.Named("n", firstN))
 	if err != nil {
 		return err
 	}
 	defer first.Close()
+	byTool := map[string][]AffectedCall{}
 	for first.Next() {
-		c := AffectedCall{Tool: tool, Recorded: policy.Allowed, Replayed: v.Decision, Rule: v.Rule}
-		if err := first.Scan(&c.ID, &c.TS, &c.Session, &c.Agent); err != nil {
+		var c AffectedCall
+		if err := first.Scan(&c.Tool, &c.ID, &c.TS, &c.Session, &c.Agent); err != nil {
 			return fmt.Errorf("replay: %w", err)
 		}
-		c.TS = c.TS.UTC()
-		acc.first = append(acc.first, c)
+		v := verdicts[c.Tool]
+		c.TS, c.Recorded, c.Replayed, c.Rule = c.TS.UTC(), policy.Allowed, v.Decision, v.Rule
+		byTool[c.Tool] = append(byTool[c.Tool], c)
 	}
-	return first.Err()
+	if err := first.Err(); err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	// In the order the per-tool queries gave them: acc.add's bound on the
+	// earliest calls it keeps sees the same list.
+	for _, t := range tools {
+		calls := byTool[t]
+		sortCalls(calls)
+		acc.first = append(acc.first, calls...)
+	}
+	return nil
 }
 
 type overflowCount struct{ total, changed int64 }

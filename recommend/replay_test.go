@@ -97,6 +97,36 @@ func TestReplayCountsNewlyAllowed(t *testing.T) {
 	}
 }
 
+// Tools the proposal refuses outright are read together: their sessions,
+// agents and earliest calls are those of each tool, whatever the order of
+// their calls in time.
+func TestReplayRefusedToolsTogether(t *testing.T) {
+	store := storeEvents(t, func(add func(tool string, d audit.Decision, n int)) {
+		add("get_e", audit.Allowed, 1)
+		add("get_c", audit.Allowed, 2)
+		add("get_f", audit.Denied, 1)
+		add("get_e", audit.Allowed, 3)
+		add("get_f", audit.Allowed, 2)
+		add("get_c", audit.Allowed, 1)
+	})
+	p := &policy.Policy{Version: "1", Default: policy.DefaultDeny, Hide: []string{"get_c", "get_e"}}
+	fast, _ := fastAndExact(t, store, recommend.ReplayOptions{Server: "srv", From: now.Add(-24 * time.Hour), To: now, Policy: p, FirstN: 3})
+	assert.Equal(t, int64(9), fast.Changed, "every allowed call is refused now")
+	assert.Equal(t, int64(9), fast.SessionsAffected, "one session per call")
+	assert.Equal(t, int64(1), fast.AgentsAffected)
+	for tool, n := range map[string]int64{"get_c": 3, "get_e": 4, "get_f": 2} {
+		assert.Equal(t, n, fast.ByTool[tool].Changed, tool)
+		assert.Equal(t, n, fast.ByTool[tool].SessionsAffected, tool)
+	}
+	var got []string
+	for _, c := range fast.FirstAffected {
+		got = append(got, c.Tool+"/"+c.ID)
+		assert.Equal(t, "allowed", c.Recorded)
+	}
+	assert.Equal(t, []string{"get_e/e000", "get_c/e001", "get_c/e002"}, got, "the earliest three, in time order")
+	assert.Equal(t, "hidden", fast.FirstAffected[0].Replayed)
+}
+
 // storeEvents stores calls made by add: n calls of a tool with a decision,
 // one second apart, in sessions of their own.
 func storeEvents(t *testing.T, fill func(add func(tool string, d audit.Decision, n int))) *analytics.Store {
