@@ -74,7 +74,7 @@ func Build(ctx context.Context, store *analytics.Store, opts Options) (*Report, 
 	if opts.GeneratedAt.IsZero() {
 		gen = time.Now().UTC()
 	}
-	q := querier{db: db, server: opts.Server, from: now.Add(-opts.Window), to: now}
+	q := querier{db: db, server: opts.Server, from: now.Add(-opts.Window), to: now, log: opts.Log}
 	r := &Report{Version: Version, Server: opts.Server, Schedule: opts.Schedule, GeneratedAt: gen}
 	var err error
 	if r.Window, r.Totals, err = q.totals(ctx); err != nil {
@@ -133,11 +133,10 @@ func Build(ctx context.Context, store *analytics.Store, opts Options) (*Report, 
 	} else {
 		r.Recommendation = summarize(rec)
 	}
-	win := recommend.Window{From: r.Recommendation.From, To: r.Recommendation.To}
 	r.Polling, r.Limits = []PollingLoop{}, []LimitPeak{}
 	for _, g := range r.FullRecommendations() {
 		pl := polling(g)
-		lp, err := limits(ctx, db, opts.Server, g.Grant, win, g.Findings)
+		lp, err := limits(ctx, querier{db: db, server: opts.Server, grant: g.Grant, from: r.Recommendation.From, to: r.Recommendation.To, log: opts.Log}, g.Findings)
 		if err != nil {
 			return nil, err
 		}
@@ -298,10 +297,10 @@ func polling(rec *recommend.Report) []PollingLoop {
 }
 
 // limits sets every proposed rate limit of one grant's proposal (of the
-// unsuppressed polling_loop and rate_limit findings; grant "" for a server
-// without grants) against the peaks observed in its unit over the
-// recommendation's window and the grant's calls, by tool.
-func limits(ctx context.Context, db *sql.DB, server, grant string, win recommend.Window, findings []recommend.Finding) ([]LimitPeak, error) {
+// unsuppressed polling_loop and rate_limit findings) against the peaks
+// observed in its unit over q: the recommendation's window and the grant's
+// calls (q.grant "" for a server without grants), by tool.
+func limits(ctx context.Context, q querier, findings []recommend.Finding) ([]LimitPeak, error) {
 	out := []LimitPeak{}
 	seen := map[string]bool{}
 	for _, f := range findings {
@@ -310,11 +309,10 @@ func limits(ctx context.Context, db *sql.DB, server, grant string, win recommend
 			continue
 		}
 		seen[f.Tool] = true
-		out = append(out, LimitPeak{Tool: f.Tool, Grant: grant, FindingID: f.ID, Kind: f.Kind, Histogram: []PeakCount{},
+		out = append(out, LimitPeak{Tool: f.Tool, Grant: q.grant, FindingID: f.ID, Kind: f.Kind, Histogram: []PeakCount{},
 			Limit: Limit{Max: l.Max, Window: l.Window, Scope: l.EffectiveScope()}})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Tool < out[j].Tool })
-	q := querier{db: db, server: server, grant: grant, from: win.From, to: win.To}
 	if err := q.limitPeaks(ctx, out); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/mcptrail/mcptrail/analytics"
@@ -36,6 +37,7 @@ type querier struct {
 	// grant, when set, keeps the calls of that grant (where q.calls()).
 	grant    string
 	from, to time.Time
+	log      *slog.Logger // debug timings of each query; nil is quiet
 }
 
 func (q querier) args(extra ...any) []any {
@@ -62,7 +64,17 @@ func (q querier) calls() string {
 	return inWindow
 }
 
+// timed logs how long a query took, at debug level.
+func (q querier) timed(what string) func() {
+	if q.log == nil {
+		return func() {}
+	}
+	start := time.Now()
+	return func() { q.log.Debug("report query", "query", what, "took", time.Since(start).Round(time.Millisecond)) }
+}
+
 func (q querier) query(ctx context.Context, what, text string, extra ...any) (*sql.Rows, error) {
+	defer q.timed(what)()
 	rows, err := q.db.QueryContext(ctx, text, q.args(extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("report: %s: %w", what, err)
@@ -74,6 +86,7 @@ func (q querier) query(ctx context.Context, what, text string, extra ...any) (*s
 func (q querier) totals(ctx context.Context) (Window, Totals, error) {
 	var w Window
 	var t Totals
+	defer q.timed("totals")()
 	err := q.db.QueryRowContext(ctx, `
 SELECT count(*),
        count(DISTINCT `+sessionKey+`) FILTER (`+sessionKey+` <> ''),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/xml"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -434,3 +435,19 @@ func TestPollBins(t *testing.T) {
 }
 
 func itoa(n int64) string { return num(n) }
+
+// With a debug logger, every query of the report logs how long it took
+// (MCPTRAIL_DEBUG=1 on the command line), as the recommender's do.
+func TestBuildLogsQueryTimings(t *testing.T) {
+	store := emptyStore(t)
+	require.NoError(t, appendScenario(store, "small", 1, fixedNow, 0))
+	var logged strings.Builder
+	log := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	r, err := Build(context.Background(), store, Options{Server: server, Window: week, Now: fixedNow, Log: log})
+	require.NoError(t, err)
+	require.NotEmpty(t, r.Limits, "the scenario proposes rate limits")
+	for _, q := range []string{"query=totals", "query=tools", "query=agents", `query="last access"`, `query="limits against peaks"`} {
+		assert.Contains(t, logged.String(), `msg="report query" `+q+" took=", q)
+	}
+	assert.Contains(t, logged.String(), `msg="recommend query"`, "the recommendation's own timings")
+}
