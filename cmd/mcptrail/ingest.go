@@ -22,8 +22,10 @@ import (
 // ingestMemoryLimit bounds DuckDB's memory while `ingest` appends. A batch
 // being stored holds ~110 MB of it (one uncompressed row group); the rest
 // caches table blocks, which grow with the file: 10M events peaked at
-// 616 MiB of RSS at 256 MB, 553 at 192 and 525 at 160, no slower.
-const ingestMemoryLimit = "160MB"
+// 616 MiB of RSS at 256 MB, 553 at 192, 504-521 at 160 and 476-482 at
+// 128, no slower. A batch larger than the limit (argument values kept,
+// 2 KB each) is stored all the same: DuckDB spills what does not fit.
+const ingestMemoryLimit = "128MB"
 
 // ingestThreads is DuckDB's thread count while `ingest` appends: the
 // Arrow scan that feeds an insert is one stream, and a second DuckDB thread
