@@ -205,9 +205,9 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMPTZ NOT NULL)`); err != nil {
 		return fmt.Errorf("create schema_migrations: %w", err)
 	}
-	var current int
-	if err := db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
-		return fmt.Errorf("read schema version: %w", err)
+	current, err := recordedVersion(ctx, db)
+	if err != nil {
+		return err
 	}
 	if current > SchemaVersion() {
 		return fmt.Errorf("database schema version %d is newer than this build knows (%d): upgrade mcptrail", current, SchemaVersion())
@@ -235,6 +235,15 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
+// recordedVersion is the newest migration recorded in schema_migrations.
+func recordedVersion(ctx context.Context, db *sql.DB) (int, error) {
+	var v int
+	if err := db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
+}
+
 // storedSchemaVersion is the newest migration recorded in db, 0 when it has
 // no schema_migrations table (not a database mcptrail created).
 func storedSchemaVersion(ctx context.Context, db *sql.DB) (int, error) {
@@ -245,11 +254,7 @@ func storedSchemaVersion(ctx context.Context, db *sql.DB) (int, error) {
 	if tables == 0 {
 		return 0, nil
 	}
-	var v int
-	if err := db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&v); err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
-	}
-	return v, nil
+	return recordedVersion(ctx, db)
 }
 
 // migrateBeforeReading brings a database of an older schema, just opened
@@ -262,11 +267,11 @@ func storedSchemaVersion(ctx context.Context, db *sql.DB) (int, error) {
 // schema_migrations is left as it is.
 func migrateBeforeReading(ctx context.Context, s *Store, opts Options) (*Store, error) {
 	v, err := storedSchemaVersion(ctx, s.db)
-	if err != nil || v == 0 || v >= SchemaVersion() {
-		if err != nil {
-			_ = s.db.Close()
-			return nil, fmt.Errorf("open database %s: %w", s.path, err)
-		}
+	if err != nil {
+		_ = s.db.Close()
+		return nil, fmt.Errorf("open database %s: %w", s.path, err)
+	}
+	if v == 0 || v >= SchemaVersion() {
 		return s, nil
 	}
 	if err := s.db.Close(); err != nil {
