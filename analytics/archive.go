@@ -146,6 +146,13 @@ func (s *Store) RestoreDay(ctx context.Context, server string, day time.Time, fi
 		return 0, err
 	}
 	return s.onWriter(ctx, "restore calls", func(conn *sql.Conn) (int64, error) {
+		// A day this database archived and deleted itself still has its
+		// runs in call_runs: its calls come back unchanged.
+		var own int64
+		if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM archive_days WHERE server = ? AND "date" = ? AND deleted_at IS NOT NULL`,
+			server, day.UTC().Format(time.DateOnly)).Scan(&own); err != nil {
+			return 0, err
+		}
 		r, err := conn.ExecContext(ctx, `INSERT INTO calls BY NAME SELECT DISTINCT ON (id) * FROM `+parquetScan(files)+
 			` WHERE `+dayWhere(server, day)+` AND id NOT IN (SELECT id FROM calls WHERE `+dayWhere(server, day)+`)`)
 		if err != nil {
@@ -153,6 +160,11 @@ func (s *Store) RestoreDay(ctx context.Context, server string, day time.Time, fi
 		}
 		if err := recordToolDays(ctx, conn, dayWhere(server, day)); err != nil {
 			return 0, err
+		}
+		if own == 0 {
+			if err := recordRuns(ctx, conn, dayWhere(server, day)); err != nil {
+				return 0, err
+			}
 		}
 		return r.RowsAffected()
 	})

@@ -13,6 +13,9 @@ type migration struct {
 	version int
 	name    string
 	sql     string
+	// build, when set, runs after sql in the same transaction: a step that
+	// fills new tables with Go-built statements.
+	build func(ctx context.Context, tx execQuerier) error
 }
 
 // migrations creates and evolves the schema. The calls table is public (SPEC §3):
@@ -100,7 +103,7 @@ CREATE TABLE suppression_log (
 	owner      VARCHAR,
 	until      TIMESTAMPTZ
 );
-`},
+`, nil},
 	{2, "session sources and derived sessions", `
 ALTER TABLE calls ADD COLUMN session_source VARCHAR;
 ` + backfillSessionSource + `;
@@ -113,7 +116,7 @@ CREATE TABLE derived_sessions (
 	last_ts TIMESTAMPTZ NOT NULL,
 	PRIMARY KEY (server, agent, "grant", gateway)
 );
-`},
+`, nil},
 	{3, "finding history", `
 CREATE TABLE recommend_runs (
 	run_id      BIGINT PRIMARY KEY,
@@ -146,7 +149,7 @@ CREATE TABLE finding_log (
 	to_state   VARCHAR NOT NULL,
 	run_id     BIGINT NOT NULL
 );
-`},
+`, nil},
 	{4, "live alerts", `
 CREATE TABLE alerts (
 	id         VARCHAR PRIMARY KEY,
@@ -161,7 +164,7 @@ CREATE TABLE alerts (
 	sent_at    TIMESTAMPTZ NOT NULL,
 	ended_at   TIMESTAMPTZ
 );
-`},
+`, nil},
 	{5, "parquet archive", `
 CREATE TABLE archive_days (
 	server      VARCHAR NOT NULL,
@@ -174,7 +177,7 @@ CREATE TABLE archive_days (
 	deleted_at  TIMESTAMPTZ,
 	PRIMARY KEY (server, "date", file)
 );
-`},
+`, nil},
 	{6, "tool days", `
 CREATE TABLE tool_days (
 	server        VARCHAR NOT NULL,
@@ -188,7 +191,10 @@ CREATE TABLE tool_days (
 	PRIMARY KEY (server, "grant", tool, day)
 );
 ` + toolDaysSQL("true") + `;
-`},
+`, nil},
+	{7, "call runs", runsSchema, func(ctx context.Context, tx execQuerier) error {
+		return recordRuns(ctx, tx, "true")
+	}},
 }
 
 // backfillSessionSource gives the rows stored before session sources a
@@ -223,6 +229,12 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
 			_ = tx.Rollback()
 			return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
+		}
+		if m.build != nil {
+			if err := m.build(ctx, tx); err != nil {
+				_ = tx.Rollback()
+				return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
+			}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations VALUES (?, ?, ?)`, m.version, m.name, time.Now().UTC()); err != nil {
 			_ = tx.Rollback()

@@ -158,18 +158,28 @@ func (c *columns) register(ctx context.Context, conn *sql.Conn) (string, func(),
 		return "", nil, fmt.Errorf("append: arrow batch: %w", err)
 	}
 	name := fmt.Sprintf("staging_arrow_%d", viewSeq.Add(1))
-	var release func()
+	release, err := registerReader(ctx, conn, reader, name)
+	if err != nil {
+		return "", nil, fmt.Errorf("append: register arrow batch: %w", err)
+	}
+	return name, release, nil
+}
+
+// registerReader makes reader's records a view named name on conn; release
+// drops the view and releases the reader (which it also does on error).
+func registerReader(ctx context.Context, conn *sql.Conn, reader array.RecordReader, name string) (release func(), err error) {
+	var unregister func()
 	err = conn.Raw(func(dc any) error {
-		release, err = registerArrowView(dc.(driver.Conn), reader, name)
+		unregister, err = registerArrowView(dc.(driver.Conn), reader, name)
 		return err
 	})
 	if err != nil {
 		reader.Release()
-		return "", nil, fmt.Errorf("append: register arrow batch: %w", err)
+		return nil, err
 	}
-	return name, func() {
+	return func() {
 		_, _ = conn.ExecContext(context.WithoutCancel(ctx), `DROP VIEW IF EXISTS `+name)
-		release()
+		unregister()
 		reader.Release()
 	}, nil
 }

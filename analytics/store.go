@@ -348,6 +348,9 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 		defer st.Release()
 	}
 	if st.n > 0 {
+		// The batch's calls sorted for its runs, beside DuckDB's insert.
+		sorted := make(chan *batchCalls, 1)
+		go func() { sorted <- collectCalls(st.cols) }()
 		derived := len(st.derive) > 0
 		if derived {
 			if err := deriveSessions(ctx, conn, st.derive, st.lo, st.hi, s.sessionGap); err != nil {
@@ -376,6 +379,17 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 			return res, fmt.Errorf("append: %w", err)
 		}
 		n, _ := r.RowsAffected()
+		calls := <-sorted
+		if derived || int(n) != st.n {
+			// Sessions decided in SQL, or calls stored already: the
+			// staged calls are not the batch's.
+			err = recordRuns(ctx, conn, "ingested_at = ?", now)
+		} else {
+			err = recordBatchRuns(ctx, conn, calls, "ingested_at = ?", now)
+		}
+		if err != nil {
+			return res, fmt.Errorf("append: %w", err)
+		}
 		res.Ingested = int(n)
 		res.Duplicates = st.n + st.repeats - res.Ingested
 	}

@@ -21,7 +21,7 @@ import (
 // sessionKey is the SQL expression of a call's session for analysis: where
 // events carry no session (Intercept writes none), the gateway instance
 // stands in for it (SPEC §5).
-const sessionKey = `coalesce(session, 'gateway:' || gateway, '')`
+const sessionKey = analytics.SessionKey
 
 // sessionID identifies a session in sets that detectors and the replay share
 // (runaway sessions, affected sessions): the hash of the session key, as text.
@@ -272,15 +272,33 @@ type run struct {
 	First, Last time.Time
 }
 
-// runs finds every run of at least minCalls calls. The sequence work (LAG
-// over each session's calls in time order) runs in DuckDB; only the runs,
-// far fewer than the calls, come back. names maps tool hashes back to the
-// tools (toolNames).
+// runs finds every run of at least minCalls calls: from the runs the store
+// keeps (storedruns.go) where they give this window's, else by the
+// sequence work (LAG over each session's calls in time order) in DuckDB;
+// only the runs, far fewer than the calls, come back. names maps tool
+// hashes back to the tools (toolNames).
 func (q query) runs(ctx context.Context, names map[uint64]string, minCalls int, maxInterval time.Duration) ([]run, error) {
-	rows, err := q.rows(ctx, "call sequences", `
-WITH `+runsSQL(inWindow, minCalls, maxInterval)+`
+	stored, err := q.storedRunsUsable(ctx, minCalls, maxInterval)
+	if err != nil {
+		return nil, err
+	}
+	if stored {
+		return q.readRuns(ctx, names, storedRunsSQL(minCalls))
+	}
+	return q.readRuns(ctx, names, scanRunsSQL(minCalls, maxInterval))
+}
+
+// scanRunsSQL finds the window's runs in its calls, for readRuns.
+func scanRunsSQL(minCalls int, maxInterval time.Duration) string {
+	return `
+WITH ` + runsSQL(inWindow, minCalls, maxInterval) + `
 SELECT skh, th, prev_th, start_gap, polls, span_s, mean_gap, sd_gap, median_gap, errors, last_err, t0, t1
-FROM runs ORDER BY t0, skh`)
+FROM runs ORDER BY t0, skh`
+}
+
+// readRuns runs a query of runs (scanRunsSQL, storedRunsSQL).
+func (q query) readRuns(ctx context.Context, names map[uint64]string, text string) ([]run, error) {
+	rows, err := q.rows(ctx, "call sequences", text)
 	if err != nil {
 		return nil, err
 	}

@@ -46,15 +46,7 @@ func TestToolUsageFromToolDays(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, flush())
 
-	grants := []string{""}
-	rows, err := store.DB().QueryContext(ctx, `SELECT DISTINCT "grant" FROM calls WHERE "grant" IS NOT NULL ORDER BY 1`)
-	require.NoError(t, err)
-	for rows.Next() {
-		var g string
-		require.NoError(t, rows.Scan(&g))
-		grants = append(grants, g)
-	}
-	require.NoError(t, rows.Err())
+	grants := append([]string{""}, storedGrants(t, store)...)
 	require.Greater(t, len(grants), 1)
 
 	history := 0
@@ -76,6 +68,22 @@ func TestToolUsageFromToolDays(t *testing.T) {
 		}
 	}
 	assert.Positive(t, history, "tools with allowed calls in several periods before the window")
+}
+
+// storedGrants lists the grants of the stored calls.
+func storedGrants(t *testing.T, store *analytics.Store) []string {
+	t.Helper()
+	rows, err := store.DB().Query(`SELECT DISTINCT "grant" FROM calls WHERE "grant" IS NOT NULL ORDER BY 1`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var grants []string
+	for rows.Next() {
+		var g string
+		require.NoError(t, rows.Scan(&g))
+		grants = append(grants, g)
+	}
+	require.NoError(t, rows.Err())
+	return grants
 }
 
 func usageValues(m map[string]*usage) map[string]usage {

@@ -1,0 +1,363 @@
+package analytics
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+// The DuckDB side of runsfast.go: the stored tails it starts from, the
+// runs and tails it stores, the open runs it extends, the sessions it hands
+// to the SQL path, each crossing as one Arrow record.
+
+// lookupTails reads run_tails for the batch's sessions, and whether each
+// session's first new call continues its stored last call.
+func lookupTails(ctx context.Context, conn *sql.Conn, b *batchCalls) (map[int32]storedTail, error) {
+	mem := memory.DefaultAllocator
+	ib, sc := array.NewInt32Builder(mem), newSessionCols()
+	tb, ab, mb := array.NewStringBuilder(mem), array.NewStringBuilder(mem), array.NewInt64Builder(mem)
+	for si, s := range b.sessions {
+		first := b.calls[b.starts[si]]
+		ib.Append(int32(si))
+		sc.add(s)
+		tb.Append(first.tool)
+		if first.args == "" {
+			ab.AppendNull()
+		} else {
+			ab.Append(first.args)
+		}
+		mb.Append(first.ms)
+	}
+	schema := arrow.NewSchema(slices.Concat([]arrow.Field{{Name: "i", Type: arrow.PrimitiveTypes.Int32}}, sc.fields(), []arrow.Field{
+		{Name: "tool", Type: arrow.BinaryTypes.String}, {Name: "args", Type: arrow.BinaryTypes.String, Nullable: true},
+		{Name: "ms", Type: arrow.PrimitiveTypes.Int64},
+	}), nil)
+	name, release, err := registerRecord(ctx, conn, schema, "run_sessions", slices.Concat([]array.Builder{ib}, sc.builders(), []array.Builder{tb, ab, mb})...)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	rows, err := conn.QueryContext(ctx, `SELECT f.i, epoch_ms(t.last_ts), epoch_us(t.last_ts), t.last_th,
+	       t.b_ms, coalesce(epoch_us(t.a_ts), 0), coalesce(t.a_th, 0), t.a_ts IS NOT NULL,
+	       coalesce(f.args IS NOT NULL AND hash(f.tool) = t.last_th AND hash(f.args) = t.last_hh
+	                AND f.ms - epoch_ms(t.last_ts) <= `+strconv.FormatInt(RunsMaxGap.Milliseconds(), 10)+`, false)
+	FROM `+name+` f JOIN run_tails t ON t.pk = hash(f.server, f.g, f.sk)`)
+	if err != nil {
+		return nil, fmt.Errorf("record runs: stored tails: %w", err)
+	}
+	defer rows.Close()
+	out := map[int32]storedTail{}
+	for rows.Next() {
+		var i int32
+		var t storedTail
+		if err := rows.Scan(&i, &t.lastMS, &t.lastUS, &t.lastTH, &t.bMS, &t.aUS, &t.aTH, &t.aSet, &t.continues); err != nil {
+			return nil, fmt.Errorf("record runs: stored tails: %w", err)
+		}
+		out[i] = t
+	}
+	return out, rows.Err()
+}
+
+// storeFastRuns inserts the Go path's runs and replaces its sessions' tails.
+func storeFastRuns(ctx context.Context, conn *sql.Conn, b *batchCalls, runs []fastRun, tails []runTail) error {
+	mem := memory.DefaultAllocator
+	if len(runs) > 0 {
+		sc, prev, tb := newSessionCols(), newBeforeCols(), array.NewStringBuilder(mem)
+		gapsb := array.NewListBuilder(mem, arrow.PrimitiveTypes.Int64)
+		gapb := gapsb.ValueBuilder().(*array.Int64Builder)
+		eb, leb, t0b, t1b := array.NewInt64Builder(mem), array.NewBooleanBuilder(mem), array.NewInt64Builder(mem), array.NewInt64Builder(mem)
+		fb, lb := array.NewTimestampBuilder(mem, tsType), array.NewTimestampBuilder(mem, tsType)
+		for _, r := range runs {
+			sc.add(b.sessions[r.session])
+			prev.add(r.prevSet, r.prevTool, r.prevTH, r.prevUS)
+			tb.Append(r.tool)
+			gapsb.Append(true)
+			gapb.AppendValues(r.gaps, nil)
+			eb.Append(r.errors)
+			leb.Append(r.lastErr)
+			t0b.Append(r.t0)
+			t1b.Append(r.t1)
+			fb.Append(arrow.Timestamp(r.first))
+			lb.Append(arrow.Timestamp(r.lastU))
+		}
+		schema := arrow.NewSchema(slices.Concat(sc.fields(), prev.fields("prev"), []arrow.Field{
+			{Name: "tool", Type: arrow.BinaryTypes.String}, {Name: "gaps", Type: arrow.ListOf(arrow.PrimitiveTypes.Int64)},
+			{Name: "errors", Type: arrow.PrimitiveTypes.Int64}, {Name: "last_err", Type: arrow.FixedWidthTypes.Boolean},
+			{Name: "t0", Type: arrow.PrimitiveTypes.Int64}, {Name: "t1", Type: arrow.PrimitiveTypes.Int64},
+			{Name: "first_ts", Type: tsType}, {Name: "last_ts", Type: tsType},
+		}), nil)
+		name, release, err := registerRecord(ctx, conn, schema, "run_found",
+			slices.Concat(sc.builders(), prev.builders(), []array.Builder{tb, gapsb, eb, leb, t0b, t1b, fb, lb})...)
+		if err != nil {
+			return err
+		}
+		// The figures by the same aggregates as insertRunsSQL's, over the
+		// gaps in order.
+		_, err = conn.ExecContext(ctx, `INSERT INTO call_runs
+SELECT server, g, hash(sk), hash(tool), CASE WHEN prev_tool IS NULL THEN prev_th ELSE hash(prev_tool) END, prev_ts,
+       len(gaps) + 1, (t1 - t0) / 1000.0, coalesce(list_avg(gaps), 0) / 1000.0,
+       coalesce(list_aggregate(gaps, 'stddev_pop'), 0) / 1000.0, coalesce(list_aggregate(gaps, 'median'), 0) / 1000.0,
+       errors, last_err, t0, t1, first_ts, last_ts
+FROM `+name)
+		release()
+		if err != nil {
+			return fmt.Errorf("record runs: store runs: %w", err)
+		}
+	}
+	if len(tails) == 0 {
+		return nil
+	}
+	sc, a, bb := newSessionCols(), newBeforeCols(), array.NewInt64Builder(mem)
+	lub, ltb, lab := array.NewTimestampBuilder(mem, tsType), array.NewStringBuilder(mem), array.NewStringBuilder(mem)
+	for _, t := range tails {
+		sc.add(b.sessions[t.sessionIndex])
+		a.add(t.aSet, t.aTool, t.aTH, t.aUS)
+		bb.Append(t.bMS)
+		lub.Append(arrow.Timestamp(t.lastUS))
+		ltb.Append(t.lastTool)
+		if t.lastArgs == "" {
+			lab.AppendNull()
+		} else {
+			lab.Append(t.lastArgs)
+		}
+	}
+	schema := arrow.NewSchema(slices.Concat(sc.fields(), a.fields("a"), []arrow.Field{
+		{Name: "b_ms", Type: arrow.PrimitiveTypes.Int64}, {Name: "last_ts", Type: tsType},
+		{Name: "last_tool", Type: arrow.BinaryTypes.String}, {Name: "last_args", Type: arrow.BinaryTypes.String, Nullable: true},
+	}), nil)
+	name, release, err := registerRecord(ctx, conn, schema, "run_tails_new", slices.Concat(sc.builders(), a.builders(), []array.Builder{bb, lub, ltb, lab})...)
+	if err != nil {
+		return err
+	}
+	defer release()
+	// A view over an Arrow stream reads once: the rows go to a table first.
+	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS run_tails_new`) }()
+	for _, q := range []string{
+		`CREATE OR REPLACE TEMP TABLE run_tails_new AS
+SELECT hash(server, g, sk) AS pk, b_ms, a_ts, CASE WHEN a_tool IS NULL THEN a_th ELSE hash(a_tool) END AS a_th,
+       last_ts, hash(last_tool) AS last_th, hash(last_args) AS last_hh
+FROM ` + name,
+		`DELETE FROM run_tails WHERE pk IN (SELECT pk FROM run_tails_new)`,
+		`INSERT INTO run_tails SELECT * FROM run_tails_new`,
+	} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("record runs: tails: %w", err)
+		}
+	}
+	return nil
+}
+
+// recordSlowRuns runs recordRuns for the sessions slow of b, among the
+// calls that where selects.
+func recordSlowRuns(ctx context.Context, conn *sql.Conn, b *batchCalls, slow []int32, where string, args ...any) error {
+	sc := newSessionCols()
+	for _, si := range slow {
+		sc.add(b.sessions[si])
+	}
+	name, release, err := registerRecord(ctx, conn, arrow.NewSchema(sc.fields(), nil), "run_slow", sc.builders()...)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if _, err := conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE run_slow AS SELECT hash(server, g, sk) AS pk FROM `+name); err != nil {
+		return fmt.Errorf("record runs: sessions: %w", err)
+	}
+	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS run_slow`) }()
+	return recordRunsOf(ctx, conn, `(`+where+`) AND `+sessionHash+` IN (SELECT pk FROM run_slow)`, sessionsFilter(b, slow), args...)
+}
+
+// sessionsFilter is a condition on calls' columns that admits the calls of
+// the sessions slow of b (and maybe others, which the hash then tells
+// apart): comparing the stored strings costs less than hashing them.
+func sessionsFilter(b *batchCalls, slow []int32) string {
+	var sessions, gateways []string
+	none := false
+	for _, si := range slow {
+		k := b.sessions[si].key
+		switch {
+		case strings.HasPrefix(k, "gateway:"):
+			gateways = append(gateways, sqlQuote(strings.TrimPrefix(k, "gateway:")))
+		case k == "":
+			none = true
+		}
+		sessions = append(sessions, sqlQuote(k)) // a session may be named gateway:… too
+	}
+	cond := `calls.session IN ('` + strings.Join(sessions, `', '`) + `')`
+	if len(gateways) > 0 {
+		cond += ` OR (calls.session IS NULL AND calls.gateway IN ('` + strings.Join(gateways, `', '`) + `'))`
+	}
+	if none {
+		cond += ` OR (calls.session IS NULL AND calls.gateway IS NULL)`
+	}
+	return cond
+}
+
+// sessionCols are a record's columns of sessions: server, grant and key.
+type sessionCols struct{ server, grant, key *array.StringBuilder }
+
+func newSessionCols() sessionCols {
+	mem := memory.DefaultAllocator
+	return sessionCols{array.NewStringBuilder(mem), array.NewStringBuilder(mem), array.NewStringBuilder(mem)}
+}
+
+func (c sessionCols) add(s runSession) {
+	c.server.Append(s.server)
+	c.grant.Append(s.grant)
+	c.key.Append(s.key)
+}
+
+// fields and builders are the columns', named server, g and sk.
+func (c sessionCols) fields() []arrow.Field {
+	return []arrow.Field{{Name: "server", Type: arrow.BinaryTypes.String}, {Name: "g", Type: arrow.BinaryTypes.String}, {Name: "sk", Type: arrow.BinaryTypes.String}}
+}
+
+func (c sessionCols) builders() []array.Builder { return []array.Builder{c.server, c.grant, c.key} }
+
+// beforeCols are a record's columns of the call before something: its
+// tool when it is in the batch, its tool's hash when it is stored, its
+// time; all null without one.
+type beforeCols struct {
+	tool *array.StringBuilder
+	th   *array.Uint64Builder
+	ts   *array.TimestampBuilder
+}
+
+func newBeforeCols() beforeCols {
+	mem := memory.DefaultAllocator
+	return beforeCols{array.NewStringBuilder(mem), array.NewUint64Builder(mem), array.NewTimestampBuilder(mem, tsType)}
+}
+
+func (c beforeCols) add(set bool, tool string, th uint64, us int64) {
+	switch {
+	case !set:
+		c.tool.AppendNull()
+		c.th.AppendNull()
+		c.ts.AppendNull()
+		return
+	case tool != "":
+		c.tool.Append(tool)
+		c.th.AppendNull()
+	default:
+		c.tool.AppendNull()
+		c.th.Append(th)
+	}
+	c.ts.Append(arrow.Timestamp(us))
+}
+
+// fields and builders are the columns', named prefix_tool, prefix_th and
+// prefix_ts.
+func (c beforeCols) fields(prefix string) []arrow.Field {
+	return []arrow.Field{{Name: prefix + "_tool", Type: arrow.BinaryTypes.String, Nullable: true},
+		{Name: prefix + "_th", Type: arrow.PrimitiveTypes.Uint64, Nullable: true}, {Name: prefix + "_ts", Type: tsType, Nullable: true}}
+}
+
+func (c beforeCols) builders() []array.Builder { return []array.Builder{c.tool, c.th, c.ts} }
+
+// tsType is the Arrow type of the records' times.
+var tsType = &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}
+
+// registerRecord makes the builders' columns, in schema's order, a view
+// on conn named after prefix; release drops it.
+func registerRecord(ctx context.Context, conn *sql.Conn, schema *arrow.Schema, prefix string, builders ...array.Builder) (string, func(), error) {
+	cols := make([]arrow.Array, len(builders))
+	for i, b := range builders {
+		cols[i] = b.NewArray()
+		b.Release()
+	}
+	rec := array.NewRecordBatch(schema, cols, int64(cols[0].Len()))
+	for _, c := range cols {
+		c.Release()
+	}
+	defer rec.Release()
+	reader, err := array.NewRecordReader(schema, []arrow.RecordBatch{rec})
+	if err != nil {
+		return "", nil, fmt.Errorf("record runs: arrow: %w", err)
+	}
+	name := fmt.Sprintf("%s_%d", prefix, viewSeq.Add(1))
+	release, err := registerReader(ctx, conn, reader, name)
+	if err != nil {
+		return "", nil, fmt.Errorf("record runs: register %s: %w", prefix, err)
+	}
+	return name, release, nil
+}
+
+// openRunCalls reads, for each continuing session, its stored calls since
+// its last cut (the run its first new call continues), sorted; the calls
+// that where selects (the batch's own) are left out.
+func openRunCalls(ctx context.Context, conn *sql.Conn, b *batchCalls, continuing []int32, tails map[int32]storedTail, where string, args ...any) (map[int32][]runCall, error) {
+	mem := memory.DefaultAllocator
+	ib, sc, bb := array.NewInt32Builder(mem), newSessionCols(), array.NewInt64Builder(mem)
+	floor := tails[continuing[0]].bMS
+	for _, si := range continuing {
+		ib.Append(si)
+		sc.add(b.sessions[si])
+		bb.Append(tails[si].bMS)
+		floor = min(floor, tails[si].bMS)
+	}
+	schema := arrow.NewSchema(slices.Concat([]arrow.Field{{Name: "i", Type: arrow.PrimitiveTypes.Int32}}, sc.fields(),
+		[]arrow.Field{{Name: "b_ms", Type: arrow.PrimitiveTypes.Int64}}), nil)
+	name, release, err := registerRecord(ctx, conn, schema, "run_open", slices.Concat([]array.Builder{ib}, sc.builders(), []array.Builder{bb})...)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	rows, err := conn.QueryContext(ctx, `SELECT v.i, epoch_ms(calls.ts), epoch_us(calls.ts), calls.tool, coalesce(calls.args_hash, ''),
+	       coalesce(calls.status = 'error', false)
+	FROM calls JOIN `+name+` v ON calls.server = v.server AND coalesce(calls."grant", '') = v.g AND `+SessionKey+` = v.sk
+	WHERE calls.ts >= ? AND calls.tool IS NOT NULL AND epoch_ms(calls.ts) >= v.b_ms AND NOT (`+where+`)`,
+		append([]any{time.UnixMilli(floor).UTC()}, args...)...)
+	if err != nil {
+		return nil, fmt.Errorf("record runs: open runs: %w", err)
+	}
+	defer rows.Close()
+	out := map[int32][]runCall{}
+	for rows.Next() {
+		var c runCall
+		if err := rows.Scan(&c.session, &c.ms, &c.us, &c.tool, &c.args, &c.err); err != nil {
+			return nil, fmt.Errorf("record runs: open runs: %w", err)
+		}
+		out[c.session] = append(out[c.session], c)
+	}
+	for _, calls := range out {
+		slices.SortFunc(calls, compareCalls)
+	}
+	return out, rows.Err()
+}
+
+// dropOpenRuns deletes the stored runs that continuing sessions (but those
+// gone to the SQL path) extend: each starts at its session's last cut.
+func dropOpenRuns(ctx context.Context, conn *sql.Conn, b *batchCalls, continuing []int32, tails map[int32]storedTail, slow []int32) error {
+	sc, tb := newSessionCols(), array.NewInt64Builder(memory.DefaultAllocator)
+	floor := int64(math.MaxInt64)
+	for _, si := range continuing {
+		if slices.Contains(slow, si) {
+			continue
+		}
+		sc.add(b.sessions[si])
+		tb.Append(tails[si].bMS)
+		floor = min(floor, tails[si].bMS)
+	}
+	if floor == math.MaxInt64 {
+		return nil
+	}
+	schema := arrow.NewSchema(slices.Concat(sc.fields(), []arrow.Field{{Name: "t0", Type: arrow.PrimitiveTypes.Int64}}), nil)
+	name, release, err := registerRecord(ctx, conn, schema, "run_extended", slices.Concat(sc.builders(), []array.Builder{tb})...)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if _, err := conn.ExecContext(ctx, `DELETE FROM call_runs USING `+name+` v
+	WHERE call_runs.t0 >= ? AND call_runs.server = v.server AND call_runs."grant" = v.g AND call_runs.skh = hash(v.sk) AND call_runs.t0 = v.t0`, floor); err != nil {
+		return fmt.Errorf("record runs: extended runs: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,185 @@
+package recommend
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/internal/runtraffic"
+)
+
+// TestStoredRunsMatchTheScan: the window's runs read from the runs the
+// store keeps equal those found by sorting the window's calls, for random
+// windows whose edges fall anywhere, on calls and between the
+// milliseconds' microseconds, for every grant and for a server without
+// grants; the calls stored in uneven batches, some of them twice.
+func TestStoredRunsMatchTheScan(t *testing.T) {
+	ctx := context.Background()
+	store, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "r.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	end := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	evs, err := runtraffic.Generate(5, 30000, 4*24*time.Hour, end, true)
+	require.NoError(t, err)
+	for i := range evs {
+		if i%7 == 3 {
+			evs[i].Server, evs[i].Grant = "other", "" // a server whose calls carry no grant
+		}
+	}
+	sizes := []int{1, 7, 500, 3001, 40}
+	for lo := 0; lo < len(evs); {
+		hi := min(lo+sizes[0], len(evs))
+		batch := evs[lo:hi]
+		if lo > 30 {
+			batch = append(batch[:len(batch):len(batch)], evs[lo-30:lo-25]...) // sent twice
+		}
+		_, err := store.Append(ctx, ingest.Batch{Events: batch})
+		require.NoError(t, err)
+		lo, sizes = hi, append(sizes[1:], sizes[0])
+	}
+
+	scopes := [][2]string{{"other", ""}}
+	for _, g := range storedGrants(t, store) {
+		scopes = append(scopes, [2]string{"proxmox-mcp", g})
+	}
+	require.Greater(t, len(scopes), 2)
+
+	rng := rand.New(rand.NewPCG(5, 8))
+	edge := func() time.Time {
+		at := evs[rng.IntN(len(evs))].TS // on a call, or a microsecond beside one, or anywhere
+		switch rng.IntN(4) {
+		case 0:
+			return at
+		case 1:
+			return at.Add(-time.Microsecond)
+		case 2:
+			return at.Add(time.Microsecond)
+		}
+		return end.Add(-time.Duration(rng.Int64N(int64(5 * 24 * time.Hour))))
+	}
+	var runs, edgeRuns int
+	for range 60 {
+		from, to := edge(), edge()
+		if to.Before(from) {
+			from, to = to, from
+		}
+		for _, sc := range scopes {
+			q := query{db: store.DB(), server: sc[0], grant: sc[1], from: from, to: to}
+			usable, err := q.storedRunsUsable(ctx, 3, DefaultParams().PollMaxInterval)
+			require.NoError(t, err)
+			require.True(t, usable, "stored runs for %v", sc)
+			names, err := q.toolNames(ctx, simulateTools(t, store))
+			require.NoError(t, err)
+			want, err := q.readRuns(ctx, names, scanRunsSQL(3, analytics.RunsMaxGap))
+			require.NoError(t, err)
+			got, err := q.readRuns(ctx, names, storedRunsSQL(3))
+			require.NoError(t, err)
+			require.Equal(t, runLines(want), runLines(got), "window (%s, %s] of %v", from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano), sc)
+			runs += len(want)
+			var n int
+			require.NoError(t, store.DB().QueryRowContext(ctx, `SELECT count(*) FROM call_runs WHERE server = $1 AND "grant" = $2
+				AND last_ts > $3 AND first_ts <= $4 AND (first_ts <= $3 OR last_ts > $4)`, sc[0], sc[1], from, to).Scan(&n))
+			edgeRuns += n
+		}
+	}
+	assert.Greater(t, runs, 1000, "runs compared")
+	assert.Greater(t, edgeRuns, 20, "runs cut by a window's edge")
+
+	q := query{db: store.DB(), server: "proxmox-mcp", from: end.Add(-24 * time.Hour), to: end}
+	usable, err := q.storedRunsUsable(ctx, 3, DefaultParams().PollMaxInterval)
+	require.NoError(t, err)
+	assert.False(t, usable, "every grant together: runs are kept per grant")
+	q.grant = scopes[1][1]
+	usable, err = q.storedRunsUsable(ctx, 3, 30*time.Second)
+	require.NoError(t, err)
+	assert.False(t, usable, "another polling interval")
+}
+
+// simulateTools lists the stored tools.
+func simulateTools(t *testing.T, store *analytics.Store) []string {
+	t.Helper()
+	rows, err := store.DB().Query(`SELECT DISTINCT tool FROM calls WHERE tool IS NOT NULL`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var tools []string
+	for rows.Next() {
+		var tool string
+		require.NoError(t, rows.Scan(&tool))
+		tools = append(tools, tool)
+	}
+	require.NoError(t, rows.Err())
+	return tools
+}
+
+// runLines prints runs one per line, sorted: runs that start in the same
+// millisecond of a session come in either order.
+func runLines(rs []run) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = fmt.Sprintf("%s %s<-%s %.6f %d %.6f %.6f %.6f %.6f %d %s %s %s", r.Session, r.Tool, r.StartTool, r.StartGap, r.Polls,
+			r.SpanS, r.MeanGap, r.SDGap, r.MedianGap, r.Errors, r.LastStatus, r.First.Format(time.RFC3339Nano), r.Last.Format(time.RFC3339Nano))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestStoredRunsTiesAtTheEdges: a window edge inside a millisecond that
+// holds calls on both of its sides. At the start, the call before a run
+// lies before the window while another call of its millisecond, ordered
+// before it, lies inside: that call starts the run in the window. At the
+// end, a call of the end's millisecond outside the window separates a run
+// from a call that continues it inside the window: the window's run is
+// one call longer than the stored one.
+func TestStoredRunsTiesAtTheEdges(t *testing.T) {
+	ctx := context.Background()
+	store, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "t.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	// Two tools in the order of their hashes: calls of one millisecond come
+	// in that order.
+	var first, second string
+	require.NoError(t, store.DB().QueryRowContext(ctx, `SELECT arg_min(t, hash(t)), arg_max(t, hash(t)) FROM unnest(['get_task_status', 'list_vms']) u(t)`).Scan(&first, &second))
+	t0 := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+	call := func(id, tool, args string, at time.Time) audit.Event {
+		session := "start" // each case in its own session: either makes its session's runs read from the calls
+		if id[0] == 'l' || id == "after" {
+			session = "end"
+		}
+		return audit.Event{ID: id, TS: at, Server: "pve", Grant: "g", Session: session, Tool: tool, ArgsHash: args, Decision: audit.Allowed}
+	}
+	evs := []audit.Event{
+		call("inside", first, "x", t0.Add(800*time.Microsecond)),  // in the window: the run's start in it
+		call("before", second, "y", t0.Add(100*time.Microsecond)), // before the window: the stored run's start
+		call("r1", "vm_agent_exec_status", "p", t0.Add(5*time.Second)),
+		call("r2", "vm_agent_exec_status", "p", t0.Add(10*time.Second)),
+		call("r3", "vm_agent_exec_status", "p", t0.Add(15*time.Second)),
+		call("l1", second, "z", t0.Add(time.Hour)),
+		call("l2", second, "z", t0.Add(time.Hour+5*time.Second)),
+		call("l3", second, "z", t0.Add(time.Hour+10*time.Second)),
+		call("after", first, "w", t0.Add(time.Hour+20*time.Second+800*time.Microsecond)), // after the window, ordered first
+		call("l4", second, "z", t0.Add(time.Hour+20*time.Second+100*time.Microsecond)),   // inside: continues l1-l3 there
+	}
+	_, err = store.Append(ctx, ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	q := query{db: store.DB(), server: "pve", grant: "g", from: t0.Add(500 * time.Microsecond), to: t0.Add(time.Hour + 20*time.Second + 500*time.Microsecond)}
+	names, err := q.toolNames(ctx, []string{first, second, "vm_agent_exec_status"})
+	require.NoError(t, err)
+	want, err := q.readRuns(ctx, names, scanRunsSQL(3, analytics.RunsMaxGap))
+	require.NoError(t, err)
+	require.Len(t, want, 2)
+	assert.Equal(t, first, want[0].StartTool, "the run starts after the call inside the window")
+	assert.EqualValues(t, 4, want[1].Polls, "the run continues across the call after the window")
+	got, err := q.readRuns(ctx, names, storedRunsSQL(3))
+	require.NoError(t, err)
+	assert.Equal(t, runLines(want), runLines(got))
+}
