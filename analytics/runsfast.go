@@ -46,8 +46,10 @@ type batchCalls struct {
 // collectCalls gathers the staged calls of tools, sorts them and finds
 // their runs (findRuns).
 func collectCalls(c *columns) *batchCalls {
-	b := &batchCalls{calls: make([]runCall, 0, c.n)}
+	b := &batchCalls{}
 	index := map[runSession]int32{}
+	staged := make([]runCall, 0, c.n)
+	var counts []int
 	for _, ch := range c.chunks {
 		s := &ch.strs
 		for j := range ch.n {
@@ -66,18 +68,27 @@ func collectCalls(c *columns) *batchCalls {
 				i = int32(len(b.sessions))
 				index[rs] = i
 				b.sessions = append(b.sessions, rs)
+				counts = append(counts, 0)
 			}
+			counts[i]++
 			us := ch.ts[j]
-			b.calls = append(b.calls, runCall{session: i, ms: us / 1000, us: us, tool: tool, args: s[16].value(j), err: s[6].value(j) == "error"})
+			staged = append(staged, runCall{session: i, ms: us / 1000, us: us, tool: tool, args: s[16].value(j), err: s[6].value(j) == "error"})
 		}
 	}
-	slices.SortFunc(b.calls, compareCalls)
+	// Placed by session in one pass, then each session's calls sorted:
+	// they come mostly in time order already.
 	b.starts = make([]int, len(b.sessions)+1)
-	for i := range b.starts {
-		b.starts[i] = len(b.calls)
+	for i, n := range counts {
+		b.starts[i+1] = b.starts[i] + n
 	}
-	for i := len(b.calls) - 1; i >= 0; i-- {
-		b.starts[b.calls[i].session] = i
+	b.calls = make([]runCall, len(staged))
+	next := slices.Clone(b.starts[:len(b.sessions)])
+	for _, rc := range staged {
+		b.calls[next[rc.session]] = rc
+		next[rc.session]++
+	}
+	for i := range b.sessions {
+		slices.SortFunc(b.calls[b.starts[i]:b.starts[i+1]], compareCalls)
 	}
 	b.findRuns()
 	return b
@@ -133,7 +144,9 @@ type fastRun struct {
 // path can take from b, the others by recordRuns over the calls that
 // where selects.
 func recordBatchRuns(ctx context.Context, conn *sql.Conn, b *batchCalls, where string, args ...any) error {
-	tails, err := lookupTails(ctx, conn, b)
+	v := &runViews{ctx: ctx, conn: conn}
+	defer v.close()
+	tails, err := lookupTails(ctx, v, b)
 	if err != nil {
 		return err
 	}
@@ -168,7 +181,7 @@ func recordBatchRuns(ctx context.Context, conn *sql.Conn, b *batchCalls, where s
 	if len(continuing) > 0 {
 		// The stored run these sessions' first calls continue is read
 		// again: the calls since its session's last cut.
-		open, err := openRunCalls(ctx, conn, b, continuing, tails, where, args...)
+		open, err := openRunCalls(ctx, v, b, continuing, tails, where, args...)
 		if err != nil {
 			return err
 		}
@@ -186,17 +199,17 @@ func recordBatchRuns(ctx context.Context, conn *sql.Conn, b *batchCalls, where s
 			}
 			newTails = append(newTails, t)
 		}
-		if err := dropOpenRuns(ctx, conn, b, continuing, tails, slow); err != nil {
+		if err := dropOpenRuns(ctx, v, b, continuing, tails, slow); err != nil {
 			return err
 		}
 	}
-	if err := storeFastRuns(ctx, conn, b, runs, newTails); err != nil {
+	if err := storeFastRuns(ctx, v, b, runs, newTails); err != nil {
 		return err
 	}
 	if len(slow) == 0 {
 		return nil
 	}
-	return recordSlowRuns(ctx, conn, b, slow, where, args...)
+	return recordSlowRuns(ctx, v, b, slow, where, args...)
 }
 
 // findRuns finds each session's runs among its calls in the batch, and its

@@ -21,7 +21,7 @@ import (
 
 // lookupTails reads run_tails for the batch's sessions, and whether each
 // session's first new call continues its stored last call.
-func lookupTails(ctx context.Context, conn *sql.Conn, b *batchCalls) (map[int32]storedTail, error) {
+func lookupTails(ctx context.Context, v *runViews, b *batchCalls) (map[int32]storedTail, error) {
 	mem := memory.DefaultAllocator
 	ib, sc := array.NewInt32Builder(mem), newSessionCols()
 	tb, ab, mb := array.NewStringBuilder(mem), array.NewStringBuilder(mem), array.NewInt64Builder(mem)
@@ -41,16 +41,15 @@ func lookupTails(ctx context.Context, conn *sql.Conn, b *batchCalls) (map[int32]
 		{Name: "tool", Type: arrow.BinaryTypes.String}, {Name: "args", Type: arrow.BinaryTypes.String, Nullable: true},
 		{Name: "ms", Type: arrow.PrimitiveTypes.Int64},
 	}), nil)
-	name, release, err := registerRecord(ctx, conn, schema, "run_sessions", slices.Concat([]array.Builder{ib}, sc.builders(), []array.Builder{tb, ab, mb})...)
+	names, err := v.add(schema, "run_sessions", 1, slices.Concat([]array.Builder{ib}, sc.builders(), []array.Builder{tb, ab, mb})...)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	rows, err := conn.QueryContext(ctx, `SELECT f.i, epoch_ms(t.last_ts), epoch_us(t.last_ts), t.last_th,
+	rows, err := v.conn.QueryContext(ctx, `SELECT f.i, epoch_ms(t.last_ts), epoch_us(t.last_ts), t.last_th,
 	       t.b_ms, coalesce(epoch_us(t.a_ts), 0), coalesce(t.a_th, 0), t.a_ts IS NOT NULL,
 	       coalesce(f.args IS NOT NULL AND hash(f.tool) = t.last_th AND hash(f.args) = t.last_hh
 	                AND f.ms - epoch_ms(t.last_ts) <= `+strconv.FormatInt(RunsMaxGap.Milliseconds(), 10)+`, false)
-	FROM `+name+` f JOIN run_tails t ON t.pk = hash(f.server, f.g, f.sk)`)
+	FROM `+names[0]+` f JOIN run_tails t ON t.pk = hash(f.server, f.g, f.sk)`)
 	if err != nil {
 		return nil, fmt.Errorf("record runs: stored tails: %w", err)
 	}
@@ -68,7 +67,7 @@ func lookupTails(ctx context.Context, conn *sql.Conn, b *batchCalls) (map[int32]
 }
 
 // storeFastRuns inserts the Go path's runs and replaces its sessions' tails.
-func storeFastRuns(ctx context.Context, conn *sql.Conn, b *batchCalls, runs []fastRun, tails []runTail) error {
+func storeFastRuns(ctx context.Context, v *runViews, b *batchCalls, runs []fastRun, tails []runTail) error {
 	mem := memory.DefaultAllocator
 	if len(runs) > 0 {
 		sc, prev, tb := newSessionCols(), newBeforeCols(), array.NewStringBuilder(mem)
@@ -95,21 +94,18 @@ func storeFastRuns(ctx context.Context, conn *sql.Conn, b *batchCalls, runs []fa
 			{Name: "t0", Type: arrow.PrimitiveTypes.Int64}, {Name: "t1", Type: arrow.PrimitiveTypes.Int64},
 			{Name: "first_ts", Type: tsType}, {Name: "last_ts", Type: tsType},
 		}), nil)
-		name, release, err := registerRecord(ctx, conn, schema, "run_found",
-			slices.Concat(sc.builders(), prev.builders(), []array.Builder{tb, gapsb, eb, leb, t0b, t1b, fb, lb})...)
+		names, err := v.add(schema, "run_found", 1, slices.Concat(sc.builders(), prev.builders(), []array.Builder{tb, gapsb, eb, leb, t0b, t1b, fb, lb})...)
 		if err != nil {
 			return err
 		}
 		// The figures by the same aggregates as insertRunsSQL's, over the
 		// gaps in order.
-		_, err = conn.ExecContext(ctx, `INSERT INTO call_runs
+		if _, err := v.conn.ExecContext(ctx, `INSERT INTO call_runs
 SELECT server, g, hash(sk), hash(tool), CASE WHEN prev_tool IS NULL THEN prev_th ELSE hash(prev_tool) END, prev_ts,
        len(gaps) + 1, (t1 - t0) / 1000.0, coalesce(list_avg(gaps), 0) / 1000.0,
        coalesce(list_aggregate(gaps, 'stddev_pop'), 0) / 1000.0, coalesce(list_aggregate(gaps, 'median'), 0) / 1000.0,
        errors, last_err, t0, t1, first_ts, last_ts
-FROM `+name)
-		release()
-		if err != nil {
+FROM `+names[0]); err != nil {
 			return fmt.Errorf("record runs: store runs: %w", err)
 		}
 	}
@@ -134,45 +130,37 @@ FROM `+name)
 		{Name: "b_ms", Type: arrow.PrimitiveTypes.Int64}, {Name: "last_ts", Type: tsType},
 		{Name: "last_tool", Type: arrow.BinaryTypes.String}, {Name: "last_args", Type: arrow.BinaryTypes.String, Nullable: true},
 	}), nil)
-	name, release, err := registerRecord(ctx, conn, schema, "run_tails_new", slices.Concat(sc.builders(), a.builders(), []array.Builder{bb, lub, ltb, lab})...)
+	names, err := v.add(schema, "run_tails_new", 2, slices.Concat(sc.builders(), a.builders(), []array.Builder{bb, lub, ltb, lab})...)
 	if err != nil {
 		return err
 	}
-	defer release()
-	// A view over an Arrow stream reads once: the rows go to a table first.
-	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS run_tails_new`) }()
-	for _, q := range []string{
-		`CREATE OR REPLACE TEMP TABLE run_tails_new AS
-SELECT hash(server, g, sk) AS pk, b_ms, a_ts, CASE WHEN a_tool IS NULL THEN a_th ELSE hash(a_tool) END AS a_th,
-       last_ts, hash(last_tool) AS last_th, hash(last_args) AS last_hh
-FROM ` + name,
-		`DELETE FROM run_tails WHERE pk IN (SELECT pk FROM run_tails_new)`,
-		`INSERT INTO run_tails SELECT * FROM run_tails_new`,
-	} {
-		if _, err := conn.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("record runs: tails: %w", err)
-		}
+	if _, err := v.conn.ExecContext(ctx, `DELETE FROM run_tails WHERE pk IN (SELECT hash(server, g, sk) FROM `+names[0]+`)`); err != nil {
+		return fmt.Errorf("record runs: tails: %w", err)
+	}
+	if _, err := v.conn.ExecContext(ctx, `INSERT INTO run_tails
+SELECT hash(server, g, sk), b_ms, a_ts, CASE WHEN a_tool IS NULL THEN a_th ELSE hash(a_tool) END, last_ts, hash(last_tool), hash(last_args)
+FROM `+names[1]); err != nil {
+		return fmt.Errorf("record runs: tails: %w", err)
 	}
 	return nil
 }
 
 // recordSlowRuns runs recordRuns for the sessions slow of b, among the
 // calls that where selects.
-func recordSlowRuns(ctx context.Context, conn *sql.Conn, b *batchCalls, slow []int32, where string, args ...any) error {
+func recordSlowRuns(ctx context.Context, v *runViews, b *batchCalls, slow []int32, where string, args ...any) error {
 	sc := newSessionCols()
 	for _, si := range slow {
 		sc.add(b.sessions[si])
 	}
-	name, release, err := registerRecord(ctx, conn, arrow.NewSchema(sc.fields(), nil), "run_slow", sc.builders()...)
+	names, err := v.add(arrow.NewSchema(sc.fields(), nil), "run_slow", 1, sc.builders()...)
 	if err != nil {
 		return err
 	}
-	defer release()
-	if _, err := conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE run_slow AS SELECT hash(server, g, sk) AS pk FROM `+name); err != nil {
+	if _, err := v.conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE run_slow AS SELECT hash(server, g, sk) AS pk FROM `+names[0]); err != nil {
 		return fmt.Errorf("record runs: sessions: %w", err)
 	}
-	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS run_slow`) }()
-	return recordRunsOf(ctx, conn, `(`+where+`) AND `+sessionHash+` IN (SELECT pk FROM run_slow)`, sessionsFilter(b, slow), args...)
+	defer func() { _, _ = v.conn.ExecContext(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS run_slow`) }()
+	return recordRunsOf(ctx, v.conn, `(`+where+`) AND `+sessionHash+` IN (SELECT pk FROM run_slow)`, sessionsFilter(b, slow), args...)
 }
 
 // sessionsFilter is a condition on calls' columns that admits the calls of
@@ -265,9 +253,19 @@ func (c beforeCols) builders() []array.Builder { return []array.Builder{c.tool, 
 // tsType is the Arrow type of the records' times.
 var tsType = &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}
 
-// registerRecord makes the builders' columns, in schema's order, a view
-// on conn named after prefix; release drops it.
-func registerRecord(ctx context.Context, conn *sql.Conn, schema *arrow.Schema, prefix string, builders ...array.Builder) (string, func(), error) {
+// runViews registers Arrow records as views on the write connection and
+// drops them all in one statement: a batch's upkeep registers several.
+type runViews struct {
+	ctx        context.Context
+	conn       *sql.Conn
+	names      []string
+	unregister []func()
+}
+
+// add makes the builders' columns, in schema's order, copies views named
+// after prefix: a view over an Arrow stream is read once, so a record read
+// twice needs two.
+func (v *runViews) add(schema *arrow.Schema, prefix string, copies int, builders ...array.Builder) ([]string, error) {
 	cols := make([]arrow.Array, len(builders))
 	for i, b := range builders {
 		cols[i] = b.NewArray()
@@ -278,22 +276,43 @@ func registerRecord(ctx context.Context, conn *sql.Conn, schema *arrow.Schema, p
 		c.Release()
 	}
 	defer rec.Release()
-	reader, err := array.NewRecordReader(schema, []arrow.RecordBatch{rec})
-	if err != nil {
-		return "", nil, fmt.Errorf("record runs: arrow: %w", err)
+	names := make([]string, copies)
+	for i := range names {
+		reader, err := array.NewRecordReader(schema, []arrow.RecordBatch{rec})
+		if err != nil {
+			return nil, fmt.Errorf("record runs: arrow: %w", err)
+		}
+		names[i] = fmt.Sprintf("%s_%d", prefix, viewSeq.Add(1))
+		unregister, err := registerReader(v.conn, reader, names[i])
+		if err != nil {
+			return nil, fmt.Errorf("record runs: register %s: %w", prefix, err)
+		}
+		v.names = append(v.names, names[i])
+		v.unregister = append(v.unregister, unregister)
 	}
-	name := fmt.Sprintf("%s_%d", prefix, viewSeq.Add(1))
-	release, err := registerReader(ctx, conn, reader, name)
-	if err != nil {
-		return "", nil, fmt.Errorf("record runs: register %s: %w", prefix, err)
+	return names, nil
+}
+
+// close drops the views and frees their streams.
+func (v *runViews) close() {
+	if len(v.names) == 0 {
+		return
 	}
-	return name, release, nil
+	drops := make([]string, len(v.names))
+	for i, n := range v.names {
+		drops[i] = `DROP VIEW IF EXISTS ` + n
+	}
+	_, _ = v.conn.ExecContext(context.WithoutCancel(v.ctx), strings.Join(drops, "; "))
+	for _, u := range v.unregister {
+		u()
+	}
+	v.names, v.unregister = nil, nil
 }
 
 // openRunCalls reads, for each continuing session, its stored calls since
 // its last cut (the run its first new call continues), sorted; the calls
 // that where selects (the batch's own) are left out.
-func openRunCalls(ctx context.Context, conn *sql.Conn, b *batchCalls, continuing []int32, tails map[int32]storedTail, where string, args ...any) (map[int32][]runCall, error) {
+func openRunCalls(ctx context.Context, v *runViews, b *batchCalls, continuing []int32, tails map[int32]storedTail, where string, args ...any) (map[int32][]runCall, error) {
 	mem := memory.DefaultAllocator
 	ib, sc, bb := array.NewInt32Builder(mem), newSessionCols(), array.NewInt64Builder(mem)
 	floor := tails[continuing[0]].bMS
@@ -305,14 +324,13 @@ func openRunCalls(ctx context.Context, conn *sql.Conn, b *batchCalls, continuing
 	}
 	schema := arrow.NewSchema(slices.Concat([]arrow.Field{{Name: "i", Type: arrow.PrimitiveTypes.Int32}}, sc.fields(),
 		[]arrow.Field{{Name: "b_ms", Type: arrow.PrimitiveTypes.Int64}}), nil)
-	name, release, err := registerRecord(ctx, conn, schema, "run_open", slices.Concat([]array.Builder{ib}, sc.builders(), []array.Builder{bb})...)
+	names, err := v.add(schema, "run_open", 1, slices.Concat([]array.Builder{ib}, sc.builders(), []array.Builder{bb})...)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	rows, err := conn.QueryContext(ctx, `SELECT v.i, epoch_ms(calls.ts), epoch_us(calls.ts), calls.tool, coalesce(calls.args_hash, ''),
+	rows, err := v.conn.QueryContext(ctx, `SELECT v.i, epoch_ms(calls.ts), epoch_us(calls.ts), calls.tool, coalesce(calls.args_hash, ''),
 	       coalesce(calls.status = 'error', false)
-	FROM calls JOIN `+name+` v ON calls.server = v.server AND coalesce(calls."grant", '') = v.g AND `+SessionKey+` = v.sk
+	FROM calls JOIN `+names[0]+` v ON calls.server = v.server AND coalesce(calls."grant", '') = v.g AND `+SessionKey+` = v.sk
 	WHERE calls.ts >= ? AND calls.tool IS NOT NULL AND epoch_ms(calls.ts) >= v.b_ms AND NOT (`+where+`)`,
 		append([]any{time.UnixMilli(floor).UTC()}, args...)...)
 	if err != nil {
@@ -335,7 +353,7 @@ func openRunCalls(ctx context.Context, conn *sql.Conn, b *batchCalls, continuing
 
 // dropOpenRuns deletes the stored runs that continuing sessions (but those
 // gone to the SQL path) extend: each starts at its session's last cut.
-func dropOpenRuns(ctx context.Context, conn *sql.Conn, b *batchCalls, continuing []int32, tails map[int32]storedTail, slow []int32) error {
+func dropOpenRuns(ctx context.Context, v *runViews, b *batchCalls, continuing []int32, tails map[int32]storedTail, slow []int32) error {
 	sc, tb := newSessionCols(), array.NewInt64Builder(memory.DefaultAllocator)
 	floor := int64(math.MaxInt64)
 	for _, si := range continuing {
@@ -350,13 +368,12 @@ func dropOpenRuns(ctx context.Context, conn *sql.Conn, b *batchCalls, continuing
 		return nil
 	}
 	schema := arrow.NewSchema(slices.Concat(sc.fields(), []arrow.Field{{Name: "t0", Type: arrow.PrimitiveTypes.Int64}}), nil)
-	name, release, err := registerRecord(ctx, conn, schema, "run_extended", slices.Concat(sc.builders(), []array.Builder{tb})...)
+	names, err := v.add(schema, "run_extended", 1, slices.Concat(sc.builders(), []array.Builder{tb})...)
 	if err != nil {
 		return err
 	}
-	defer release()
-	if _, err := conn.ExecContext(ctx, `DELETE FROM call_runs USING `+name+` v
-	WHERE call_runs.t0 >= ? AND call_runs.server = v.server AND call_runs."grant" = v.g AND call_runs.skh = hash(v.sk) AND call_runs.t0 = v.t0`, floor); err != nil {
+	if _, err := v.conn.ExecContext(ctx, `DELETE FROM call_runs USING `+names[0]+` e
+	WHERE call_runs.t0 >= ? AND call_runs.server = e.server AND call_runs."grant" = e.g AND call_runs.skh = hash(e.sk) AND call_runs.t0 = e.t0`, floor); err != nil {
 		return fmt.Errorf("record runs: extended runs: %w", err)
 	}
 	return nil

@@ -158,19 +158,23 @@ func (c *columns) register(ctx context.Context, conn *sql.Conn) (string, func(),
 		return "", nil, fmt.Errorf("append: arrow batch: %w", err)
 	}
 	name := fmt.Sprintf("staging_arrow_%d", viewSeq.Add(1))
-	release, err := registerReader(ctx, conn, reader, name)
+	unregister, err := registerReader(conn, reader, name)
 	if err != nil {
 		return "", nil, fmt.Errorf("append: register arrow batch: %w", err)
 	}
-	return name, release, nil
+	return name, func() {
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), `DROP VIEW IF EXISTS `+name)
+		unregister()
+	}, nil
 }
 
-// registerReader makes reader's records a view named name on conn; release
-// drops the view and releases the reader (which it also does on error).
-func registerReader(ctx context.Context, conn *sql.Conn, reader array.RecordReader, name string) (release func(), err error) {
-	var unregister func()
+// registerReader makes reader's records a view named name on conn;
+// unregister, once the view is dropped, frees the stream and releases the
+// reader (which registerReader also does on error).
+func registerReader(conn *sql.Conn, reader array.RecordReader, name string) (unregister func(), err error) {
+	var release func()
 	err = conn.Raw(func(dc any) error {
-		unregister, err = registerArrowView(dc.(driver.Conn), reader, name)
+		release, err = registerArrowView(dc.(driver.Conn), reader, name)
 		return err
 	})
 	if err != nil {
@@ -178,8 +182,7 @@ func registerReader(ctx context.Context, conn *sql.Conn, reader array.RecordRead
 		return nil, err
 	}
 	return func() {
-		_, _ = conn.ExecContext(context.WithoutCancel(ctx), `DROP VIEW IF EXISTS `+name)
-		unregister()
+		release()
 		reader.Release()
 	}, nil
 }
