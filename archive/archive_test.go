@@ -16,6 +16,7 @@ import (
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/internal/runtraffic"
 )
 
 var day0 = time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
@@ -376,4 +377,49 @@ func TestArchiveDBSpansTheArchive(t *testing.T) {
 	}
 	require.NoError(t, db.Close())
 	assert.EqualValues(t, 10, scalar(t, s, `SELECT count(*) FROM calls`), "the store's own pool never sees the view")
+}
+
+// runsState is call_runs and run_tails as text, one row per line, sorted
+// (gaps rounded to the microsecond).
+func runsState(t *testing.T, s *analytics.Store) string {
+	t.Helper()
+	var runs, tails string
+	require.NoError(t, s.DB().QueryRow(`SELECT coalesce(string_agg(l, E'\n' ORDER BY l), '') FROM (SELECT concat_ws('|', server, "grant", skh, th,
+		prev_th, prev_ts, polls, round(span_s, 6), round(mean_gap, 6), round(sd_gap, 6), round(median_gap, 6), errors, last_err, t0, t1, first_ts, last_ts) l FROM call_runs)`).Scan(&runs))
+	require.NoError(t, s.DB().QueryRow(`SELECT coalesce(string_agg(l, E'\n' ORDER BY l), '') FROM (SELECT concat_ws('|', pk, b_ms, a_ts, a_th, last_ts, last_th, last_hh) l FROM run_tails)`).Scan(&tails))
+	return runs + "\n--\n" + tails
+}
+
+// TestRestoreKeepsTheRuns: the retention deletes calls but not their runs;
+// restoring days this store archived changes nothing (their sessions'
+// earlier calls may still be in the archive only); restoring them
+// into an empty database, the last days first and then the earlier ones
+// (calls earlier than their sessions' stored ones), gives the same runs.
+func TestRestoreKeepsTheRuns(t *testing.T) {
+	ctx := context.Background()
+	s, dir := setup(t)
+	evs, err := runtraffic.Generate(3, 6000, 3*day, day0.Add(3*day), false)
+	require.NoError(t, err)
+	for i := range 7 { // a run across the first midnight
+		evs = append(evs, audit.Event{ID: fmt.Sprintf("night-%d", i), TS: day0.Add(day - 30*time.Second + time.Duration(i)*10*time.Second),
+			Server: "pve", Tool: "get_task_status", ArgsHash: "upid", Decision: audit.Allowed, Session: "night"})
+	}
+	appendEvents(t, s, evs)
+	require.Greater(t, scalar(t, s, `SELECT count(*) FROM call_runs WHERE polls >= 3`), int64(50), "the traffic has polling loops")
+	want := runsState(t, s)
+
+	_, err = Run(ctx, s, Options{Now: day0.Add(5 * day), Retention: time.Hour})
+	require.NoError(t, err)
+	require.EqualValues(t, 0, scalar(t, s, `SELECT count(*) FROM calls`))
+	assert.Equal(t, want, runsState(t, s), "the retention keeps the runs")
+	_, err = Restore(ctx, s, day0.Add(day)) // the first day stays in the archive alone
+	require.NoError(t, err)
+	assert.Equal(t, want, runsState(t, s), "restoring its own days")
+
+	fresh := open(t, filepath.Join(t.TempDir(), "fresh.duckdb"), dir)
+	_, err = Restore(ctx, fresh, day0.Add(2*day))
+	require.NoError(t, err)
+	_, err = Restore(ctx, fresh, day0)
+	require.NoError(t, err)
+	assert.Equal(t, want, runsState(t, fresh), "restored into an empty database, late days first")
 }
