@@ -48,13 +48,15 @@ type batchCalls struct {
 func collectCalls(c *columns) *batchCalls {
 	b := &batchCalls{}
 	index := map[runSession]int32{}
-	staged := make([]runCall, 0, c.n)
+	// First each call's session (-1: no tool), then each call in its
+	// session's place: one copy of the calls, not two.
+	of := make([]int32, 0, c.n)
 	var counts []int
 	for _, ch := range c.chunks {
 		s := &ch.strs
 		for j := range ch.n {
-			tool := s[3].value(j)
-			if tool == "" {
+			if s[3].value(j) == "" {
+				of = append(of, -1)
 				continue
 			}
 			rs := runSession{server: s[2].value(j), grant: s[8].value(j), key: s[10].value(j)}
@@ -71,22 +73,30 @@ func collectCalls(c *columns) *batchCalls {
 				counts = append(counts, 0)
 			}
 			counts[i]++
-			us := ch.ts[j]
-			staged = append(staged, runCall{session: i, ms: us / 1000, us: us, tool: tool, args: s[16].value(j), err: s[6].value(j) == "error"})
+			of = append(of, i)
 		}
 	}
-	// Placed by session in one pass, then each session's calls sorted:
-	// they come mostly in time order already.
 	b.starts = make([]int, len(b.sessions)+1)
 	for i, n := range counts {
 		b.starts[i+1] = b.starts[i] + n
 	}
-	b.calls = make([]runCall, len(staged))
+	b.calls = make([]runCall, b.starts[len(b.sessions)])
 	next := slices.Clone(b.starts[:len(b.sessions)])
-	for _, rc := range staged {
-		b.calls[next[rc.session]] = rc
-		next[rc.session]++
+	k := 0
+	for _, ch := range c.chunks {
+		s := &ch.strs
+		for j := range ch.n {
+			i := of[k]
+			k++
+			if i < 0 {
+				continue
+			}
+			us := ch.ts[j]
+			b.calls[next[i]] = runCall{session: i, ms: us / 1000, us: us, tool: s[3].value(j), args: s[16].value(j), err: s[6].value(j) == "error"}
+			next[i]++
+		}
 	}
+	// Each session's calls come mostly in time order already.
 	for i := range b.sessions {
 		slices.SortFunc(b.calls[b.starts[i]:b.starts[i+1]], compareCalls)
 	}
