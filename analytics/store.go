@@ -348,9 +348,18 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 		defer st.Release()
 	}
 	if st.n > 0 {
-		// The batch's calls sorted for its runs, beside DuckDB's insert.
+		// The batch's calls sorted for its runs, beside DuckDB's insert;
+		// awaited before anything returns, for it reads the staged columns.
 		sorted := make(chan *batchCalls, 1)
 		go func() { sorted <- collectCalls(st.cols) }()
+		var calls *batchCalls
+		collected := func() *batchCalls {
+			if calls == nil {
+				calls = <-sorted
+			}
+			return calls
+		}
+		defer collected()
 		derived := len(st.derive) > 0
 		if derived {
 			if err := deriveSessions(ctx, conn, st.derive, st.lo, st.hi, s.sessionGap); err != nil {
@@ -379,13 +388,12 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 			return res, fmt.Errorf("append: %w", err)
 		}
 		n, _ := r.RowsAffected()
-		calls := <-sorted
 		if derived || int(n) != st.n {
 			// Sessions decided in SQL, or calls stored already: the
 			// staged calls are not the batch's.
 			err = recordRuns(ctx, conn, "ingested_at = ?", now)
 		} else {
-			err = recordBatchRuns(ctx, conn, calls, "ingested_at = ?", now)
+			err = recordBatchRuns(ctx, conn, collected(), "ingested_at = ?", now)
 		}
 		if err != nil {
 			return res, fmt.Errorf("append: %w", err)
