@@ -197,7 +197,7 @@ WITH r AS (
 	SELECT *, sum((NOT cont)::INTEGER) OVER (PARTITION BY pk ORDER BY rn ROWS UNBOUNDED PRECEDING) AS run_no
 	FROM run_seq WHERE cont OR cont_next
 ), runs AS (
-	SELECT pk, any_value(th) AS th, any_value(prev_th) FILTER (NOT cont) AS prev_th, any_value(prev_ts) FILTER (NOT cont) AS prev_ts,
+	SELECT pk, any_value(th) AS th, any_value(hh) AS hh, any_value(prev_th) FILTER (NOT cont) AS prev_th, any_value(prev_ts) FILTER (NOT cont) AS prev_ts,
 	       count(*) AS polls, (max(ms) - min(ms)) / 1000.0 AS span_s,
 	       coalesce(avg(gap) FILTER (cont), 0) / 1000.0 AS mean_gap, coalesce(stddev_pop(gap) FILTER (cont), 0) / 1000.0 AS sd_gap,
 	       coalesce(median(gap) FILTER (cont), 0) / 1000.0 AS median_gap,
@@ -223,6 +223,7 @@ CREATE TABLE call_runs (
 	"grant"    VARCHAR NOT NULL,
 	skh        UBIGINT NOT NULL,
 	th         UBIGINT NOT NULL,
+	hh         UBIGINT NOT NULL,
 	prev_th    UBIGINT,
 	prev_ts    TIMESTAMPTZ,
 	polls      BIGINT NOT NULL,

@@ -136,7 +136,7 @@ type runTail struct {
 // fastRun is a run found in Go.
 type fastRun struct {
 	session      int32
-	tool         string
+	tool, args   string
 	prevTool     string // "" when the call before is the stored last call (prevTH) or none (prevSet false)
 	prevTH       uint64
 	prevUS       int64
@@ -263,7 +263,7 @@ func sessionRuns(runs []fastRun, si int32, calls []runCall, before callBefore) (
 		if cont {
 			if open == nil {
 				p := calls[i-1]
-				open = &fastRun{session: si, tool: p.tool, t0: p.ms, first: p.us, errors: b2i(p.err), atStart: i == 1}
+				open = &fastRun{session: si, tool: p.tool, args: p.args, t0: p.ms, first: p.us, errors: b2i(p.err), atStart: i == 1}
 				switch {
 				case i > 1:
 					open.prevTool, open.prevUS, open.prevSet = calls[i-2].tool, calls[i-2].us, true

@@ -70,7 +70,7 @@ func lookupTails(ctx context.Context, v *runViews, b *batchCalls) (map[int32]sto
 func storeFastRuns(ctx context.Context, v *runViews, b *batchCalls, runs []fastRun, tails []runTail) error {
 	mem := memory.DefaultAllocator
 	if len(runs) > 0 {
-		sc, prev, tb := newSessionCols(), newBeforeCols(), array.NewStringBuilder(mem)
+		sc, prev, tb, ab := newSessionCols(), newBeforeCols(), array.NewStringBuilder(mem), array.NewStringBuilder(mem)
 		gapsb := array.NewListBuilder(mem, arrow.PrimitiveTypes.Int64)
 		gapb := gapsb.ValueBuilder().(*array.Int64Builder)
 		eb, leb, t0b, t1b := array.NewInt64Builder(mem), array.NewBooleanBuilder(mem), array.NewInt64Builder(mem), array.NewInt64Builder(mem)
@@ -79,6 +79,7 @@ func storeFastRuns(ctx context.Context, v *runViews, b *batchCalls, runs []fastR
 			sc.add(b.sessions[r.session])
 			prev.add(r.prevSet, r.prevTool, r.prevTH, r.prevUS)
 			tb.Append(r.tool)
+			ab.Append(r.args)
 			gapsb.Append(true)
 			gapb.AppendValues(r.gaps, nil)
 			eb.Append(r.errors)
@@ -89,19 +90,20 @@ func storeFastRuns(ctx context.Context, v *runViews, b *batchCalls, runs []fastR
 			lb.Append(arrow.Timestamp(r.lastU))
 		}
 		schema := arrow.NewSchema(slices.Concat(sc.fields(), prev.fields("prev"), []arrow.Field{
-			{Name: "tool", Type: arrow.BinaryTypes.String}, {Name: "gaps", Type: arrow.ListOf(arrow.PrimitiveTypes.Int64)},
+			{Name: "tool", Type: arrow.BinaryTypes.String}, {Name: "args", Type: arrow.BinaryTypes.String},
+			{Name: "gaps", Type: arrow.ListOf(arrow.PrimitiveTypes.Int64)},
 			{Name: "errors", Type: arrow.PrimitiveTypes.Int64}, {Name: "last_err", Type: arrow.FixedWidthTypes.Boolean},
 			{Name: "t0", Type: arrow.PrimitiveTypes.Int64}, {Name: "t1", Type: arrow.PrimitiveTypes.Int64},
 			{Name: "first_ts", Type: tsType}, {Name: "last_ts", Type: tsType},
 		}), nil)
-		names, err := v.add(schema, "run_found", 1, slices.Concat(sc.builders(), prev.builders(), []array.Builder{tb, gapsb, eb, leb, t0b, t1b, fb, lb})...)
+		names, err := v.add(schema, "run_found", 1, slices.Concat(sc.builders(), prev.builders(), []array.Builder{tb, ab, gapsb, eb, leb, t0b, t1b, fb, lb})...)
 		if err != nil {
 			return err
 		}
 		// The figures by the same aggregates as insertRunsSQL's, over the
 		// gaps in order.
 		if _, err := v.conn.ExecContext(ctx, `INSERT INTO call_runs
-SELECT server, g, hash(sk), hash(tool), CASE WHEN prev_tool IS NULL THEN prev_th ELSE hash(prev_tool) END, prev_ts,
+SELECT server, g, hash(sk), hash(tool), hash(args), CASE WHEN prev_tool IS NULL THEN prev_th ELSE hash(prev_tool) END, prev_ts,
        len(gaps) + 1, (t1 - t0) / 1000.0, coalesce(list_avg(gaps), 0) / 1000.0,
        coalesce(list_aggregate(gaps, 'stddev_pop'), 0) / 1000.0, coalesce(list_aggregate(gaps, 'median'), 0) / 1000.0,
        errors, last_err, t0, t1, first_ts, last_ts

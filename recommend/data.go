@@ -278,12 +278,16 @@ type run struct {
 // only the runs, far fewer than the calls, come back. names maps tool
 // hashes back to the tools (toolNames).
 func (q query) runs(ctx context.Context, names map[uint64]string, minCalls int, maxInterval time.Duration) ([]run, error) {
-	stored, err := q.storedRunsUsable(ctx, minCalls, maxInterval)
+	stored, later, err := q.storedRunsUsable(ctx, minCalls, maxInterval)
 	if err != nil {
 		return nil, err
 	}
 	if stored {
-		return q.readRuns(ctx, names, storedRunsSQL(minCalls))
+		cutTo, err := q.crossingEnd(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return q.readRuns(ctx, names, storedRunsSQL(minCalls, later), sql.Named("cut_to", cutTo))
 	}
 	return q.readRuns(ctx, names, scanRunsSQL(minCalls, maxInterval))
 }
@@ -297,8 +301,8 @@ FROM runs ORDER BY t0, skh`
 }
 
 // readRuns runs a query of runs (scanRunsSQL, storedRunsSQL).
-func (q query) readRuns(ctx context.Context, names map[uint64]string, text string) ([]run, error) {
-	rows, err := q.rows(ctx, "call sequences", text)
+func (q query) readRuns(ctx context.Context, names map[uint64]string, text string, extra ...any) ([]run, error) {
+	rows, err := q.rows(ctx, "call sequences", text, extra...)
 	if err != nil {
 		return nil, err
 	}

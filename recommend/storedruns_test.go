@@ -21,8 +21,9 @@ import (
 // TestStoredRunsMatchTheScan: the window's runs read from the runs the
 // store keeps equal those found by sorting the window's calls, for random
 // windows whose edges fall anywhere, on calls and between the
-// milliseconds' microseconds, for every grant and for a server without
-// grants; the calls stored in uneven batches, some of them twice.
+// milliseconds' microseconds, a quarter of them ending after the last
+// call, for every grant and for a server without grants; the calls stored
+// in uneven batches, some of them twice.
 func TestStoredRunsMatchTheScan(t *testing.T) {
 	ctx := context.Background()
 	store, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "r.duckdb"), analytics.Options{})
@@ -67,40 +68,47 @@ func TestStoredRunsMatchTheScan(t *testing.T) {
 		}
 		return end.Add(-time.Duration(rng.Int64N(int64(5 * 24 * time.Hour))))
 	}
-	var runs, edgeRuns int
-	for range 60 {
+	var runs, edgeRuns, crossingNow int
+	for i := range 80 {
 		from, to := edge(), edge()
 		if to.Before(from) {
 			from, to = to, from
 		}
+		if i%4 == 0 {
+			to = end.Add(time.Duration(rng.Int64N(int64(time.Hour)))) // no call after the window
+		}
 		for _, sc := range scopes {
 			q := query{db: store.DB(), server: sc[0], grant: sc[1], from: from, to: to}
-			usable, err := q.storedRunsUsable(ctx, 3, DefaultParams().PollMaxInterval)
+			usable, later, err := q.storedRunsUsable(ctx, 3, DefaultParams().PollMaxInterval)
 			require.NoError(t, err)
 			require.True(t, usable, "stored runs for %v", sc)
 			names, err := q.toolNames(ctx, simulateTools(t, store))
 			require.NoError(t, err)
 			want, err := q.readRuns(ctx, names, scanRunsSQL(3, analytics.RunsMaxGap))
 			require.NoError(t, err)
-			got, err := q.readRuns(ctx, names, storedRunsSQL(3))
+			got, err := q.runs(ctx, names, 3, analytics.RunsMaxGap)
 			require.NoError(t, err)
 			require.Equal(t, runLines(want), runLines(got), "window (%s, %s] of %v", from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano), sc)
 			runs += len(want)
-			var n int
-			require.NoError(t, store.DB().QueryRowContext(ctx, `SELECT count(*) FROM call_runs WHERE server = $1 AND "grant" = $2
-				AND last_ts > $3 AND first_ts <= $4 AND (first_ts <= $3 OR last_ts > $4)`, sc[0], sc[1], from, to).Scan(&n))
+			var n, crossing int
+			require.NoError(t, store.DB().QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (first_ts <= $3) FROM call_runs WHERE server = $1 AND "grant" = $2
+				AND last_ts > $3 AND first_ts <= $4 AND (first_ts <= $3 OR last_ts > $4)`, sc[0], sc[1], from, to).Scan(&n, &crossing))
 			edgeRuns += n
+			if !later {
+				crossingNow += crossing
+			}
 		}
 	}
 	assert.Greater(t, runs, 1000, "runs compared")
 	assert.Greater(t, edgeRuns, 20, "runs cut by a window's edge")
+	assert.Greater(t, crossingNow, 5, "runs crossing the start of a window with no call after it")
 
 	q := query{db: store.DB(), server: "proxmox-mcp", from: end.Add(-24 * time.Hour), to: end}
-	usable, err := q.storedRunsUsable(ctx, 3, DefaultParams().PollMaxInterval)
+	usable, _, err := q.storedRunsUsable(ctx, 3, DefaultParams().PollMaxInterval)
 	require.NoError(t, err)
 	assert.False(t, usable, "every grant together: runs are kept per grant")
 	q.grant = scopes[1][1]
-	usable, err = q.storedRunsUsable(ctx, 3, 30*time.Second)
+	usable, _, err = q.storedRunsUsable(ctx, 3, 30*time.Second)
 	require.NoError(t, err)
 	assert.False(t, usable, "another polling interval")
 }
@@ -136,10 +144,11 @@ func runLines(rs []run) []string {
 // TestStoredRunsTiesAtTheEdges: a window edge inside a millisecond that
 // holds calls on both of its sides. At the start, the call before a run
 // lies before the window while another call of its millisecond, ordered
-// before it, lies inside: that call starts the run in the window. At the
-// end, a call of the end's millisecond outside the window separates a run
-// from a call that continues it inside the window: the window's run is
-// one call longer than the stored one.
+// before it, lies inside: that call starts the run in the window; likewise
+// for a run crossing the start from that millisecond. At the end, a call
+// of the end's millisecond outside the window separates a run from a call
+// that continues it inside the window: the window's run is one call longer
+// than the stored one.
 func TestStoredRunsTiesAtTheEdges(t *testing.T) {
 	ctx := context.Background()
 	store, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "t.duckdb"), analytics.Options{})
@@ -151,9 +160,12 @@ func TestStoredRunsTiesAtTheEdges(t *testing.T) {
 	require.NoError(t, store.DB().QueryRowContext(ctx, `SELECT arg_min(t, hash(t)), arg_max(t, hash(t)) FROM unnest(['get_task_status', 'list_vms']) u(t)`).Scan(&first, &second))
 	t0 := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
 	call := func(id, tool, args string, at time.Time) audit.Event {
-		session := "start" // each case in its own session: either makes its session's runs read from the calls
-		if id[0] == 'l' || id == "after" {
+		session := "start" // each case in its own session: any makes its session's runs read from the calls
+		switch {
+		case id[0] == 'l' || id == "after":
 			session = "end"
+		case id[0] == 'x' || id == "c1":
+			session = "cross"
 		}
 		return audit.Event{ID: id, TS: at, Server: "pve", Grant: "g", Session: session, Tool: tool, ArgsHash: args, Decision: audit.Allowed}
 	}
@@ -168,6 +180,13 @@ func TestStoredRunsTiesAtTheEdges(t *testing.T) {
 		call("l3", second, "z", t0.Add(time.Hour+10*time.Second)),
 		call("after", first, "w", t0.Add(time.Hour+20*time.Second+800*time.Microsecond)), // after the window, ordered first
 		call("l4", second, "z", t0.Add(time.Hour+20*time.Second+100*time.Microsecond)),   // inside: continues l1-l3 there
+		// A run crossing the start from its millisecond: the call of that
+		// millisecond inside the window comes first, and starts it there.
+		call("x1", second, "r", t0.Add(100*time.Microsecond)),
+		call("c1", first, "c", t0.Add(800*time.Microsecond)),
+		call("x2", second, "r", t0.Add(5*time.Second)),
+		call("x3", second, "r", t0.Add(10*time.Second)),
+		call("x4", second, "r", t0.Add(15*time.Second)),
 	}
 	_, err = store.Append(ctx, ingest.Batch{Events: evs})
 	require.NoError(t, err)
@@ -176,10 +195,15 @@ func TestStoredRunsTiesAtTheEdges(t *testing.T) {
 	require.NoError(t, err)
 	want, err := q.readRuns(ctx, names, scanRunsSQL(3, analytics.RunsMaxGap))
 	require.NoError(t, err)
-	require.Len(t, want, 2)
-	assert.Equal(t, first, want[0].StartTool, "the run starts after the call inside the window")
-	assert.EqualValues(t, 4, want[1].Polls, "the run continues across the call after the window")
-	got, err := q.readRuns(ctx, names, storedRunsSQL(3))
+	require.Len(t, want, 3)
+	shapes := map[string]bool{}
+	for _, r := range want {
+		shapes[fmt.Sprintf("%s<-%s %d", r.Tool, r.StartTool, r.Polls)] = true
+	}
+	assert.True(t, shapes["vm_agent_exec_status<-"+first+" 3"], "the run starts after the call inside the window: %v", shapes)
+	assert.True(t, shapes[second+"<- 4"], "the run continues across the call after the window: %v", shapes)
+	assert.True(t, shapes[second+"<-"+first+" 3"], "the crossing run starts after the call of the start's millisecond: %v", shapes)
+	got, err := q.runs(ctx, names, 3, analytics.RunsMaxGap)
 	require.NoError(t, err)
 	assert.Equal(t, runLines(want), runLines(got))
 }
