@@ -77,7 +77,9 @@ func (q query) crossingEnd(ctx context.Context) (time.Time, error) {
 }
 
 // storedRunsSQL reads the window's runs of at least minCalls calls (the
-// columns and order of readRuns): from call_runs; a run crossing the
+// columns, types and order of readRuns: a HUGEINT the driver hands over as a
+// big integer, which database/sql then scans through its text); from
+// call_runs; a run crossing the
 // window's start as its calls inside the window, read between the start
 // and $cut_to (crossingEnd); and every run of a session read from the
 // calls (runsSQL) when a tie at the start's millisecond, or later calls
@@ -113,12 +115,12 @@ func storedRunsSQL(minCalls int, later bool) string {
 	       coalesce(arg_max(err, ms), false) AS last_err, min(ms) AS t0, max(ms) AS t1
 	FROM cut_gaps GROUP BY skh HAVING count(*) >= ` + minN + `
 ), ` + runsSQL(inWindow+` AND hash(`+sessionKey+`) IN (SELECT skh FROM edge)`, minCalls, analytics.RunsMaxGap) + `
-SELECT skh, th, CASE WHEN prev_ts > $from THEN prev_th ELSE 0 END,
+SELECT skh, th, CASE WHEN prev_ts > $from THEN prev_th ELSE 0::UBIGINT END,
        CASE WHEN prev_ts > $from THEN (t0 - epoch_ms(prev_ts)) / 1000.0 ELSE 0 END,
        polls, span_s, mean_gap, sd_gap, median_gap, errors, last_err, t0, t1
 FROM stored WHERE polls >= ` + minN + ` AND first_ts > $from AND skh NOT IN (SELECT skh FROM edge)
 UNION ALL
-SELECT skh, th, 0, 0, polls, span_s, mean_gap, sd_gap, median_gap, errors, last_err, t0, t1 FROM cut_runs
+SELECT skh, th, 0::UBIGINT, 0::DOUBLE, polls, span_s, mean_gap, sd_gap, median_gap, errors, last_err, t0, t1 FROM cut_runs
 UNION ALL
 SELECT skh, th, prev_th, start_gap, polls, span_s, mean_gap, sd_gap, median_gap, errors, last_err, t0, t1 FROM runs
 ORDER BY t0, skh`
