@@ -162,7 +162,7 @@ func recordBatchRuns(ctx context.Context, conn *sql.Conn, b *batchCalls, where s
 	}
 	var runs []fastRun
 	var newTails []runTail
-	var slow, continuing []int32
+	var slow, continuing, extended []int32
 	for si := range b.sessions {
 		calls := b.calls[b.starts[si]:b.starts[si+1]]
 		tail, stored := tails[int32(si)]
@@ -208,8 +208,9 @@ func recordBatchRuns(ctx context.Context, conn *sql.Conn, b *batchCalls, where s
 				continue
 			}
 			newTails = append(newTails, t)
+			extended = append(extended, si)
 		}
-		if err := dropOpenRuns(ctx, v, b, continuing, tails, slow); err != nil {
+		if err := dropOpenRuns(ctx, v, b, extended, tails); err != nil {
 			return err
 		}
 	}

@@ -353,21 +353,18 @@ func openRunCalls(ctx context.Context, v *runViews, b *batchCalls, continuing []
 	return out, rows.Err()
 }
 
-// dropOpenRuns deletes the stored runs that continuing sessions (but those
-// gone to the SQL path) extend: each starts at its session's last cut.
-func dropOpenRuns(ctx context.Context, v *runViews, b *batchCalls, continuing []int32, tails map[int32]storedTail, slow []int32) error {
+// dropOpenRuns deletes the stored runs that the extended sessions' new
+// calls continue: each starts at its session's last cut.
+func dropOpenRuns(ctx context.Context, v *runViews, b *batchCalls, extended []int32, tails map[int32]storedTail) error {
+	if len(extended) == 0 {
+		return nil
+	}
 	sc, tb := newSessionCols(), array.NewInt64Builder(memory.DefaultAllocator)
 	floor := int64(math.MaxInt64)
-	for _, si := range continuing {
-		if slices.Contains(slow, si) {
-			continue
-		}
+	for _, si := range extended {
 		sc.add(b.sessions[si])
 		tb.Append(tails[si].bMS)
 		floor = min(floor, tails[si].bMS)
-	}
-	if floor == math.MaxInt64 {
-		return nil
 	}
 	schema := arrow.NewSchema(slices.Concat(sc.fields(), []arrow.Field{{Name: "t0", Type: arrow.PrimitiveTypes.Int64}}), nil)
 	names, err := v.add(schema, "run_extended", 1, slices.Concat(sc.builders(), []array.Builder{tb})...)

@@ -348,19 +348,23 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 		defer st.Release()
 	}
 	if st.n > 0 {
-		// The batch's calls sorted for its runs, beside DuckDB's insert;
+		derived := len(st.derive) > 0
+		// The batch's calls sorted for its runs, beside DuckDB's insert
+		// (not for sessions derived in SQL, which the staging lacks);
 		// awaited before anything returns, for it reads the staged columns.
-		sorted := make(chan *batchCalls, 1)
-		go func() { sorted <- collectCalls(st.cols) }()
+		var sorted chan *batchCalls
+		if !derived {
+			sorted = make(chan *batchCalls, 1)
+			go func() { sorted <- collectCalls(st.cols) }()
+		}
 		var calls *batchCalls
 		collected := func() *batchCalls {
-			if calls == nil {
+			if calls == nil && sorted != nil {
 				calls = <-sorted
 			}
 			return calls
 		}
 		defer collected()
-		derived := len(st.derive) > 0
 		if derived {
 			if err := deriveSessions(ctx, conn, st.derive, st.lo, st.hi, s.sessionGap); err != nil {
 				return res, err
