@@ -41,7 +41,7 @@ func (s *Store) AlarmCalls(ctx context.Context, ingestedAfter, since time.Time) 
 		return nil, ingestedAfter, nil
 	}
 	rows, err := s.db.QueryContext(ctx, `
-SELECT server, coalesce(session, 'gateway:' || gateway, '') AS skey, tool, coalesce(args_hash, ''),
+SELECT server, `+SessionKey+` AS skey, tool, coalesce(args_hash, ''),
        coalesce("grant", ''), coalesce(agent, ''), ts, coalesce(status = 'error', false), ingested_at
 FROM calls WHERE ingested_at > ? AND ingested_at <= ? AND ts >= ? AND tool IS NOT NULL
 ORDER BY server, skey, ts, tool, args_hash`, ingestedAfter.UTC(), newest.Time.UTC(), since.UTC())

@@ -16,7 +16,7 @@ import (
 
 // sessionKey is a call's session for analysis; the gateway instance stands
 // in where events carry none (SPEC §5), as in the recommender.
-const sessionKey = `coalesce(session, 'gateway:' || gateway, '')`
+const sessionKey = analytics.SessionKey
 
 // inWindow selects the server's calls in (from, to].
 const inWindow = `server = $server AND ts > $from AND ts <= $to`
