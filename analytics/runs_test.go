@@ -14,16 +14,11 @@ import (
 	"github.com/mcptrail/mcptrail/internal/runtraffic"
 )
 
-// runsState is call_runs and run_tails as text, one row per line, in a
-// fixed order; gaps rounded to the microsecond, which the recommender
-// rounds far coarser (floating sums may differ in their last bits by the
-// order DuckDB adds them in).
+// runsState is s's call_runs and run_tails as text (runtraffic.State).
 func runsState(t *testing.T, s *Store) (runs, tails string) {
 	t.Helper()
-	ctx := context.Background()
-	require.NoError(t, s.DB().QueryRowContext(ctx, `SELECT coalesce(string_agg(l, E'\n' ORDER BY l), '') FROM (SELECT concat_ws('|', server, "grant", skh, th, hh, prev_th, prev_ts, polls,
-		round(span_s, 6), round(mean_gap, 6), round(sd_gap, 6), round(median_gap, 6), errors, last_err, t0, t1, first_ts, last_ts) l FROM call_runs)`).Scan(&runs))
-	require.NoError(t, s.DB().QueryRowContext(ctx, `SELECT coalesce(string_agg(l, E'\n' ORDER BY l), '') FROM (SELECT concat_ws('|', pk, b_ms, a_ts, a_th, last_ts, last_th) l FROM run_tails)`).Scan(&tails))
+	runs, tails, err := runtraffic.State(context.Background(), s.DB())
+	require.NoError(t, err)
 	return runs, tails
 }
 

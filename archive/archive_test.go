@@ -379,14 +379,11 @@ func TestArchiveDBSpansTheArchive(t *testing.T) {
 	assert.EqualValues(t, 10, scalar(t, s, `SELECT count(*) FROM calls`), "the store's own pool never sees the view")
 }
 
-// runsState is call_runs and run_tails as text, one row per line, sorted
-// (gaps rounded to the microsecond).
+// runsState is s's call_runs and run_tails as text (runtraffic.State).
 func runsState(t *testing.T, s *analytics.Store) string {
 	t.Helper()
-	var runs, tails string
-	require.NoError(t, s.DB().QueryRow(`SELECT coalesce(string_agg(l, E'\n' ORDER BY l), '') FROM (SELECT concat_ws('|', server, "grant", skh, th, hh,
-		prev_th, prev_ts, polls, round(span_s, 6), round(mean_gap, 6), round(sd_gap, 6), round(median_gap, 6), errors, last_err, t0, t1, first_ts, last_ts) l FROM call_runs)`).Scan(&runs))
-	require.NoError(t, s.DB().QueryRow(`SELECT coalesce(string_agg(l, E'\n' ORDER BY l), '') FROM (SELECT concat_ws('|', pk, b_ms, a_ts, a_th, last_ts, last_th, last_hh) l FROM run_tails)`).Scan(&tails))
+	runs, tails, err := runtraffic.State(context.Background(), s.DB())
+	require.NoError(t, err)
 	return runs + "\n--\n" + tails
 }
 

@@ -1,10 +1,12 @@
 // Package runtraffic makes simulated traffic that is hard on the runs the
-// store keeps (analytics/runs.go) and reads (recommend/storedruns.go), for
-// the tests that hold them to the recommender's own scan.
+// store keeps (analytics/runs.go) and reads (recommend/storedruns.go), and
+// prints the runs kept, for the tests that hold them to each other and to
+// the recommender's own scan.
 package runtraffic
 
 import (
 	"context"
+	"database/sql"
 	"time"
 
 	"github.com/mcptrail/mcptrail/audit"
@@ -57,4 +59,21 @@ func Generate(seed int64, n int, span time.Duration, now time.Time, sessionless 
 		}
 	}
 	return evs, nil
+}
+
+// State is a store's call_runs and run_tails as text, one row per line,
+// sorted; gaps rounded to the microsecond (floating sums may differ in
+// their last bits by the order DuckDB adds them in; the recommender rounds
+// far coarser).
+func State(ctx context.Context, db *sql.DB) (runs, tails string, err error) {
+	if err := db.QueryRowContext(ctx, `SELECT coalesce(string_agg(l, E'\n' ORDER BY l), '') FROM (
+	SELECT concat_ws('|', server, "grant", skh, th, hh, prev_th, prev_ts, polls, round(span_s, 6), round(mean_gap, 6),
+	       round(sd_gap, 6), round(median_gap, 6), errors, last_err, t0, t1, first_ts, last_ts) l FROM call_runs)`).Scan(&runs); err != nil {
+		return "", "", err
+	}
+	if err := db.QueryRowContext(ctx, `SELECT coalesce(string_agg(l, E'\n' ORDER BY l), '') FROM (
+	SELECT concat_ws('|', pk, b_ms, a_ts, a_th, last_ts, last_th, last_hh) l FROM run_tails)`).Scan(&tails); err != nil {
+		return "", "", err
+	}
+	return runs, tails, nil
 }
