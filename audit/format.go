@@ -70,7 +70,8 @@ type Options struct {
 	Server string
 	// Borrow lets the event's strings alias the payload instead of a copy of
 	// it: for callers that never modify or reuse the payload afterwards
-	// (NATS messages, whose payloads the client allocates one by one).
+	// (NATS messages, whose payloads the client allocates one by one; file
+	// lines, which ingest reads into buffers it never writes again).
 	Borrow bool
 }
 

@@ -1,5 +1,7 @@
 package audit
 
+import "strings"
+
 // InterceptServers resolves the server of Intercept tool_call events from
 // their instance's startup line. Decode runs in parallel, so the resolution
 // is a separate, sequential step: call Apply on every Result in input order.
@@ -19,7 +21,9 @@ func (r *InterceptServers) Apply(res *Result, opts Options) error {
 		if r.servers == nil {
 			r.servers = make(map[string]string)
 		}
-		r.servers[res.Instance] = res.InstanceServer
+		// Clones: with Options.Borrow the strings alias a payload that
+		// this map would otherwise keep alive for the whole stream.
+		r.servers[strings.Clone(res.Instance)] = strings.Clone(res.InstanceServer)
 	case res.Kind == KindEvent && res.Format == FormatIntercept:
 		if opts.Server != "" {
 			res.Event.Server = opts.Server

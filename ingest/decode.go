@@ -76,6 +76,14 @@ func (d *Decoder) Decode(ctx context.Context, msgs []Message) (Decoded, error) {
 // DecodeAppend is Decode appending to out, so that a batch assembled from
 // several fetches is not copied once per fetch.
 func (d *Decoder) DecodeAppend(ctx context.Context, msgs []Message, out *Decoded) error {
+	return d.decodeAppend(ctx, msgs, out, d.Opts.Borrow)
+}
+
+// decodeAppend is DecodeAppend, the events' strings aliasing the payloads
+// when borrow is set (audit.Options.Borrow).
+func (d *Decoder) decodeAppend(ctx context.Context, msgs []Message, out *Decoded, borrow bool) error {
+	opts := d.Opts
+	opts.Borrow = borrow
 	if cap(d.results) < len(msgs) {
 		d.results = make([]decodeResult, len(msgs))
 	}
@@ -90,7 +98,7 @@ func (d *Decoder) DecodeAppend(ctx context.Context, msgs []Message, out *Decoded
 		go func(part []Message, out []decodeResult) {
 			defer wg.Done()
 			for i := range part {
-				out[i].res, out[i].err = audit.Decode(part[i].Data, d.Opts)
+				out[i].res, out[i].err = audit.Decode(part[i].Data, opts)
 			}
 		}(msgs[start:end], results[start:end])
 	}
