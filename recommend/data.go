@@ -66,27 +66,67 @@ func (q query) rows(ctx context.Context, what, text string, extra ...any) (*sql.
 	return rows, nil
 }
 
-// windowStats counts the window's calls, sessions, agents and active days.
-// Distinct sessions are counted by their hash (as everywhere here): distinct
-// integers are cheaper to count than the strings. The first call only tells
-// whether history starts inside the window: any call before the window's
-// first day says it does not, and the first one found ends that scan, so
-// that its cost does not grow with the history.
-func (q query) windowStats(ctx context.Context) (w Window, activeDays int, err error) {
-	var first sql.NullTime
-	_, day0 := analytics.ToolDay(q.from)
-	err = q.db.QueryRowContext(ctx, `
-SELECT count(*), count(DISTINCT hash(`+sessionKey+`)) FILTER (`+sessionKey+` <> ''), count(DISTINCT agent),
+// figures are a scope's window figures: its calls, sessions, agents and
+// active days, and its allowed calls and the sessions with one (what a
+// tool's share of use is measured against).
+type figures struct {
+	window          Window
+	activeDays      int
+	allowed         int64
+	allowedSessions int64
+}
+
+// figuresSQL counts figures' columns over the calls a query selects, in
+// figures.scan's order. Distinct sessions are counted by their hash (as
+// everywhere here): distinct integers are cheaper to count than the
+// strings.
+const figuresSQL = `count(*), count(DISTINCT hash(` + sessionKey + `)) FILTER (` + sessionKey + ` <> ''), count(DISTINCT agent),
        count(DISTINCT epoch_ms(ts) // 86400000),
-       coalesce((SELECT ts FROM calls WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND ts < $day0 LIMIT 1),
-                (SELECT min(ts) FROM calls WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND ts >= $day0 AND ts <= $to)),
        count(*) FILTER (session_source = 'event'), count(*) FILTER (session_source = 'conversation'),
        count(*) FILTER (session_source = 'trace'), count(*) FILTER (session_source = 'derived'),
-       count(*) FILTER (session_source = 'gateway')
-FROM calls WHERE `+inWindow, q.args(sql.Named("day0", day0))...).Scan(&w.Calls, &w.Sessions, &w.Agents, &activeDays, &first,
-		&w.SessionSources.Event, &w.SessionSources.Conversation, &w.SessionSources.Trace, &w.SessionSources.Derived, &w.SessionSources.Gateway)
+       count(*) FILTER (session_source = 'gateway'),
+       count(*) FILTER (decision = 'allowed'),
+       count(DISTINCT hash(` + sessionKey + `)) FILTER (` + sessionKey + ` <> '' AND decision = 'allowed')`
+
+// scanFigures reads figuresSQL's columns, after those given first.
+func scanFigures(row interface{ Scan(...any) error }, f *figures, first ...any) error {
+	w := &f.window
+	return row.Scan(append(first, &w.Calls, &w.Sessions, &w.Agents, &f.activeDays,
+		&w.SessionSources.Event, &w.SessionSources.Conversation, &w.SessionSources.Trace, &w.SessionSources.Derived,
+		&w.SessionSources.Gateway, &f.allowed, &f.allowedSessions)...)
+}
+
+// figures counts the scope's window figures in one pass over its calls.
+func (q query) figures(ctx context.Context) (figures, error) {
+	var f figures
+	if err := scanFigures(q.db.QueryRowContext(ctx, `SELECT `+figuresSQL+` FROM calls WHERE `+inWindow, q.args()...), &f); err != nil {
+		return f, fmt.Errorf("window statistics: %w", err)
+	}
+	return f, q.dates(ctx, &f.window)
+}
+
+// scopeFigures are the scope's window figures: those given, counted
+// already (grantFigures), else counted now.
+func (q query) scopeFigures(ctx context.Context, given *figures) (figures, error) {
+	if given != nil {
+		return *given, nil
+	}
+	return q.figures(ctx)
+}
+
+// dates sets w's window, its days and the days its history covers. The
+// first call only tells whether history starts inside the window: any
+// call before the window's first day says it does not, and the first one
+// found ends that scan, so that its cost does not grow with the history.
+func (q query) dates(ctx context.Context, w *Window) error {
+	var first sql.NullTime
+	_, day0 := analytics.ToolDay(q.from)
+	err := q.db.QueryRowContext(ctx, `
+SELECT coalesce((SELECT ts FROM calls WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND ts < $day0 LIMIT 1),
+                (SELECT min(ts) FROM calls WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND ts >= $day0 AND ts <= $to))`,
+		q.args(sql.Named("day0", day0))...).Scan(&first)
 	if err != nil {
-		return w, 0, fmt.Errorf("window statistics: %w", err)
+		return fmt.Errorf("window statistics: %w", err)
 	}
 	w.From, w.To = q.from, q.to
 	w.Days = int(q.to.Sub(q.from).Round(time.Hour).Hours() / 24)
@@ -96,31 +136,7 @@ FROM calls WHERE `+inWindow, q.args(sql.Named("day0", day0))...).Scan(&w.Calls, 
 		// would claim days nobody watched.
 		w.HistoryDays = min(int(math.Ceil(q.to.Sub(first.Time).Hours()/24)), w.Days)
 	}
-	return w, activeDays, nil
-}
-
-// allowedCalls counts the scope's allowed calls in the window.
-func (q query) allowedCalls(ctx context.Context) (int64, error) {
-	var n int64
-	err := q.db.QueryRowContext(ctx, `
-SELECT count(*) FROM calls WHERE `+inWindow+` AND decision = 'allowed'`, q.args()...).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("allowed calls: %w", err)
-	}
-	return n, nil
-}
-
-// allowedSessions counts the scope's sessions with an allowed call in the
-// window: what a tool's share of use is measured against.
-func (q query) allowedSessions(ctx context.Context) (int64, error) {
-	var n int64
-	err := q.db.QueryRowContext(ctx, `
-SELECT count(DISTINCT hash(`+sessionKey+`)) FILTER (`+sessionKey+` <> '' AND decision = 'allowed')
-FROM calls WHERE `+inWindow, q.args()...).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("sessions with allowed calls: %w", err)
-	}
-	return n, nil
+	return nil
 }
 
 // usage is one tool's use: in the window, and over the whole history.

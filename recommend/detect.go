@@ -18,11 +18,7 @@ import (
 // results (loops before rate limits, probes before allow candidates).
 func (s *state) detect(ctx context.Context) error {
 	lap := s.q.timed("risky and unused tools")
-	scope, err := s.q.allowedSessions(ctx)
-	if err != nil {
-		return err
-	}
-	s.detectRisky(scope)
+	s.detectRisky(s.allowedSessions)
 	s.detectUnused()
 	storms := s.detectRetryStorms()
 	lap()

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -40,10 +41,57 @@ SELECT coalesce("grant", ''), count(*) FROM calls WHERE `+inWindow+` GROUP BY AL
 	return grants, ungranted, rows.Err()
 }
 
-// ServerWindow describes the window's calls of a server, every grant together.
-func ServerWindow(ctx context.Context, db *sql.DB, server string, from, to time.Time) (Window, error) {
-	w, _, err := query{db: db, server: server, from: from, to: to}.windowStats(ctx)
-	return w, err
+// grantFigures counts, in one pass over q's server's window, the figures
+// of each grant (” for the calls without one) and of the server, every
+// grant together; grants are the grants with calls, sorted, and ungranted
+// the calls without one (as Grants).
+func grantFigures(ctx context.Context, q query) (byGrant map[string]*figures, all *figures, grants []string, ungranted int64, err error) {
+	q.grant = ""
+	rows, err := q.rows(ctx, "window figures", `
+SELECT GROUPING(g) = 1, coalesce(g, ''), `+figuresSQL+`
+FROM (SELECT *, coalesce("grant", '') AS g FROM calls WHERE `+inWindow+`)
+GROUP BY GROUPING SETS ((g), ())
+ORDER BY 1, 2`)
+	if err != nil {
+		return nil, nil, nil, 0, err
+	}
+	defer rows.Close()
+	byGrant = map[string]*figures{}
+	for rows.Next() {
+		var total bool
+		var g string
+		f := &figures{}
+		if err := scanFigures(rows, f, &total, &g); err != nil {
+			return nil, nil, nil, 0, fmt.Errorf("window figures: %w", err)
+		}
+		switch {
+		case total:
+			all = f
+		case g == "":
+			ungranted = f.window.Calls
+		default:
+			grants = append(grants, g)
+		}
+		byGrant[g] = f
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, nil, 0, fmt.Errorf("window figures: %w", err)
+	}
+	if all == nil { // no call at all: the grand total of nothing
+		all = &figures{}
+	}
+	for g, f := range byGrant {
+		scope := q
+		scope.grant = g
+		if err := scope.dates(ctx, &f.window); err != nil {
+			return nil, nil, nil, 0, err
+		}
+	}
+	scope := q
+	if err := scope.dates(ctx, &all.window); err != nil {
+		return nil, nil, nil, 0, err
+	}
+	return byGrant, all, grants, ungranted, nil
 }
 
 // Set is the recommendation for a server whose calls carry grants: one
@@ -234,6 +282,10 @@ type GrantsOptions struct {
 	// (AdvanceHistory). An error fails the run: a recommendation whose
 	// recording failed is not shown as if it had been recorded.
 	Record func(ctx context.Context, reports []*Report) error
+	// Log receives the time the window figures of every grant took, at
+	// debug level (each grant's own stages go to its Options.Log); nil is
+	// quiet.
+	Log *slog.Logger
 }
 
 // RecommendGrants proposes a server's policies as `mcptrail recommend` and
@@ -243,6 +295,10 @@ type GrantsOptions struct {
 // ErrNoCalls that names the grants that have calls.
 func RecommendGrants(ctx context.Context, db *sql.DB, o GrantsOptions) (*Report, *Set, error) {
 	from := o.Now.Add(-o.Params.Window)
+	byGrant, all, grants, ungranted, err := grantFigures(ctx, query{db: db, server: o.Server, from: from, to: o.Now, log: o.Log})
+	if err != nil {
+		return nil, nil, err
+	}
 	one := func(g string) (*Report, error) {
 		opts := Options{}
 		if o.Inputs != nil {
@@ -252,6 +308,10 @@ func RecommendGrants(ctx context.Context, db *sql.DB, o GrantsOptions) (*Report,
 			}
 		}
 		opts.Server, opts.Grant, opts.Now, opts.Params = o.Server, g, o.Now, o.Params
+		opts.figures = byGrant[g]
+		if g == "" {
+			opts.figures = all
+		}
 		r, err := Recommend(ctx, db, opts)
 		if err != nil {
 			return nil, err
@@ -261,10 +321,7 @@ func RecommendGrants(ctx context.Context, db *sql.DB, o GrantsOptions) (*Report,
 		}
 		return r, nil
 	}
-	grants, ungranted, err := Grants(ctx, db, o.Server, from, o.Now)
-	if err != nil {
-		return nil, nil, err
-	}
+
 	if o.Grant != "" || len(grants) == 0 {
 		r, err := one(o.Grant)
 		if err != nil && o.Grant != "" && len(grants) > 0 && errors.Is(err, ErrNoCalls) {
@@ -292,9 +349,7 @@ func RecommendGrants(ctx context.Context, db *sql.DB, o GrantsOptions) (*Report,
 		set.Policies[g] = r
 		set.GeneratedAt = r.GeneratedAt
 	}
-	if set.Window, err = ServerWindow(ctx, db, o.Server, from, o.Now); err != nil {
-		return nil, nil, err
-	}
+	set.Window = all.window
 	if o.Record != nil {
 		if err := o.Record(ctx, set.Reports()); err != nil {
 			return nil, nil, err

@@ -40,6 +40,9 @@ type state struct {
 	// runawaySessions are the sessions that had a runaway loop.
 	runawaySessions map[string]bool
 	approval        map[string]bool
+	// allowedSessions are the scope's sessions with an allowed call in the
+	// window: what a tool's share of use is measured against.
+	allowedSessions int64
 	// runaway are the polled tools' runaway loops, for gateway-scope limits (intercept.go).
 	runaway map[string][]run
 	// pollsPerLoop are the polling loops by shape and number of polls.
@@ -68,11 +71,11 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 		log.Debug("recommend stage", "stage", name, "took", time.Since(stage).Round(time.Millisecond))
 		stage = time.Now()
 	}
-	var err error
-	s.window, s.days, err = s.q.windowStats(ctx)
+	f, err := s.q.scopeFigures(ctx, opts.figures)
 	if err != nil {
 		return nil, err
 	}
+	s.window, s.days, s.allowedSessions = f.window, f.activeDays, f.allowedSessions
 	if s.window.Calls == 0 {
 		grant := ""
 		if opts.Grant != "" {
@@ -82,11 +85,7 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 			ErrNoCalls, opts.Server, grant, s.q.from.Format(time.RFC3339), now.Format(time.RFC3339))
 	}
 	gates := s.gates()
-	allowed, err := s.q.allowedCalls(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if allowed == 0 {
+	if f.allowed == 0 {
 		// Every call was refused: the proposal allows nothing. Say so
 		// rather than hand over a deny-all that looks like a result.
 		gates = append(gates, Gate{Name: "allowed_calls", OK: false, Detail: refusedOnlyDetail(opts.Grant, s.window.Calls)})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -26,9 +25,7 @@ import (
 // in uneven batches, some of them twice.
 func TestStoredRunsMatchTheScan(t *testing.T) {
 	ctx := context.Background()
-	store, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "r.duckdb"), analytics.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
+	store := tempStore(t)
 	end := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
 	evs, err := runtraffic.Generate(5, 30000, 4*24*time.Hour, end, true)
 	require.NoError(t, err)
@@ -151,9 +148,7 @@ func runLines(rs []run) []string {
 // than the stored one.
 func TestStoredRunsTiesAtTheEdges(t *testing.T) {
 	ctx := context.Background()
-	store, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "t.duckdb"), analytics.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
+	store := tempStore(t)
 	// Two tools in the order of their hashes: calls of one millisecond come
 	// in that order.
 	var first, second string
@@ -188,7 +183,7 @@ func TestStoredRunsTiesAtTheEdges(t *testing.T) {
 		call("x3", second, "r", t0.Add(10*time.Second)),
 		call("x4", second, "r", t0.Add(15*time.Second)),
 	}
-	_, err = store.Append(ctx, ingest.Batch{Events: evs})
+	_, err := store.Append(ctx, ingest.Batch{Events: evs})
 	require.NoError(t, err)
 	q := query{db: store.DB(), server: "pve", grant: "g", from: t0.Add(500 * time.Microsecond), to: t0.Add(time.Hour + 20*time.Second + 500*time.Microsecond)}
 	names, err := q.toolNames(ctx, []string{first, second, "vm_agent_exec_status"})

@@ -84,6 +84,9 @@ type Options struct {
 	// Target is the output format: for "intercept" the proposed limits are
 	// also computed in that gateway's scope (intercept.go, Report.Gateway).
 	Target string
+	// figures are the scope's window figures when RecommendGrants has
+	// counted every grant's in one pass (grantFigures); nil: counted here.
+	figures *figures
 }
 
 // Report is the recommendation for one server (SPEC §5).

@@ -3,7 +3,6 @@ package recommend
 import (
 	"context"
 	"database/sql"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -23,9 +22,7 @@ import (
 // day's calls span many of them); and the history it reads is exercised.
 func TestToolUsageFromToolDays(t *testing.T) {
 	ctx := context.Background()
-	store, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "u.duckdb"), analytics.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
+	store := tempStore(t)
 	end := time.Date(2026, 11, 29, 17, 23, 0, 0, time.UTC)
 	sizes := []int{1, 7, 500, 3001}
 	var batch []audit.Event
@@ -35,7 +32,7 @@ func TestToolUsageFromToolDays(t *testing.T) {
 		sizes = append(sizes[1:], sizes[0])
 		return err
 	}
-	_, err = simulate.Generate(ctx, simulate.Options{Scenario: "proxmox", Seed: 3, Now: end, Duration: 120 * 24 * time.Hour, Count: 40000},
+	_, err := simulate.Generate(ctx, simulate.Options{Scenario: "proxmox", Seed: 3, Now: end, Duration: 120 * 24 * time.Hour, Count: 40000},
 		func(e audit.Event) error {
 			batch = append(batch, e)
 			if len(batch) >= sizes[0] {
@@ -94,37 +91,35 @@ func usageValues(m map[string]*usage) map[string]usage {
 	return out
 }
 
-// TestWindowStatsHistoryDays: history before the window, even with no call
+// TestFiguresHistoryDays: history before the window, even with no call
 // between the window's first day and its start, makes the whole window
 // covered; without it the days covered run from the first call.
-func TestWindowStatsHistoryDays(t *testing.T) {
+func TestFiguresHistoryDays(t *testing.T) {
 	ctx := context.Background()
-	store, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "h.duckdb"), analytics.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
+	store := tempStore(t)
 	to := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
 	from := to.Add(-30 * 24 * time.Hour)
 	call := func(id string, ts time.Time) audit.Event {
 		return audit.Event{ID: id, TS: ts, Server: "pve", Tool: "get_vm_status", Decision: audit.Allowed}
 	}
 	// The window starts at 18:00; its first day's calls end at 06:00.
-	_, err = store.Append(ctx, ingest.Batch{Events: []audit.Event{call("late", to.Add(-5*24*time.Hour)), call("day0", from.Add(-12*time.Hour))}})
+	_, err := store.Append(ctx, ingest.Batch{Events: []audit.Event{call("late", to.Add(-5*24*time.Hour)), call("day0", from.Add(-12*time.Hour))}})
 	require.NoError(t, err)
 	q := query{db: store.DB(), server: "pve", from: from, to: to}
-	w, _, err := q.windowStats(ctx)
+	f, err := q.figures(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, 30, w.HistoryDays, "a call before the window")
+	assert.Equal(t, 30, f.window.HistoryDays, "a call before the window")
 
 	q.server = "git"
 	_, err = store.Append(ctx, ingest.Batch{Events: []audit.Event{{ID: "g", TS: to.Add(-5 * 24 * time.Hour), Server: "git", Tool: "x", Decision: audit.Allowed}}})
 	require.NoError(t, err)
-	w, _, err = q.windowStats(ctx)
+	f, err = q.figures(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, 5, w.HistoryDays, "history starts inside the window")
+	assert.Equal(t, 5, f.window.HistoryDays, "history starts inside the window")
 
 	_, err = store.Append(ctx, ingest.Batch{Events: []audit.Event{{ID: "g0", TS: from.Add(-40 * 24 * time.Hour), Server: "git", Tool: "x", Decision: audit.Allowed}}})
 	require.NoError(t, err)
-	w, _, err = q.windowStats(ctx)
+	f, err = q.figures(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, 30, w.HistoryDays, "a call days before the window's first day")
+	assert.Equal(t, 30, f.window.HistoryDays, "a call days before the window's first day")
 }

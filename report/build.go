@@ -123,6 +123,9 @@ func Build(ctx context.Context, store *analytics.Store, opts Options) (*Report, 
 			return o, err
 		}
 	}
+	if ropts.Log == nil {
+		ropts.Log = opts.Log
+	}
 	rec, set, err := recommend.RecommendGrants(ctx, db, ropts)
 	if err != nil {
 		return nil, fmt.Errorf("report: recommend: %w", err)

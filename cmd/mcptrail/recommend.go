@@ -195,7 +195,7 @@ func (a *app) grantsOptions(store *analytics.Store, server string, params recomm
 			opts.Target = target // limits in the target gateway's scope (recommend/intercept.go)
 			return opts, err
 		},
-		Record: a.recordFindings(store, source)}
+		Record: a.recordFindings(store, source), Log: a.log}
 	if a.nowIsFixed() {
 		o.GeneratedAt = a.now
 	}

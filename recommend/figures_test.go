@@ -1,0 +1,100 @@
+package recommend
+
+import (
+	"context"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/internal/runtraffic"
+)
+
+// TestGrantFiguresMatchEachScope: the window figures RecommendGrants counts
+// for every grant and the server in one pass equal those each grant's and
+// the server's own count gives (calls, sessions, agents, days, session
+// sources, allowed calls and sessions, the days history covers), for
+// random windows; calls without a grant count as ungranted, apart from
+// the grants, and in the server's figures; a session shared by two grants
+// counts once for the server.
+func TestGrantFiguresMatchEachScope(t *testing.T) {
+	ctx := context.Background()
+	store := tempStore(t)
+	end := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	evs, err := runtraffic.Generate(9, 6000, 6*24*time.Hour, end, true)
+	require.NoError(t, err)
+	for i := range evs {
+		switch i % 11 {
+		case 4:
+			evs[i].Grant = "" // ungranted
+		case 7:
+			evs[i].Grant = "shared" // in another grant, in a session of its own grant too
+		case 9:
+			evs[i].Agent = ""
+		}
+	}
+	_, err = store.Append(ctx, ingest.Batch{Events: evs})
+	require.NoError(t, err)
+
+	rng := rand.New(rand.NewPCG(9, 1))
+	var sawShared, sawUngranted bool
+	for range 25 {
+		from := end.Add(-time.Duration(rng.Int64N(int64(8 * 24 * time.Hour))))
+		to := from.Add(time.Duration(rng.Int64N(int64(5 * 24 * time.Hour))))
+		q := query{db: store.DB(), server: "proxmox-mcp", from: from, to: to}
+		byGrant, all, grants, ungranted, err := grantFigures(ctx, q)
+		require.NoError(t, err)
+		want, err := q.figures(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, want, *all, "the server's figures, %s to %s", from, to)
+		listed, unlisted, err := Grants(ctx, store.DB(), "proxmox-mcp", from, to)
+		require.NoError(t, err)
+		assert.Equal(t, listed, grants, "the grants, as Grants lists them")
+		assert.Equal(t, unlisted, ungranted, "the ungranted calls, as Grants counts them")
+		sawUngranted = sawUngranted || ungranted > 0
+		sawShared = sawShared || slices.Contains(grants, "shared")
+		for _, g := range grants {
+			scope := q
+			scope.grant = g
+			want, err := scope.figures(ctx)
+			require.NoError(t, err)
+			require.NotNil(t, byGrant[g], "grant %s", g)
+			assert.Equal(t, want, *byGrant[g], "grant %s, %s to %s", g, from, to)
+		}
+	}
+	assert.True(t, sawShared && sawUngranted, "the windows held ungranted calls and the shared grant")
+}
+
+// The figures given to Recommend are the ones it reports: a scope's own
+// count is not run again (Options.figures).
+func TestRecommendUsesTheFiguresGiven(t *testing.T) {
+	ctx := context.Background()
+	store := tempStore(t)
+	now := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	_, err := store.Append(ctx, ingest.Batch{Events: []audit.Event{
+		{ID: "a", TS: now.Add(-time.Hour), Server: "pve", Tool: "get_vm_status", Decision: audit.Allowed, Session: "s"},
+	}})
+	require.NoError(t, err)
+	given := &figures{window: Window{Calls: 7, Sessions: 5}, activeDays: 3, allowed: 6, allowedSessions: 4}
+	r, err := Recommend(ctx, store.DB(), Options{Server: "pve", Now: now, Params: DefaultParams(), figures: given})
+	require.NoError(t, err)
+	assert.Equal(t, int64(7), r.Window.Calls)
+	assert.Equal(t, int64(5), r.Window.Sessions)
+}
+
+// tempStore is an empty store in a file of the test's own, closed when the
+// test ends.
+func tempStore(t *testing.T) *analytics.Store {
+	t.Helper()
+	store, err := analytics.Open(context.Background(), filepath.Join(t.TempDir(), "calls.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	return store
+}
