@@ -41,12 +41,14 @@ type batchCalls struct {
 	runStarts []int
 	tails     []runTail
 	tied      []bool
+	// days are the batch's tool days (addToolDay), for tool_days.
+	days map[toolDayKey]*toolDay
 }
 
 // collectCalls gathers the staged calls of tools, sorts them and finds
-// their runs (findRuns).
+// their runs (findRuns), and counts their tool days.
 func collectCalls(c *columns) *batchCalls {
-	b := &batchCalls{}
+	b := &batchCalls{days: map[toolDayKey]*toolDay{}}
 	index := map[runSession]int32{}
 	// First each call's session (-1: no tool), then each call in its
 	// session's place: one copy of the calls, not two.
@@ -60,6 +62,8 @@ func collectCalls(c *columns) *batchCalls {
 				continue
 			}
 			rs := runSession{server: s[2].value(j), grant: s[8].value(j), key: s[10].value(j)}
+			addToolDay(b.days, toolDayKey{server: rs.server, grant: rs.grant, tool: s[3].value(j), day: ch.ts[j] / 1000 / 86_400_000},
+				ch.ts[j], s[5].value(j) == "allowed")
 			if rs.key == "" {
 				if gw := s[7].value(j); gw != "" {
 					rs.key = "gateway:" + gw

@@ -388,16 +388,19 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 				return res, err
 			}
 		}
-		if err := recordToolDays(ctx, conn, "ingested_at = ?", now); err != nil {
-			return res, fmt.Errorf("append: %w", err)
-		}
 		n, _ := r.RowsAffected()
 		if derived || int(n) != st.n {
 			// Sessions decided in SQL, or calls stored already: the
 			// staged calls are not the batch's.
-			err = recordRuns(ctx, conn, "ingested_at = ?", now)
+			err = recordToolDays(ctx, conn, "ingested_at = ?", now)
+			if err == nil {
+				err = recordRuns(ctx, conn, "ingested_at = ?", now)
+			}
 		} else {
-			err = recordBatchRuns(ctx, conn, collected(), "ingested_at = ?", now)
+			err = recordBatchToolDays(ctx, conn, collected().days)
+			if err == nil {
+				err = recordBatchRuns(ctx, conn, collected(), "ingested_at = ?", now)
+			}
 		}
 		if err != nil {
 			return res, fmt.Errorf("append: %w", err)

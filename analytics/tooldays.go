@@ -5,6 +5,10 @@ import (
 	"database/sql"
 	"fmt"
 	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
 // tool_days holds, per server, grant ('' for calls without one), tool and
@@ -20,12 +24,18 @@ import (
 
 // toolDaysSQL records the calls that where selects into tool_days.
 func toolDaysSQL(where string) string {
-	return `
-INSERT INTO tool_days
+	return mergeToolDaysSQL(`
 SELECT server, coalesce("grant", ''), tool, epoch_ms(ts) // 86400000, min(ts),
        min(ts) FILTER (decision = 'allowed'), max(ts) FILTER (decision = 'allowed'), max(ts) FILTER (decision <> 'allowed')
 FROM calls WHERE tool IS NOT NULL AND (` + where + `)
-GROUP BY ALL
+GROUP BY ALL`)
+}
+
+// mergeToolDaysSQL merges the rows rows selects (tool_days' columns) into
+// tool_days.
+func mergeToolDaysSQL(rows string) string {
+	return `
+INSERT INTO tool_days` + rows + `
 ON CONFLICT DO UPDATE SET
 	first_call = least(tool_days.first_call, excluded.first_call),
 	first_allowed = least(tool_days.first_allowed, excluded.first_allowed),
@@ -49,4 +59,84 @@ func ToolDay(t time.Time) (day int64, start time.Time) {
 	const dayMillis = 24 * 60 * 60 * 1000
 	day = t.UnixMilli() / dayMillis
 	return day, time.UnixMilli(day * dayMillis).UTC()
+}
+
+// toolDayKey is a tool_days row's key.
+type toolDayKey struct {
+	server, grant, tool string
+	day                 int64
+}
+
+// toolDay is a tool_days row of a staged batch, in microseconds; a zero
+// firstAllowed (lastRefused) means no allowed (refused) call.
+type toolDay struct {
+	first, firstAllowed, lastAllowed, lastRefused int64
+	allowed, refused                              bool
+}
+
+// addToolDay counts a staged call of a tool in days.
+func addToolDay(days map[toolDayKey]*toolDay, k toolDayKey, us int64, allowed bool) {
+	d := days[k]
+	if d == nil {
+		d = &toolDay{first: us}
+		days[k] = d
+	}
+	d.first = min(d.first, us)
+	switch {
+	case allowed && !d.allowed:
+		d.firstAllowed, d.lastAllowed, d.allowed = us, us, true
+	case allowed:
+		d.firstAllowed, d.lastAllowed = min(d.firstAllowed, us), max(d.lastAllowed, us)
+	case !d.refused:
+		d.lastRefused, d.refused = us, true
+	default:
+		d.lastRefused = max(d.lastRefused, us)
+	}
+}
+
+// recordBatchToolDays merges a batch's tool days, counted in Go from its
+// staged calls (collectCalls), into tool_days: one small view instead of
+// grouping the batch's stored calls again. For batches whose staged calls
+// are all stored.
+func recordBatchToolDays(ctx context.Context, conn *sql.Conn, days map[toolDayKey]*toolDay) error {
+	if len(days) == 0 {
+		return nil
+	}
+	mem := memory.DefaultAllocator
+	sb, gb, tb, db := array.NewStringBuilder(mem), array.NewStringBuilder(mem), array.NewStringBuilder(mem), array.NewInt64Builder(mem)
+	fb, fab, lab, lrb := array.NewTimestampBuilder(mem, tsType), array.NewTimestampBuilder(mem, tsType), array.NewTimestampBuilder(mem, tsType), array.NewTimestampBuilder(mem, tsType)
+	optional := func(b *array.TimestampBuilder, set bool, us int64) {
+		if set {
+			b.Append(arrow.Timestamp(us))
+		} else {
+			b.AppendNull()
+		}
+	}
+	for k, d := range days {
+		sb.Append(k.server)
+		gb.Append(k.grant)
+		tb.Append(k.tool)
+		db.Append(k.day)
+		fb.Append(arrow.Timestamp(d.first))
+		optional(fab, d.allowed, d.firstAllowed)
+		optional(lab, d.allowed, d.lastAllowed)
+		optional(lrb, d.refused, d.lastRefused)
+	}
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "server", Type: arrow.BinaryTypes.String}, {Name: "g", Type: arrow.BinaryTypes.String},
+		{Name: "tool", Type: arrow.BinaryTypes.String}, {Name: "day", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "first_call", Type: tsType}, {Name: "first_allowed", Type: tsType, Nullable: true},
+		{Name: "last_allowed", Type: tsType, Nullable: true}, {Name: "last_refused", Type: tsType, Nullable: true},
+	}, nil)
+	v := &runViews{ctx: ctx, conn: conn}
+	defer v.close()
+	names, err := v.add(schema, "tool_days_new", 1, sb, gb, tb, db, fb, fab, lab, lrb)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.ExecContext(ctx, mergeToolDaysSQL(`
+SELECT server, g, tool, day, first_call, first_allowed, last_allowed, last_refused FROM `+names[0])); err != nil {
+		return fmt.Errorf("record tool days: %w", err)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package analytics
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -14,9 +15,11 @@ import (
 )
 
 // TestToolDaysIncremental: tool_days built as calls arrive in many small
-// batches (a day's calls spread over them, some sent twice) equals the one
-// built from a single batch and the one computed from the stored calls at
-// once, as the migration backfills it.
+// batches (a day's calls spread over them, some sent twice, or each once)
+// equals the one built from a single batch and the one computed from the
+// stored calls at once, as the migration backfills it. Batches whose
+// calls are all new count their tool days in Go (recordBatchToolDays),
+// the others in SQL.
 func TestToolDaysIncremental(t *testing.T) {
 	ctx := context.Background()
 	base := time.Date(2026, 11, 1, 22, 0, 0, 0, time.UTC)
@@ -31,6 +34,8 @@ func TestToolDaysIncremental(t *testing.T) {
 		}
 		evs = append(evs, e)
 	}
+	// Out of time order, within batches and across them.
+	rand.New(rand.NewPCG(3, 4)).Shuffle(len(evs), func(i, j int) { evs[i], evs[j] = evs[j], evs[i] })
 	const rows = `SELECT string_agg(concat_ws('|', server, "grant", tool, day, first_call, first_allowed, last_allowed, last_refused), ',' ORDER BY server, "grant", tool, day) FROM tool_days`
 	read := func(s *Store, q string) string {
 		var out string
@@ -43,17 +48,22 @@ func TestToolDaysIncremental(t *testing.T) {
 	require.NoError(t, err)
 	want := read(one, rows)
 
-	many := openTemp(t)
-	for lo, size := 0, 1; lo < len(evs); lo, size = lo+size, size%97+13 {
-		hi := min(lo+size, len(evs))
-		batch := evs[lo:hi]
-		if lo > 50 {
-			batch = append(batch[:hi-lo:hi-lo], evs[lo-50:lo-40]...) // redelivered calls: duplicates
+	inBatches := func(redeliver bool) *Store {
+		s := openTemp(t)
+		for lo, size := 0, 1; lo < len(evs); lo, size = lo+size, size%97+13 {
+			hi := min(lo+size, len(evs))
+			batch := evs[lo:hi]
+			if redeliver && lo > 50 {
+				batch = append(batch[:hi-lo:hi-lo], evs[lo-50:lo-40]...) // redelivered calls: duplicates
+			}
+			_, err := s.Append(ctx, ingest.Batch{Events: batch})
+			require.NoError(t, err)
 		}
-		_, err := many.Append(ctx, ingest.Batch{Events: batch})
-		require.NoError(t, err)
+		return s
 	}
-	assert.Equal(t, want, read(many, rows))
+	assert.Equal(t, want, read(inBatches(false), rows), "each call sent once")
+	many := inBatches(true)
+	assert.Equal(t, want, read(many, rows), "some calls sent twice")
 
 	_, err = many.wconn.ExecContext(ctx, `DELETE FROM tool_days`)
 	require.NoError(t, err)
