@@ -42,9 +42,9 @@ SELECT coalesce("grant", ''), count(*) FROM calls WHERE `+inWindow+` GROUP BY AL
 }
 
 // grantFigures counts, in one pass over q's server's window, the figures
-// of each grant (” for the calls without one) and of the server, every
-// grant together; grants are the grants with calls, sorted, and ungranted
-// the calls without one (as Grants).
+// of each grant and of the server, every grant together; grants are the
+// grants with calls, sorted, and ungranted the calls without one (as
+// Grants).
 func grantFigures(ctx context.Context, q query) (byGrant map[string]*figures, all *figures, grants []string, ungranted int64, err error) {
 	q.grant = ""
 	rows, err := q.rows(ctx, "window figures", `
@@ -80,6 +80,9 @@ ORDER BY 1, 2`)
 	if all == nil { // no call at all: the grand total of nothing
 		all = &figures{}
 	}
+	// The ungranted calls' figures are no scope's: an empty grant is
+	// every grant.
+	delete(byGrant, "")
 	for g, f := range byGrant {
 		scope := q
 		scope.grant = g
@@ -87,8 +90,7 @@ ORDER BY 1, 2`)
 			return nil, nil, nil, 0, err
 		}
 	}
-	scope := q
-	if err := scope.dates(ctx, &all.window); err != nil {
+	if err := q.dates(ctx, &all.window); err != nil {
 		return nil, nil, nil, 0, err
 	}
 	return byGrant, all, grants, ungranted, nil
