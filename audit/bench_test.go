@@ -10,6 +10,13 @@ var (
 	benchNative = []byte(`{"id":"evt-000123","ts":"2026-11-03T09:00:01.123456789Z","server":"proxmox-mcp","tool":"vm_agent_exec_status",` +
 		`"decision":"allowed","status":"ok","gateway":"gw-eu-1","grant":"ops-bot","agent":"claude-code","session":"s-7f2a",` +
 		`"request_id":"42","latency_ms":12.5,"args":{"node":"pve1","vmid":101,"pid":4242},"policy_version":"14"}`)
+	// As the simulator and gateways that send both write it: arg_keys and
+	// args_hash beside args, from which they are computed again.
+	benchNativeArgKeys = []byte(`{"id":"sim-1-1","ts":"2026-11-15T00:15:09.519Z","server":"proxmox-mcp","tool":"get_vm_status",` +
+		`"method":"tools/call","decision":"allowed","status":"ok","gateway":"pl-gw-02","grant":"helpdesk","agent":"support-assistant",` +
+		`"session":"34b5bea3-0ee9-4640-b155-41cc9f07f81e","request_id":"2","latency_ms":25.4,` +
+		`"args_hash":"sha256:aa3d793a264ee895435a8453c59ecb4a8b7f457196f0d13f0060911d6939b731","arg_keys":["node","vmid"],` +
+		`"args":{"node":"pve3","vmid":149},"policy_version":"2025-03-14.2"}`)
 	benchNativeNoID = []byte(`{"ts":"2026-11-03T09:00:01.123456789Z","server":"proxmox-mcp","tool":"get_vm_status",` +
 		`"decision":"allowed","status":"ok","gateway":"gw-eu-1","grant":"ops-bot","agent":"claude-code","session":"s-7f2a",` +
 		`"request_id":"42","latency_ms":12.5,"args":{"node":"pve1","vmid":101}}`)
@@ -37,6 +44,7 @@ func benchDecode(b *testing.B, line []byte, opts Options) {
 
 func BenchmarkDecodeNative(b *testing.B)          { benchDecode(b, benchNative, Options{}) }
 func BenchmarkDecodeNativeDerivedID(b *testing.B) { benchDecode(b, benchNativeNoID, Options{}) }
+func BenchmarkDecodeNativeArgKeys(b *testing.B)   { benchDecode(b, benchNativeArgKeys, Options{}) }
 func BenchmarkDecodeNativeStoreArgs(b *testing.B) {
 	benchDecode(b, benchNative, Options{StoreArgs: true})
 }

@@ -298,3 +298,34 @@ func TestDecodeBorrowAliasesThePayload(t *testing.T) {
 	assert.True(t, inLine(borrowed.Event.Tool), "borrowed strings alias the payload")
 	assert.False(t, inLine(copied.Event.Tool), "by default the event owns a copy")
 }
+
+// arg_keys is read only when no args object gives the keys, as if every
+// member were applied in order: the last arg_keys array counts (a later
+// null leaves it), an args object replaces it, and a malformed arg_keys is
+// refused even beside args.
+func TestArgKeysBesideArgs(t *testing.T) {
+	base := `"ts":"2026-11-03T09:00:00Z","server":"proxmox-mcp","decision":"allowed","tool":"x"`
+	for _, tc := range []struct {
+		line string
+		want []string
+	}{
+		{`{` + base + `,"arg_keys":["vmid","node"]}`, []string{"node", "vmid"}},
+		{`{` + base + `,"arg_keys":["b"],"arg_keys":["c","a"]}`, []string{"a", "c"}},
+		{`{` + base + `,"arg_keys":["b"],"arg_keys":null}`, []string{"b"}},
+		{`{` + base + `,"arg_keys":["stale"],"args":{"node":"pve1","vmid":1}}`, []string{"node", "vmid"}},
+		{`{` + base + `,"args":{"node":"pve1"},"arg_keys":["stale"]}`, []string{"node"}},
+		{`{` + base + `,"arg_keys":["kept"],"args":{"node":"pve1"},"args":null}`, []string{"kept"}},
+		{`{` + base + `,"arg_keys":["stale"],"args":{}}`, nil},
+	} {
+		e := decodeEvent(t, tc.line, Options{})
+		assert.Equal(t, tc.want, e.ArgKeys, tc.line)
+	}
+	for _, line := range []string{
+		`{` + base + `,"arg_keys":5,"args":{"node":"pve1"}}`,
+		`{` + base + `,"arg_keys":["a",5],"args":{"node":"pve1"}}`,
+	} {
+		_, err := Decode([]byte(line), Options{})
+		require.Error(t, err, line)
+		assert.Equal(t, ReasonBadField, ReasonOf(err), line)
+	}
+}

@@ -11,7 +11,10 @@ import (
 func (d *decoder) native(e *Event, src string, fs []field) error {
 	var ubuf [8]int
 	unknown := ubuf[:0] // members whose string values go to attrs
-	attrs, args := -1, -1
+	// argKeys is the last arg_keys array: an args object, when there is
+	// one, gives the keys instead, so the array is only checked until the
+	// end shows whether it is needed.
+	attrs, args, argKeys := -1, -1, -1
 	for i, f := range fs {
 		var err error
 		switch f.key {
@@ -53,7 +56,9 @@ func (d *decoder) native(e *Event, src string, fs []field) error {
 		case "latency_ms":
 			err = setFloat(src, f, &e.LatencyMS)
 		case "arg_keys":
-			err = setStrings(src, f, &e.ArgKeys)
+			if err = setStrings(src, f, nil); f.kind(src) == '[' {
+				argKeys = i
+			}
 		case "args":
 			switch f.kind(src) {
 			case '{':
@@ -81,8 +86,13 @@ func (d *decoder) native(e *Event, src string, fs []field) error {
 			return err
 		}
 	}
-	if args >= 0 {
+	switch {
+	case args >= 0:
 		if err := applyArgs(e, src, fs[args], d.opts.StoreArgs); err != nil {
+			return err
+		}
+	case argKeys >= 0:
+		if err := setStrings(src, fs[argKeys], &e.ArgKeys); err != nil {
 			return err
 		}
 	}
@@ -286,7 +296,8 @@ func setFloat(src string, f field, dst **float64) error {
 	return nil
 }
 
-// setStrings takes an array of strings, sorted (arg_keys are sorted names).
+// setStrings takes an array of strings, sorted (arg_keys are sorted names);
+// with dst nil it only checks the array.
 func setStrings(src string, f field, dst *[]string) error {
 	switch f.kind(src) {
 	case '[':
@@ -302,13 +313,17 @@ func setStrings(src string, f field, dst *[]string) error {
 			return badType(f.key, "an array of strings", src[i])
 		}
 		end, esc, _ := scanString(src, i)
-		out = append(out, stringValue(src, field{vs: i, ve: end, esc: esc}))
+		if dst != nil {
+			out = append(out, stringValue(src, field{vs: i, ve: end, esc: esc}))
+		}
 		i = skipSpace(src, end)
 		if src[i] == ',' {
 			i = skipSpace(src, i+1)
 		}
 	}
-	slices.Sort(out)
-	*dst = out
+	if dst != nil {
+		slices.Sort(out)
+		*dst = out
+	}
 	return nil
 }
