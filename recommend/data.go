@@ -77,7 +77,7 @@ type figures struct {
 }
 
 // figuresSQL counts figures' columns over the calls a query selects, in
-// figures.scan's order. Distinct sessions are counted by their hash (as
+// scanFigures' order. Distinct sessions are counted by their hash (as
 // everywhere here): distinct integers are cheaper to count than the
 // strings.
 const figuresSQL = `count(*), count(DISTINCT hash(` + sessionKey + `)) FILTER (` + sessionKey + ` <> ''), count(DISTINCT agent),
@@ -96,22 +96,17 @@ func scanFigures(row interface{ Scan(...any) error }, f *figures, first ...any) 
 		&w.SessionSources.Gateway, &f.allowed, &f.allowedSessions)...)
 }
 
-// figures counts the scope's window figures in one pass over its calls.
-func (q query) figures(ctx context.Context) (figures, error) {
+// scopeFigures are the scope's window figures: the counts given (every
+// grant's, counted in one pass by grantFigures), else counted now in one
+// pass over the scope's calls; with the window's dates.
+func (q query) scopeFigures(ctx context.Context, given *figures) (figures, error) {
 	var f figures
-	if err := scanFigures(q.db.QueryRowContext(ctx, `SELECT `+figuresSQL+` FROM calls WHERE `+inWindow, q.args()...), &f); err != nil {
+	if given != nil {
+		f = *given
+	} else if err := scanFigures(q.db.QueryRowContext(ctx, `SELECT `+figuresSQL+` FROM calls WHERE `+inWindow, q.args()...), &f); err != nil {
 		return f, fmt.Errorf("window statistics: %w", err)
 	}
 	return f, q.dates(ctx, &f.window)
-}
-
-// scopeFigures are the scope's window figures: those given, counted
-// already (grantFigures), else counted now.
-func (q query) scopeFigures(ctx context.Context, given *figures) (figures, error) {
-	if given != nil {
-		return *given, nil
-	}
-	return q.figures(ctx)
 }
 
 // dates sets w's window, its days and the days its history covers. The

@@ -51,9 +51,11 @@ func TestGrantFiguresMatchEachScope(t *testing.T) {
 		q := query{db: store.DB(), server: "proxmox-mcp", from: from, to: to}
 		byGrant, all, grants, ungranted, err := grantFigures(ctx, q)
 		require.NoError(t, err)
-		want, err := q.figures(ctx)
+		want, err := q.scopeFigures(ctx, nil)
 		require.NoError(t, err)
-		assert.Equal(t, want, *all, "the server's figures, %s to %s", from, to)
+		got, err := q.scopeFigures(ctx, all)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "the server's figures, %s to %s", from, to)
 		listed, unlisted, err := Grants(ctx, store.DB(), "proxmox-mcp", from, to)
 		require.NoError(t, err)
 		assert.Equal(t, listed, grants, "the grants, as Grants lists them")
@@ -63,11 +65,14 @@ func TestGrantFiguresMatchEachScope(t *testing.T) {
 		for _, g := range grants {
 			scope := q
 			scope.grant = g
-			want, err := scope.figures(ctx)
+			want, err := scope.scopeFigures(ctx, nil)
 			require.NoError(t, err)
 			require.NotNil(t, byGrant[g], "grant %s", g)
-			assert.Equal(t, want, *byGrant[g], "grant %s, %s to %s", g, from, to)
+			got, err := scope.scopeFigures(ctx, byGrant[g])
+			require.NoError(t, err)
+			assert.Equal(t, want, got, "grant %s, %s to %s", g, from, to)
 		}
+		assert.Len(t, byGrant, len(grants), "figures for the grants alone")
 	}
 	assert.True(t, sawShared && sawUngranted, "the windows held ungranted calls and the shared grant")
 }

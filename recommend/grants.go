@@ -42,9 +42,9 @@ SELECT coalesce("grant", ''), count(*) FROM calls WHERE `+inWindow+` GROUP BY AL
 }
 
 // grantFigures counts, in one pass over q's server's window, the figures
-// of each grant and of the server, every grant together; grants are the
-// grants with calls, sorted, and ungranted the calls without one (as
-// Grants).
+// of each grant and of the server, every grant together (without their
+// dates: scopeFigures adds them); grants are the grants with calls,
+// sorted, and ungranted the calls without one (as Grants).
 func grantFigures(ctx context.Context, q query) (byGrant map[string]*figures, all *figures, grants []string, ungranted int64, err error) {
 	q.grant = ""
 	rows, err := q.rows(ctx, "window figures", `
@@ -65,33 +65,17 @@ ORDER BY 1, 2`)
 			return nil, nil, nil, 0, fmt.Errorf("window figures: %w", err)
 		}
 		switch {
-		case total:
+		case total: // the grouping set (), there even without calls
 			all = f
-		case g == "":
+		case g == "": // no scope's: an empty grant is every grant
 			ungranted = f.window.Calls
 		default:
 			grants = append(grants, g)
+			byGrant[g] = f
 		}
-		byGrant[g] = f
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, nil, 0, fmt.Errorf("window figures: %w", err)
-	}
-	if all == nil { // no call at all: the grand total of nothing
-		all = &figures{}
-	}
-	// The ungranted calls' figures are no scope's: an empty grant is
-	// every grant.
-	delete(byGrant, "")
-	for g, f := range byGrant {
-		scope := q
-		scope.grant = g
-		if err := scope.dates(ctx, &f.window); err != nil {
-			return nil, nil, nil, 0, err
-		}
-	}
-	if err := q.dates(ctx, &all.window); err != nil {
-		return nil, nil, nil, 0, err
 	}
 	return byGrant, all, grants, ungranted, nil
 }
@@ -297,7 +281,8 @@ type GrantsOptions struct {
 // ErrNoCalls that names the grants that have calls.
 func RecommendGrants(ctx context.Context, db *sql.DB, o GrantsOptions) (*Report, *Set, error) {
 	from := o.Now.Add(-o.Params.Window)
-	byGrant, all, grants, ungranted, err := grantFigures(ctx, query{db: db, server: o.Server, from: from, to: o.Now, log: o.Log})
+	server := query{db: db, server: o.Server, from: from, to: o.Now, log: o.Log}
+	byGrant, all, grants, ungranted, err := grantFigures(ctx, server)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -323,7 +308,6 @@ func RecommendGrants(ctx context.Context, db *sql.DB, o GrantsOptions) (*Report,
 		}
 		return r, nil
 	}
-
 	if o.Grant != "" || len(grants) == 0 {
 		r, err := one(o.Grant)
 		if err != nil && o.Grant != "" && len(grants) > 0 && errors.Is(err, ErrNoCalls) {
@@ -351,7 +335,11 @@ func RecommendGrants(ctx context.Context, db *sql.DB, o GrantsOptions) (*Report,
 		set.Policies[g] = r
 		set.GeneratedAt = r.GeneratedAt
 	}
-	set.Window = all.window
+	serverFigures, err := server.scopeFigures(ctx, all)
+	if err != nil {
+		return nil, nil, err
+	}
+	set.Window = serverFigures.window
 	if o.Record != nil {
 		if err := o.Record(ctx, set.Reports()); err != nil {
 			return nil, nil, err

@@ -106,20 +106,20 @@ func TestFiguresHistoryDays(t *testing.T) {
 	_, err := store.Append(ctx, ingest.Batch{Events: []audit.Event{call("late", to.Add(-5*24*time.Hour)), call("day0", from.Add(-12*time.Hour))}})
 	require.NoError(t, err)
 	q := query{db: store.DB(), server: "pve", from: from, to: to}
-	f, err := q.figures(ctx)
+	f, err := q.scopeFigures(ctx, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 30, f.window.HistoryDays, "a call before the window")
 
 	q.server = "git"
 	_, err = store.Append(ctx, ingest.Batch{Events: []audit.Event{{ID: "g", TS: to.Add(-5 * 24 * time.Hour), Server: "git", Tool: "x", Decision: audit.Allowed}}})
 	require.NoError(t, err)
-	f, err = q.figures(ctx)
+	f, err = q.scopeFigures(ctx, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 5, f.window.HistoryDays, "history starts inside the window")
 
 	_, err = store.Append(ctx, ingest.Batch{Events: []audit.Event{{ID: "g0", TS: from.Add(-40 * 24 * time.Hour), Server: "git", Tool: "x", Decision: audit.Allowed}}})
 	require.NoError(t, err)
-	f, err = q.figures(ctx)
+	f, err = q.scopeFigures(ctx, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 30, f.window.HistoryDays, "a call days before the window's first day")
 }
