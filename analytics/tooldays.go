@@ -67,8 +67,8 @@ type toolDayKey struct {
 	day                 int64
 }
 
-// toolDay is a tool_days row of a staged batch, in microseconds; a zero
-// firstAllowed (lastRefused) means no allowed (refused) call.
+// toolDay is a tool_days row of a staged batch, in microseconds; allowed
+// (refused) says whether firstAllowed and lastAllowed (lastRefused) are set.
 type toolDay struct {
 	first, firstAllowed, lastAllowed, lastRefused int64
 	allowed, refused                              bool

@@ -56,7 +56,8 @@ func (d *decoder) native(e *Event, src string, fs []field) error {
 		case "latency_ms":
 			err = setFloat(src, f, &e.LatencyMS)
 		case "arg_keys":
-			if err = setStrings(src, f, nil); f.kind(src) == '[' {
+			err = setStrings(src, f, nil)
+			if f.kind(src) == '[' {
 				argKeys = i
 			}
 		case "args":
