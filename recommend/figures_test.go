@@ -21,9 +21,10 @@ import (
 // for every grant and the server in one pass equal those each grant's and
 // the server's own count gives (calls, sessions, agents, days, session
 // sources, allowed calls and sessions, the days history covers), for
-// random windows; calls without a grant count as ungranted, apart from
-// the grants, and in the server's figures; a session shared by two grants
-// counts once for the server.
+// random windows, and those counted the plain way (directFigures); calls
+// without a grant count as ungranted, apart from the grants, and in the
+// server's figures; a session shared by two grants counts once for the
+// server; calls without a session key count as calls, not sessions.
 func TestGrantFiguresMatchEachScope(t *testing.T) {
 	ctx := context.Background()
 	store := tempStore(t)
@@ -38,10 +39,17 @@ func TestGrantFiguresMatchEachScope(t *testing.T) {
 			evs[i].Grant = "shared" // in another grant, in a session of its own grant too
 		case 9:
 			evs[i].Agent = ""
+		case 10:
+			evs[i].Session, evs[i].Gateway, evs[i].Agent = "", "", "" // no session key (nor one to derive)
+		case 2:
+			evs[i].Session, evs[i].Gateway, evs[i].Agent = "", "gw-1", "" // the gateway stands in for it
 		}
 	}
 	_, err = store.Append(ctx, ingest.Batch{Events: evs})
 	require.NoError(t, err)
+	var keyless int
+	require.NoError(t, store.DB().QueryRow(`SELECT count(*) FROM calls WHERE `+sessionKey+` = ''`).Scan(&keyless))
+	require.Positive(t, keyless, "calls without a session key")
 
 	rng := rand.New(rand.NewPCG(9, 1))
 	var sawShared, sawUngranted bool
@@ -51,11 +59,13 @@ func TestGrantFiguresMatchEachScope(t *testing.T) {
 		q := query{db: store.DB(), server: "proxmox-mcp", from: from, to: to}
 		byGrant, all, grants, ungranted, err := grantFigures(ctx, q)
 		require.NoError(t, err)
-		want, err := q.scopeFigures(ctx, nil)
-		require.NoError(t, err)
+		want := directFigures(t, q)
 		got, err := q.scopeFigures(ctx, all)
 		require.NoError(t, err)
 		assert.Equal(t, want, got, "the server's figures, %s to %s", from, to)
+		own, err := q.scopeFigures(ctx, nil)
+		require.NoError(t, err)
+		assert.Equal(t, want, own, "the server's own count, %s to %s", from, to)
 		listed, unlisted, err := Grants(ctx, store.DB(), "proxmox-mcp", from, to)
 		require.NoError(t, err)
 		assert.Equal(t, listed, grants, "the grants, as Grants lists them")
@@ -65,16 +75,38 @@ func TestGrantFiguresMatchEachScope(t *testing.T) {
 		for _, g := range grants {
 			scope := q
 			scope.grant = g
-			want, err := scope.scopeFigures(ctx, nil)
-			require.NoError(t, err)
+			want := directFigures(t, scope)
 			require.NotNil(t, byGrant[g], "grant %s", g)
 			got, err := scope.scopeFigures(ctx, byGrant[g])
 			require.NoError(t, err)
 			assert.Equal(t, want, got, "grant %s, %s to %s", g, from, to)
+			own, err := scope.scopeFigures(ctx, nil)
+			require.NoError(t, err)
+			assert.Equal(t, want, own, "grant %s's own count, %s to %s", g, from, to)
 		}
 		assert.Len(t, byGrant, len(grants), "figures for the grants alone")
 	}
 	assert.True(t, sawShared && sawUngranted, "the windows held ungranted calls and the shared grant")
+}
+
+// directFigures counts a scope's figures the plain way, each a count
+// (DISTINCT) over the scope's calls, with the window's dates.
+func directFigures(t *testing.T, q query) figures {
+	t.Helper()
+	var f figures
+	w := &f.window
+	require.NoError(t, q.db.QueryRow(`
+SELECT count(*), count(DISTINCT `+sessionKey+`) FILTER (`+sessionKey+` <> ''), count(DISTINCT agent),
+       count(DISTINCT epoch_ms(ts) // 86400000),
+       count(*) FILTER (session_source = 'event'), count(*) FILTER (session_source = 'conversation'),
+       count(*) FILTER (session_source = 'trace'), count(*) FILTER (session_source = 'derived'),
+       count(*) FILTER (session_source = 'gateway'), count(*) FILTER (decision = 'allowed'),
+       count(DISTINCT `+sessionKey+`) FILTER (`+sessionKey+` <> '' AND decision = 'allowed')
+FROM calls WHERE `+inWindow, q.args()...).Scan(&w.Calls, &w.Sessions, &w.Agents, &f.activeDays,
+		&w.SessionSources.Event, &w.SessionSources.Conversation, &w.SessionSources.Trace, &w.SessionSources.Derived,
+		&w.SessionSources.Gateway, &f.allowed, &f.allowedSessions))
+	require.NoError(t, q.dates(context.Background(), w))
+	return f
 }
 
 // The figures given to Recommend are the ones it reports: a scope's own

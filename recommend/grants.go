@@ -41,17 +41,13 @@ SELECT coalesce("grant", ''), count(*) FROM calls WHERE `+inWindow+` GROUP BY AL
 	return grants, ungranted, rows.Err()
 }
 
-// grantFigures counts, in one pass over q's server's window, the figures
-// of each grant and of the server, every grant together (without their
-// dates: scopeFigures adds them); grants are the grants with calls,
-// sorted, and ungranted the calls without one (as Grants).
+// grantFigures counts, in one pass over q's scope's window (the server's
+// for RecommendGrants), the figures of each grant and of the scope, every
+// grant together (without their dates: scopeFigures adds them); grants
+// are the grants with calls, sorted, and ungranted the calls without one
+// (as Grants).
 func grantFigures(ctx context.Context, q query) (byGrant map[string]*figures, all *figures, grants []string, ungranted int64, err error) {
-	q.grant = ""
-	rows, err := q.rows(ctx, "window figures", `
-SELECT GROUPING(g) = 1, coalesce(g, ''), `+figuresSQL+`
-FROM (SELECT *, coalesce("grant", '') AS g FROM calls WHERE `+inWindow+`)
-GROUP BY GROUPING SETS ((g), ())
-ORDER BY 1, 2`)
+	rows, err := q.rows(ctx, "window figures", figuresSQL)
 	if err != nil {
 		return nil, nil, nil, 0, err
 	}
@@ -286,6 +282,14 @@ func RecommendGrants(ctx context.Context, db *sql.DB, o GrantsOptions) (*Report,
 	if err != nil {
 		return nil, nil, err
 	}
+	// Every grant's tool usage in one pass, when there is one report per
+	// grant.
+	var usageByGrant map[string]map[string]*usage
+	if o.Grant == "" && len(grants) > 0 {
+		if usageByGrant, err = grantUsage(ctx, server, o.Params.Window); err != nil {
+			return nil, nil, err
+		}
+	}
 	one := func(g string) (*Report, error) {
 		opts := Options{}
 		if o.Inputs != nil {
@@ -295,7 +299,7 @@ func RecommendGrants(ctx context.Context, db *sql.DB, o GrantsOptions) (*Report,
 			}
 		}
 		opts.Server, opts.Grant, opts.Now, opts.Params = o.Server, g, o.Now, o.Params
-		opts.figures = byGrant[g]
+		opts.figures, opts.usage = byGrant[g], usageByGrant[g]
 		if g == "" {
 			opts.figures = all
 		}

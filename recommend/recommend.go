@@ -91,8 +91,10 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 		gates = append(gates, Gate{Name: "allowed_calls", OK: false, Detail: refusedOnlyDetail(opts.Grant, s.window.Calls)})
 		s.confid = Low
 	}
-	if s.usage, err = s.q.toolUsage(ctx, p.Window); err != nil {
-		return nil, err
+	if s.usage = opts.usage; s.usage == nil {
+		if s.usage, err = s.q.toolUsage(ctx, p.Window); err != nil {
+			return nil, err
+		}
 	}
 	if s.names, err = s.q.toolNames(ctx, sortedKeys(s.usage)); err != nil {
 		return nil, err

@@ -87,6 +87,9 @@ type Options struct {
 	// figures are the scope's window figures when RecommendGrants has
 	// counted every grant's in one pass (grantFigures); nil: counted here.
 	figures *figures
+	// usage is the scope's tool usage when RecommendGrants has read every
+	// grant's in one pass (grantUsage); nil: read here.
+	usage map[string]*usage
 }
 
 // Report is the recommendation for one server (SPEC §5).

@@ -3,6 +3,7 @@ package recommend
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"testing"
 	"time"
 
@@ -18,8 +19,9 @@ import (
 // TestToolUsageFromToolDays: the tool usage read with tool_days for the
 // days before the window's first day equals the one scanned from every
 // call, for windows of a day or longer starting at any time of day, for
-// each grant and for all, on a store filled in uneven batches (so that a
-// day's calls span many of them); and the history it reads is exercised.
+// each grant and for all, and for every grant at once (grantUsage), on a
+// store filled in uneven batches (so that a day's calls span many of
+// them); and the history it reads is exercised.
 func TestToolUsageFromToolDays(t *testing.T) {
 	ctx := context.Background()
 	store := tempStore(t)
@@ -41,7 +43,21 @@ func TestToolUsageFromToolDays(t *testing.T) {
 			return nil
 		})
 	require.NoError(t, err)
+	// Calls without a session, some with a gateway to stand in for it:
+	// they count as calls but not as sessions.
+	for i := range 400 {
+		e := audit.Event{ID: fmt.Sprintf("nosession-%d", i), TS: end.Add(-time.Duration(i) * 7 * time.Hour), Server: "proxmox-mcp",
+			Tool: []string{"get_vm_status", "list_vms", "delete_vm"}[i%3], Decision: []audit.Decision{audit.Allowed, audit.Denied}[i%2],
+			Grant: []string{"", "ops-bot"}[i/2%2]}
+		if i%5 == 0 {
+			e.Gateway = fmt.Sprintf("gw-%d", i%3)
+		}
+		batch = append(batch, e)
+	}
 	require.NoError(t, flush())
+	var noSession int
+	require.NoError(t, store.DB().QueryRow(`SELECT count(*) FROM calls WHERE `+sessionKey+` = ''`).Scan(&noSession))
+	require.Positive(t, noSession)
 
 	grants := append([]string{""}, storedGrants(t, store)...)
 	require.Greater(t, len(grants), 1)
@@ -49,13 +65,22 @@ func TestToolUsageFromToolDays(t *testing.T) {
 	history := 0
 	for _, window := range []time.Duration{24 * time.Hour, 36 * time.Hour, 7 * 24 * time.Hour, 30 * 24 * time.Hour} {
 		for _, to := range []time.Time{end, end.Add(-17*24*time.Hour - 5*time.Hour - 13*time.Minute), end.Add(-45*24*time.Hour + time.Millisecond)} {
+			server := query{db: store.DB(), server: "proxmox-mcp", from: to.Add(-window), to: to}
+			byGrant, err := grantUsage(ctx, server, window)
+			require.NoError(t, err)
 			for _, grant := range grants {
-				q := query{db: store.DB(), server: "proxmox-mcp", grant: grant, from: to.Add(-window), to: to}
+				q := server
+				q.grant = grant
 				got, err := q.toolUsage(ctx, window)
 				require.NoError(t, err)
-				want, err := q.readUsage(ctx, toolUsageScanSQL, sql.Named("period_ms", window.Milliseconds()))
+				scanned, err := q.readUsage(ctx, "tool usage", usageScanSQL, sql.Named("period_ms", window.Milliseconds()))
 				require.NoError(t, err)
+				want := scanned[""]
+				require.NotEmpty(t, want, "window %s to %s grant %q", window, to, grant)
 				require.Equal(t, usageValues(want), usageValues(got), "window %s to %s grant %q", window, to, grant)
+				if grant != "" {
+					require.Equal(t, usageValues(want), usageValues(byGrant[grant]), "every grant's at once: window %s to %s grant %q", window, to, grant)
+				}
 				for _, u := range got {
 					if u.EarlierPeriods > 1 && u.LastAllowed != nil {
 						history++
