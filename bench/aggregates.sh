@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# What keeping the aggregates (tool_days, call_runs, run_tails) costs file
+# ingest (issue 14, item 4 allows 10%): `mcptrail ingest` of the same 1M
+# simulated events by the plain build and by one built with the
+# mcptrail_bench_noaggregates tag (the same code with their upkeep off),
+# each a whole process into a fresh database, PAIRS alternating pairs (the
+# order swapped every pair). Prints every run's wall and CPU time (user +
+# system) and peak RSS, the medians, and the cost in wall and CPU time.
+#   PAIRS=6 EVENTS=1000000 bench/aggregates.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EVENTS="${EVENTS:-1000000}"
+PAIRS="${PAIRS:-6}"
+OUT="${OUT:-bench/out}"
+mkdir -p "$OUT"
+
+go build -o "$OUT/mcptrail" ./cmd/mcptrail
+go build -tags mcptrail_bench_noaggregates -o "$OUT/mcptrail-noaggregates" ./cmd/mcptrail
+FILE="$OUT/events-$EVENTS.jsonl"
+if [ ! -s "$FILE" ]; then
+	"$OUT/mcptrail" simulate --count "$EVENTS" --seed 1 --now 2026-11-29T00:00:00Z --out "$FILE" 2>/dev/null
+fi
+echo "file: $FILE ($(du -h "$FILE" | cut -f1), $EVENTS events)"
+
+# run NAME BINARY: ingests FILE into a fresh database; prints "wall cpu rss_mib".
+run() {
+	local db="$OUT/aggregates-$1.duckdb"
+	rm -f "$db"*
+	/usr/bin/time -f "%e %U %S %M" -o "$OUT/time.$1" "$2" --db "$db" ingest "$FILE" >/dev/null 2>"$OUT/stderr.log" || { cat "$OUT/stderr.log"; exit 1; }
+	awk '{printf "%s %.2f %d\n", $1, $2 + $3, $4 / 1024}' "$OUT/time.$1"
+}
+
+with_wall=() with_cpu=() without_wall=() without_cpu=()
+for pair in $(seq "$PAIRS"); do
+	order="with without"
+	[ $((pair % 2)) -eq 0 ] && order="without with"
+	for side in $order; do
+		bin="$OUT/mcptrail"
+		[ "$side" = without ] && bin="$OUT/mcptrail-noaggregates"
+		read -r wall cpu rss < <(run "$side" "$bin")
+		printf 'pair %d %-7s aggregates: %6.2fs  cpu %6.2fs  rss %4d MiB\n' "$pair" "$side" "$wall" "$cpu" "$rss"
+		if [ "$side" = with ]; then with_wall+=("$wall") with_cpu+=("$cpu"); else without_wall+=("$wall") without_cpu+=("$cpu"); fi
+	done
+done
+# The databases must differ by the aggregates alone.
+runs=$("$OUT/mcptrail" --db "$OUT/aggregates-with.duckdb" query --format csv --sql "SELECT (SELECT count(*) FROM calls), (SELECT count(*) FROM call_runs), (SELECT count(*) FROM tool_days)" | tail -1)
+none=$("$OUT/mcptrail" --db "$OUT/aggregates-without.duckdb" query --format csv --sql "SELECT (SELECT count(*) FROM calls), (SELECT count(*) FROM call_runs), (SELECT count(*) FROM tool_days)" | tail -1)
+echo "calls, call_runs, tool_days with: $runs; without: $none"
+rm -f "$OUT"/aggregates-*.duckdb*
+
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+mw=$(median "${with_wall[@]}") mc=$(median "${with_cpu[@]}")
+nw=$(median "${without_wall[@]}") nc=$(median "${without_cpu[@]}")
+awk -v mw="$mw" -v nw="$nw" -v mc="$mc" -v nc="$nc" 'BEGIN{
+	printf "medians: with %.2fs (cpu %.2fs), without %.2fs (cpu %.2fs): the aggregates cost %+.1f%% wall, %+.1f%% cpu (goal: <= 10%%)\n",
+		mw, mc, nw, nc, (mw / nw - 1) * 100, (mc / nc - 1) * 100 }'
