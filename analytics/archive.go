@@ -162,7 +162,7 @@ func (s *Store) RestoreDay(ctx context.Context, server string, day time.Time, fi
 			return 0, err
 		}
 		if own == 0 {
-			if err := recordRuns(ctx, conn, dayWhere(server, day)); err != nil {
+			if err := recordRuns(ctx, conn, &s.tails, dayWhere(server, day)); err != nil {
 				return 0, err
 			}
 		}

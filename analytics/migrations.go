@@ -193,7 +193,7 @@ CREATE TABLE tool_days (
 ` + toolDaysSQL("true") + `;
 `, nil},
 	{7, "call runs", runsSchema, func(ctx context.Context, tx execQuerier) error {
-		return recordRuns(ctx, tx, "true")
+		return recordRuns(ctx, tx, nil, "true")
 	}},
 }
 

@@ -51,6 +51,7 @@ const SessionKey = `coalesce(session, 'gateway:' || gateway, '')`
 // execQuerier is a connection or a transaction.
 type execQuerier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
@@ -131,15 +132,15 @@ WHERE run_keys.pk = c.pk`
 
 // recordRuns brings call_runs and run_tails up to date with the calls that
 // where (with args) selects, just stored on conn inside the caller's
-// transaction.
-func recordRuns(ctx context.Context, conn execQuerier, where string, args ...any) error {
-	return recordRunsOf(ctx, conn, where, "true", args...)
+// transaction; tails, when not nil, learns the sessions given a tail.
+func recordRuns(ctx context.Context, conn execQuerier, tails *tailKeys, where string, args ...any) error {
+	return recordRunsOf(ctx, conn, tails, where, "true", args...)
 }
 
 // recordRunsOf is recordRuns for the sessions whose calls sessions (a
 // condition on calls' columns, qualified) admits: a cheap filter on the
 // stored columns, applied before the sessions' keys are hashed.
-func recordRunsOf(ctx context.Context, conn execQuerier, where, sessions string, args ...any) error {
+func recordRunsOf(ctx context.Context, conn execQuerier, tails *tailKeys, where, sessions string, args ...any) error {
 	if _, err := conn.ExecContext(ctx, runKeysSQL(`(`+sessions+`) AND (`+where+`)`), args...); err != nil {
 		return fmt.Errorf("record runs: sessions: %w", err)
 	}
@@ -186,7 +187,7 @@ func recordRunsOf(ctx context.Context, conn execQuerier, where, sessions string,
 			return fmt.Errorf("record runs: %s: %w", step.what, err)
 		}
 	}
-	return nil
+	return tails.addStored(ctx, conn)
 }
 
 // insertRunsSQL stores the runs of run_seq: its calls that continue or are

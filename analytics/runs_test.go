@@ -29,21 +29,23 @@ func runsState(t *testing.T, s *Store) (runs, tails string) {
 // sessions receive calls earlier than their stored ones (late calls). Once
 // with sessions derived by the store and calls sent twice (the batches go
 // through recordRuns' SQL), once with every call's session given and each
-// call sent once (most sessions go through the Go path).
+// call sent once (most sessions go through the Go path), and that again
+// with the tails looked up by their keys (tailKeys) however few.
 func TestRunsIncremental(t *testing.T) {
 	for _, c := range []struct {
-		name                   string
-		sessionless, redeliver bool
-	}{{"derived sessions, calls sent twice", true, true}, {"sessions given, calls sent once", false, false}} {
+		name                         string
+		sessionless, redeliver, keys bool
+	}{{"derived sessions, calls sent twice", true, true, false}, {"sessions given, calls sent once", false, false, false},
+		{"sessions given, calls sent once, tails found by their keys", false, false, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			evs, err := runtraffic.Generate(7, 12000, 36*time.Hour, time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), c.sessionless)
 			require.NoError(t, err)
-			checkRunsIncremental(t, evs, c.redeliver)
+			checkRunsIncremental(t, evs, c.redeliver, c.keys)
 		})
 	}
 }
 
-func checkRunsIncremental(t *testing.T, evs []audit.Event, redeliver bool) {
+func checkRunsIncremental(t *testing.T, evs []audit.Event, redeliver, keys bool) {
 	ctx := context.Background()
 	// rebuilt is s's runs and tails, then those built from its stored
 	// calls at once.
@@ -51,7 +53,7 @@ func checkRunsIncremental(t *testing.T, evs []audit.Event, redeliver bool) {
 		runs, tails = runsState(t, s)
 		_, err := s.wconn.ExecContext(ctx, `DELETE FROM call_runs; DELETE FROM run_tails`)
 		require.NoError(t, err)
-		require.NoError(t, recordRuns(ctx, s.wconn, "true"))
+		require.NoError(t, recordRuns(ctx, s.wconn, nil, "true"))
 		wantRuns, wantTails = runsState(t, s)
 		return runs, tails, wantRuns, wantTails
 	}
@@ -75,6 +77,9 @@ func checkRunsIncremental(t *testing.T, evs []audit.Event, redeliver bool) {
 		batches = append(batches, batch)
 	}
 	inOrder := openTemp(t)
+	if keys {
+		inOrder.tails.from = 1 // the tails' keys from the first tail on (tailKeysFrom)
+	}
 	for _, b := range batches {
 		_, err := inOrder.Append(ctx, ingest.Batch{Events: b})
 		require.NoError(t, err)
@@ -86,6 +91,9 @@ func checkRunsIncremental(t *testing.T, evs []audit.Event, redeliver bool) {
 	// Out of order, sessions are derived differently (SPEC §3): the runs
 	// kept are compared with those of the same stored calls.
 	shuffled := openTemp(t)
+	if keys {
+		shuffled.tails.from = 1
+	}
 	rand.New(rand.NewPCG(1, 2)).Shuffle(len(batches), func(i, j int) { batches[i], batches[j] = batches[j], batches[i] })
 	for _, b := range batches {
 		_, err := shuffled.Append(ctx, ingest.Batch{Events: b})
@@ -155,7 +163,7 @@ func TestRunsAtTheEdgesOfTheirDefinition(t *testing.T) {
 	gotRuns, gotTails := runsState(t, s)
 	_, err = s.wconn.ExecContext(ctx, `DELETE FROM call_runs; DELETE FROM run_tails`)
 	require.NoError(t, err)
-	require.NoError(t, recordRuns(ctx, s.wconn, "true"))
+	require.NoError(t, recordRuns(ctx, s.wconn, nil, "true"))
 	wantRuns, wantTails := runsState(t, s)
 	assert.Equal(t, wantRuns, gotRuns)
 	assert.Equal(t, wantTails, gotTails)

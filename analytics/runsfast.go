@@ -156,14 +156,20 @@ type fastRun struct {
 // recordBatchRuns brings the runs up to date with a batch just inserted
 // (its calls those of b, every staged call stored): the sessions the Go
 // path can take from b, the others by recordRuns over the calls that
-// where selects.
-func recordBatchRuns(ctx context.Context, conn *sql.Conn, b *batchCalls, where string, args ...any) error {
+// where selects. keys learns every session of the batch: each now has a
+// tail.
+func recordBatchRuns(ctx context.Context, conn *sql.Conn, keys *tailKeys, b *batchCalls, where string, args ...any) error {
 	v := &runViews{ctx: ctx, conn: conn}
 	defer v.close()
-	tails, err := lookupTails(ctx, v, b)
+	tails, pks, err := lookupTails(ctx, v, keys, b)
 	if err != nil {
 		return err
 	}
+	defer func() {
+		for _, pk := range pks {
+			keys.add(pk)
+		}
+	}()
 	var runs []fastRun
 	var newTails []runTail
 	var slow, continuing, extended []int32
@@ -218,7 +224,7 @@ func recordBatchRuns(ctx context.Context, conn *sql.Conn, b *batchCalls, where s
 			return err
 		}
 	}
-	if err := storeFastRuns(ctx, v, b, runs, newTails); err != nil {
+	if err := storeFastRuns(ctx, v, b, runs, newTails, tails); err != nil {
 		return err
 	}
 	if len(slow) == 0 {

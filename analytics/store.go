@@ -87,6 +87,10 @@ type Store struct {
 	// run under the query limit too (no IngestMemoryLimit).
 	queryMemory, ingestMemory string
 
+	// tails are the keys of the sessions with a row in run_tails (guarded by
+	// mu, like the write connection).
+	tails tailKeys
+
 	releaseFiles func() // see privateFiles
 	sessionGap   time.Duration
 	archiveDir   string // absolute; "" when no archive
@@ -396,12 +400,12 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 			// staged calls are not the batch's.
 			err = recordToolDays(ctx, conn, "ingested_at = ?", now)
 			if err == nil {
-				err = recordRuns(ctx, conn, "ingested_at = ?", now)
+				err = recordRuns(ctx, conn, &s.tails, "ingested_at = ?", now)
 			}
 		default:
 			err = recordBatchToolDays(ctx, conn, collected().days)
 			if err == nil {
-				err = recordBatchRuns(ctx, conn, collected(), "ingested_at = ?", now)
+				err = recordBatchRuns(ctx, conn, &s.tails, collected(), "ingested_at = ?", now)
 			}
 		}
 		if err != nil {

@@ -1,0 +1,120 @@
+package analytics
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// tailKeys are the keys (pk) of the sessions with a row in run_tails, so
+// that a batch reads the whole table only for sessions that have an old
+// tail. run_tails holds one row per session ever seen; a batch's sessions
+// are mostly new, or continue from recent batches, whose tails the lookup
+// finds among the rows with a recent last_ts (DuckDB skips the older row
+// groups by their min/max). Without the keys each batch scanned every tail
+// twice, a cost that grew with the sessions kept (8 bytes a session here).
+//
+// They are read from the table at the first batch, and every writer of
+// run_tails on the store's write connection adds the keys it stored; keys
+// of a batch that was rolled back stay, which only costs a scan. They live
+// with the store, guarded by its write lock.
+type tailKeys struct {
+	from   int // tailKeysFrom when 0 (tests set 1)
+	built  bool
+	sorted []uint64            // sorted
+	recent map[uint64]struct{} // added since sorted was last merged
+}
+
+// ready reads the keys from run_tails if they are not read yet (on conn,
+// inside the batch's transaction, so that they include its own writes).
+func (k *tailKeys) ready(ctx context.Context, conn execQuerier) error {
+	if k.built {
+		return nil
+	}
+	rows, err := conn.QueryContext(ctx, `SELECT pk FROM run_tails ORDER BY pk`)
+	if err != nil {
+		return fmt.Errorf("record runs: tail keys: %w", err)
+	}
+	defer rows.Close()
+	var sorted []uint64
+	var pk uint64
+	for rows.Next() {
+		if err := rows.Scan(&pk); err != nil {
+			return fmt.Errorf("record runs: tail keys: %w", err)
+		}
+		sorted = append(sorted, pk)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("record runs: tail keys: %w", err)
+	}
+	*k = tailKeys{from: k.from, built: true, sorted: sorted, recent: map[uint64]struct{}{}}
+	return nil
+}
+
+// has tells whether run_tails may hold pk: always true before the keys are
+// read.
+func (k *tailKeys) has(pk uint64) bool {
+	if !k.built {
+		return true
+	}
+	if _, ok := k.recent[pk]; ok {
+		return true
+	}
+	_, ok := slices.BinarySearch(k.sorted, pk)
+	return ok
+}
+
+// add records that run_tails holds pk. The keys added are merged into the
+// sorted ones once they are an eighth as many (or 65,536), so that merging
+// costs a constant share of the adds.
+func (k *tailKeys) add(pk uint64) {
+	if !k.built || k.has(pk) {
+		return
+	}
+	k.recent[pk] = struct{}{}
+	if len(k.recent) < max(len(k.sorted)/8, 1<<16) {
+		return
+	}
+	added := slices.Sorted(maps.Keys(k.recent))
+	merged := make([]uint64, 0, len(k.sorted)+len(added))
+	i, j := 0, 0
+	for i < len(k.sorted) || j < len(added) {
+		if j == len(added) || i < len(k.sorted) && k.sorted[i] < added[j] {
+			merged = append(merged, k.sorted[i])
+			i++
+		} else {
+			merged = append(merged, added[j])
+			j++
+		}
+	}
+	k.sorted, k.recent = merged, map[uint64]struct{}{}
+}
+
+// addStored records the sessions a SQL recomputation of runs stored a
+// tail for (the keys in run_keys, recordRunsOf); nil k records nothing.
+func (k *tailKeys) addStored(ctx context.Context, conn execQuerier) error {
+	if k == nil || !k.built {
+		return nil
+	}
+	rows, err := conn.QueryContext(ctx, `SELECT pk FROM run_keys`)
+	if err != nil {
+		return fmt.Errorf("record runs: tail keys: %w", err)
+	}
+	defer rows.Close()
+	var pk uint64
+	for rows.Next() {
+		if err := rows.Scan(&pk); err != nil {
+			return fmt.Errorf("record runs: tail keys: %w", err)
+		}
+		k.add(pk)
+	}
+	return rows.Err()
+}
+
+// worth tells whether keeping the keys costs less than scanning a
+// run_tails of n rows each batch.
+func (k *tailKeys) worth(n int) bool {
+	return n >= cmp.Or(k.from, tailKeysFrom)
+}
