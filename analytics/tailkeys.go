@@ -33,12 +33,16 @@ func (k *tailKeys) ready(ctx context.Context, conn execQuerier) error {
 	if k.built {
 		return nil
 	}
-	rows, err := conn.QueryContext(ctx, `SELECT pk FROM run_tails ORDER BY pk`)
+	var n int
+	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM run_tails`).Scan(&n); err != nil {
+		return fmt.Errorf("record runs: tail keys: %w", err)
+	}
+	rows, err := conn.QueryContext(ctx, `SELECT pk FROM run_tails`)
 	if err != nil {
 		return fmt.Errorf("record runs: tail keys: %w", err)
 	}
 	defer rows.Close()
-	var sorted []uint64
+	sorted := make([]uint64, 0, n) // 8 bytes a key, no room to grow into
 	var pk uint64
 	for rows.Next() {
 		if err := rows.Scan(&pk); err != nil {
@@ -49,6 +53,7 @@ func (k *tailKeys) ready(ctx context.Context, conn execQuerier) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("record runs: tail keys: %w", err)
 	}
+	slices.Sort(sorted) // here rather than in DuckDB, which would hold a sorted copy
 	*k = tailKeys{from: k.from, built: true, sorted: sorted, recent: map[uint64]struct{}{}}
 	return nil
 }

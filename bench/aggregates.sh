@@ -6,7 +6,11 @@
 # each a whole process into a fresh database, PAIRS alternating pairs (the
 # order swapped every pair). Prints every run's wall and CPU time (user +
 # system) and peak RSS, the medians, and the cost in wall and CPU time.
+# BASE=DB starts every run from a copy of DB instead of an empty database
+# (the history the aggregates are kept beside: its sessions' tails), and
+# FILE=JSONL sets the events (later than DB's, for new calls).
 #   PAIRS=6 EVENTS=1000000 bench/aggregates.sh
+#   BASE=big.duckdb FILE=later.jsonl PAIRS=3 bench/aggregates.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EVENTS="${EVENTS:-1000000}"
@@ -16,16 +20,18 @@ mkdir -p "$OUT"
 
 go build -o "$OUT/mcptrail" ./cmd/mcptrail
 go build -tags mcptrail_bench_noaggregates -o "$OUT/mcptrail-noaggregates" ./cmd/mcptrail
-FILE="$OUT/events-$EVENTS.jsonl"
+BASE="${BASE:-}"
+FILE="${FILE:-$OUT/events-$EVENTS.jsonl}"
 if [ ! -s "$FILE" ]; then
 	"$OUT/mcptrail" simulate --count "$EVENTS" --seed 1 --now 2026-11-29T00:00:00Z --out "$FILE" 2>/dev/null
 fi
-echo "file: $FILE ($(du -h "$FILE" | cut -f1), $EVENTS events)"
+echo "file: $FILE ($(du -h "$FILE" | cut -f1)); database: ${BASE:-empty}"
 
 # run NAME BINARY: ingests FILE into a fresh database; prints "wall cpu rss_mib".
 run() {
 	local db="$OUT/aggregates-$1.duckdb"
 	rm -f "$db"*
+	if [ -n "$BASE" ]; then cp "$BASE" "$db"; fi
 	/usr/bin/time -f "%e %U %S %M" -o "$OUT/time.$1" "$2" --db "$db" ingest "$FILE" >/dev/null 2>"$OUT/stderr.log" || { cat "$OUT/stderr.log"; exit 1; }
 	awk '{printf "%s %.2f %d\n", $1, $2 + $3, $4 / 1024}' "$OUT/time.$1"
 }
