@@ -22,6 +22,19 @@ func runsState(t *testing.T, s *Store) (runs, tails string) {
 	return runs, tails
 }
 
+// rebuiltState is s's runs and tails as kept (runsState), then those built
+// from its stored calls at once, as the migration builds them.
+func rebuiltState(t *testing.T, s *Store) (runs, tails, wantRuns, wantTails string) {
+	t.Helper()
+	ctx := context.Background()
+	runs, tails = runsState(t, s)
+	_, err := s.wconn.ExecContext(ctx, `DELETE FROM call_runs; DELETE FROM run_tails`)
+	require.NoError(t, err)
+	require.NoError(t, recordRuns(ctx, s.wconn, nil, "true"))
+	wantRuns, wantTails = runsState(t, s)
+	return runs, tails, wantRuns, wantTails
+}
+
 // TestRunsIncremental: the runs kept batch by batch, whatever the batches,
 // equal the runs the same stored calls give at once (as the migration
 // builds them), and those of all the calls stored in one batch: in order in
@@ -47,23 +60,13 @@ func TestRunsIncremental(t *testing.T) {
 
 func checkRunsIncremental(t *testing.T, evs []audit.Event, redeliver, keys bool) {
 	ctx := context.Background()
-	// rebuilt is s's runs and tails, then those built from its stored
-	// calls at once.
-	rebuilt := func(s *Store) (runs, tails, wantRuns, wantTails string) {
-		runs, tails = runsState(t, s)
-		_, err := s.wconn.ExecContext(ctx, `DELETE FROM call_runs; DELETE FROM run_tails`)
-		require.NoError(t, err)
-		require.NoError(t, recordRuns(ctx, s.wconn, nil, "true"))
-		wantRuns, wantTails = runsState(t, s)
-		return runs, tails, wantRuns, wantTails
-	}
 
 	one := openTemp(t)
 	_, err := one.Append(ctx, ingest.Batch{Events: evs})
 	require.NoError(t, err)
 	require.Greater(t, count(t, one, `SELECT count(*) FROM call_runs WHERE polls >= 3`), 100, "the traffic has polling loops")
 	require.Greater(t, count(t, one, `SELECT count(DISTINCT "grant") FROM call_runs`), 1, "runs of several grants")
-	oneRuns, oneTails, wantRuns, wantTails := rebuilt(one)
+	oneRuns, oneTails, wantRuns, wantTails := rebuiltState(t, one)
 	t.Log("session start runs", count(t, one, `SELECT count(*) FROM call_runs WHERE prev_th IS NULL`))
 	assert.Equal(t, wantRuns, oneRuns, "runs kept in one batch")
 	assert.Equal(t, wantTails, oneTails, "tails kept in one batch")
@@ -84,7 +87,7 @@ func checkRunsIncremental(t *testing.T, evs []audit.Event, redeliver, keys bool)
 		_, err := inOrder.Append(ctx, ingest.Batch{Events: b})
 		require.NoError(t, err)
 	}
-	gotRuns, gotTails, _, _ := rebuilt(inOrder)
+	gotRuns, gotTails, _, _ := rebuiltState(t, inOrder)
 	assert.Equal(t, wantRuns, gotRuns, "runs kept in order, batch by batch")
 	assert.Equal(t, wantTails, gotTails, "tails kept in order, batch by batch")
 
@@ -99,7 +102,7 @@ func checkRunsIncremental(t *testing.T, evs []audit.Event, redeliver, keys bool)
 		_, err := shuffled.Append(ctx, ingest.Batch{Events: b})
 		require.NoError(t, err)
 	}
-	gotRuns, gotTails, wantRuns, wantTails = rebuilt(shuffled)
+	gotRuns, gotTails, wantRuns, wantTails = rebuiltState(t, shuffled)
 	assert.Equal(t, wantRuns, gotRuns, "runs kept with batches out of order")
 	assert.Equal(t, wantTails, gotTails, "tails kept with batches out of order")
 }
@@ -160,11 +163,7 @@ func TestRunsAtTheEdgesOfTheirDefinition(t *testing.T) {
 	}
 	// interval: a1-a2, then a3-a5; tie: none (q, p, q).
 	assert.Equal(t, "2,3", polls(), "runs kept batch by batch")
-	gotRuns, gotTails := runsState(t, s)
-	_, err = s.wconn.ExecContext(ctx, `DELETE FROM call_runs; DELETE FROM run_tails`)
-	require.NoError(t, err)
-	require.NoError(t, recordRuns(ctx, s.wconn, nil, "true"))
-	wantRuns, wantTails := runsState(t, s)
+	gotRuns, gotTails, wantRuns, wantTails := rebuiltState(t, s)
 	assert.Equal(t, wantRuns, gotRuns)
 	assert.Equal(t, wantTails, gotTails)
 }

@@ -43,20 +43,13 @@ func lookupTails(ctx context.Context, v *runViews, keys *tailKeys, b *batchCalls
 	if len(b.sessions) == 0 {
 		return map[int32]storedTail{}, nil, nil
 	}
-	if !keys.built {
-		// Until run_tails is large, one scan of it costs less than
-		// keeping the keys: they are read once it passes tailKeysFrom.
-		var n int
-		if err := v.conn.QueryRowContext(ctx, `SELECT count(*) FROM run_tails`).Scan(&n); err != nil {
-			return nil, nil, fmt.Errorf("record runs: stored tails: %w", err)
-		}
-		if !keys.worth(n) {
-			out, err := lookupAllTails(ctx, v, b)
-			return out, nil, err
-		}
-		if err := keys.ready(ctx, v.conn); err != nil {
-			return nil, nil, err
-		}
+	kept, err := keys.use(ctx, v.conn)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !kept {
+		out, err := lookupAllTails(ctx, v, b)
+		return out, nil, err
 	}
 	sessions, first, err := addSessionsView(v, b)
 	if err != nil {
@@ -66,20 +59,9 @@ func lookupTails(ctx context.Context, v *runViews, keys *tailKeys, b *batchCalls
 	SELECT i, hash(server, g, sk) AS pk, tool, args, ms FROM `+sessions); err != nil {
 		return nil, nil, fmt.Errorf("record runs: sessions: %w", err)
 	}
-	pks := make([]uint64, len(b.sessions))
-	rows, err := v.conn.QueryContext(ctx, `SELECT pk FROM run_batch_sessions ORDER BY i`)
-	if err != nil {
-		return nil, nil, fmt.Errorf("record runs: sessions: %w", err)
-	}
-	for i := 0; rows.Next(); i++ {
-		if err := rows.Scan(&pks[i]); err != nil {
-			rows.Close()
-			return nil, nil, fmt.Errorf("record runs: sessions: %w", err)
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("record runs: sessions: %w", err)
+	pks := make([]uint64, 0, len(b.sessions))
+	if err := scanKeys(ctx, v.conn, `SELECT pk FROM run_batch_sessions ORDER BY i`, func(pk uint64) { pks = append(pks, pk) }); err != nil {
+		return nil, nil, err
 	}
 	out := map[int32]storedTail{}
 	each := func(i int32, t storedTail) { out[i] = t }
@@ -105,13 +87,6 @@ func lookupTails(ctx context.Context, v *runViews, keys *tailKeys, b *batchCalls
 	}
 	return out, pks, nil
 }
-
-// tailKeysFrom is the size of run_tails from which lookupTails keeps the
-// tails' keys rather than scanning the whole table each batch. Measured
-// per 1M events in 9 batches: scanning cost 58 ms with an empty table,
-// 217 ms at 318,234 tails and 877 ms at 3.3M; with the keys, ~110 ms at
-// any size, after reading the keys once (0.9 s at 3.3M).
-const tailKeysFrom = 100_000
 
 // lookupAllTails is lookupTails by one scan of run_tails, for a small one.
 func lookupAllTails(ctx context.Context, v *runViews, b *batchCalls) (map[int32]storedTail, error) {

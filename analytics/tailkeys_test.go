@@ -93,11 +93,7 @@ func TestTailsOfSessionsThatComeBack(t *testing.T) {
 			require.NoError(t, s.DB().QueryRowContext(ctx, `SELECT count(*), count(DISTINCT pk) FROM run_tails`).Scan(&tails, &sessions))
 			assert.Equal(t, sessions, tails, "one tail per session")
 
-			gotRuns, gotTails := runsState(t, s)
-			_, err = s.wconn.ExecContext(ctx, `DELETE FROM call_runs; DELETE FROM run_tails`)
-			require.NoError(t, err)
-			require.NoError(t, recordRuns(ctx, s.wconn, nil, "true"))
-			wantRuns, wantTails := runsState(t, s)
+			gotRuns, gotTails, wantRuns, wantTails := rebuiltState(t, s)
 			assert.Equal(t, wantRuns, gotRuns, "runs kept against rebuilt")
 			assert.Equal(t, wantTails, gotTails, "tails kept against rebuilt")
 		})
@@ -114,7 +110,14 @@ func TestTailKeysMerge(t *testing.T) {
 	require.NoError(t, err)
 	var k tailKeys
 	assert.True(t, k.has(42), "keys not read yet may be anything")
-	require.NoError(t, k.ready(ctx, s.wconn))
+	kept, err := k.use(ctx, s.wconn)
+	require.NoError(t, err)
+	assert.False(t, kept, "1,000 tails: scanned, not kept")
+	assert.True(t, k.has(42), "keys not read may be anything")
+	k.from = 1
+	kept, err = k.use(ctx, s.wconn)
+	require.NoError(t, err)
+	require.True(t, kept)
 	stored := map[uint64]bool{}
 	rows, err := s.DB().QueryContext(ctx, `SELECT hash(i) FROM range(1000) r(i)`)
 	require.NoError(t, err)
