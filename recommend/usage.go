@@ -28,8 +28,9 @@ type usage struct {
 	EarlierPeriods  int64      // window-length periods before the window with an allowed call
 }
 
-// usageScope is the analysis scope's calls of tools: the window's first day
-// onwards ($day0) or, when scanning every call, the whole history.
+// usageScope is the analysis scope's calls of tools up to the window's end;
+// each query bounds their start (the window, its first day from $day0, or
+// none to scan the whole history).
 const usageScope = `server = $server AND ($grant = '' OR "grant" = $grant) AND ts <= $to AND tool IS NOT NULL`
 
 // usageSQL reads every tool's use (in readUsage's columns): the window's
