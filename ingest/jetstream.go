@@ -175,7 +175,7 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 			}
 		}
 	}
-	if !s.resync(ctx) {
+	if !s.resync(ctx, cp) {
 		return nil
 	}
 	s.Log.Info("jetstream ingest started", "consumer", s.CheckpointKey, "checkpoint", cp,
@@ -214,7 +214,7 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 		switch {
 		case errors.As(err, &gap):
 			s.fail("fetch", err)
-			if !s.resync(ctx) {
+			if !s.resync(ctx, p.cp) {
 				return nil
 			}
 			continue
@@ -228,7 +228,7 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 		default:
 			s.fail("fetch", err)
 		}
-		if !bo.wait(ctx) || !s.resync(ctx) {
+		if !bo.wait(ctx) || !s.resync(ctx, p.cp) {
 			return nil
 		}
 		if recreated {
@@ -384,17 +384,18 @@ func (s *JetStreamSource) recreate(ctx context.Context, p *pipeline) bool {
 // resync makes sure that no delivery the source has not seen is
 // outstanding: at start (a previous run may have crashed holding a batch),
 // after a gap, and after the consumer was recreated. It rewinds the consumer
-// to its ack floor, or, where the server cannot, waits for the ack wait (after
-// which JetStream redelivers the unacknowledged messages before anything
-// newer). The next delivery then starts a new contiguous run. false when ctx
-// ended first.
-func (s *JetStreamSource) resync(ctx context.Context) bool {
+// to after its ack floor and the checkpoint cp (Rewind), or, where the
+// server cannot, waits for the ack wait (after which JetStream redelivers
+// the unacknowledged messages before anything newer). The next delivery
+// then starts a new contiguous run. false when ctx ended first.
+func (s *JetStreamSource) resync(ctx context.Context, cp uint64) bool {
 	s.nextDelivery = 0
 	if s.JS != nil {
-		n, err := RecoverPending(ctx, s.JS, s.Consumer)
+		next, err := Rewind(ctx, s.JS, s.Consumer, cp)
 		if err == nil {
-			if n > 0 {
-				s.Log.Warn("rewound the consumer to its ack floor: redelivering messages delivered earlier and never acknowledged", "messages", n)
+			if next > 0 {
+				s.Log.Info("positioned the consumer after its checkpoint: what was delivered and never acknowledged comes again, what is stored does not",
+					"consumer", s.CheckpointKey, "checkpoint", cp, "next_seq", next)
 			}
 			return true
 		}

@@ -188,6 +188,15 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSp
 		// batch completes while the previous one is stored; the rest waits
 		// for that batch's ack.
 		MaxAckPending: max(2*batch+3*fetch, 20000),
+		// The consumer's state (what it delivered, what is acknowledged)
+		// lives in the server's memory, not in its store: the server wrote
+		// it out about ten times a second, each time every message
+		// delivered and not yet acknowledged (up to two batches), a tenth
+		// of serve's CPU with single-event messages. The database's
+		// checkpoint is what counts: every start, rewind and recreation
+		// positions the consumer after it (Rewind), so a server restart
+		// that loses the state loses nothing.
+		MemoryStorage: true,
 	}
 	switch len(spec.FilterSubjects) {
 	case 0:
@@ -197,6 +206,12 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSp
 		cfg.FilterSubjects = spec.FilterSubjects
 	}
 	c, err := js.CreateOrUpdateConsumer(ctx, spec.Stream, cfg)
+	if err != nil && strings.Contains(err.Error(), "storage type can not be updated") {
+		// A consumer of an earlier mcptrail, its state on disk: the server
+		// cannot move it to memory. Ours (by its description) is replaced;
+		// the checkpoint tells where the new one starts.
+		c, err = replaceConsumer(ctx, js, spec.Stream, cfg)
+	}
 	if err != nil {
 		hint := ""
 		if strings.Contains(err.Error(), "ack policy") {
@@ -207,22 +222,46 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSp
 	return c, nil
 }
 
-// RecoverPending makes the consumer redeliver at once what a previous run
-// fetched and never acknowledged (it crashed, or its acks were lost), instead
-// of after the ack wait: it resets the consumer to its ack floor. Call it
-// before the source starts, and only when this process is the consumer's
-// only user. It returns how many messages were pending. Servers without the
-// reset API (before 2.14) keep the usual redelivery after the ack wait.
-func RecoverPending(ctx context.Context, js jetstream.JetStream, c jetstream.Consumer) (int, error) {
+// replaceConsumer deletes the durable consumer cfg names, if it is an
+// mcptrail daemon's (ConsumerDescription), and creates it with cfg.
+func replaceConsumer(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	old, err := js.Consumer(ctx, stream, cfg.Durable)
+	if err != nil {
+		return nil, fmt.Errorf("read consumer %s: %w", cfg.Durable, err)
+	}
+	if desc := old.CachedInfo().Config.Description; desc != ConsumerDescription {
+		return nil, fmt.Errorf("consumer %s keeps its state on disk and is not an mcptrail daemon's (its description is %q): give this daemon another nats.consumer, or delete it with `nats consumer rm %s %s`",
+			cfg.Durable, desc, stream, cfg.Durable)
+	}
+	if err := js.DeleteConsumer(ctx, stream, cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("replace consumer %s (its state on disk) with one whose state is in memory: %w", cfg.Durable, err)
+	}
+	return js.CreateOrUpdateConsumer(ctx, stream, cfg)
+}
+
+// Rewind positions the consumer after both its ack floor and the
+// checkpoint (the highest stream sequence stored): what a previous run
+// fetched and never acknowledged comes back at once instead of after the
+// ack wait, while what it stored and never acknowledged (a crash between
+// commit and ack), or what a consumer that lost its state in memory would
+// deliver again from the stream's start, is not read again. Call it before
+// the source fetches, and only when this process is the consumer's only
+// user. It returns the sequence the consumer delivers from next, 0 when it
+// needed no rewind. Servers without the reset API (before 2.14) keep the
+// usual redelivery after the ack wait, and the source skips what the
+// checkpoint covers.
+func Rewind(ctx context.Context, js jetstream.JetStream, c jetstream.Consumer, checkpoint uint64) (uint64, error) {
 	info, err := c.Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("consumer info: %w", err)
 	}
-	if info.NumAckPending == 0 {
+	if info.NumAckPending == 0 && info.AckFloor.Stream >= checkpoint {
 		return 0, nil
 	}
-	if _, err := js.ResetConsumer(ctx, info.Stream, info.Name); err != nil {
-		return info.NumAckPending, fmt.Errorf("reset consumer %s to its ack floor %d: %w", info.Name, info.AckFloor.Stream, err)
+	next := max(info.AckFloor.Stream, checkpoint) + 1
+	if _, err := js.ResetConsumerToSequence(ctx, info.Stream, info.Name, next); err != nil {
+		return 0, fmt.Errorf("reset consumer %s to stream sequence %d (after its ack floor %d and the checkpoint %d): %w",
+			info.Name, next, info.AckFloor.Stream, checkpoint, err)
 	}
-	return info.NumAckPending, nil
+	return next, nil
 }

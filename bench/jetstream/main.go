@@ -209,8 +209,9 @@ func rss(pid int, key string) int {
 	return 0
 }
 
-// discard drains the stream with its own durable consumer using the same
-// pull and ack pattern as the daemon, and throws the messages away.
+// discard drains the stream with its own durable consumer, made as the
+// daemon's is (ingest.EnsureConsumer: its state in the server's memory),
+// using the same pull and ack pattern, and throws the messages away.
 func discard(store, listen string, n, fetch int, ackEach bool) error {
 	ns, nc, js, err := embedded(store, listen)
 	if err != nil {
