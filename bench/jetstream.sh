@@ -2,7 +2,8 @@
 # JetStream benchmark: pre-fill the MCP_AUDIT stream with simulated events
 # (mcptrail simulate --nats, publish acks on), then in one run measure
 #   1. how fast `mcptrail serve` drains it into DuckDB (from /readyz to the last
-#      event stored, read from /metrics) and its peak RSS (VmHWM), and
+#      event stored, read from /metrics), its peak RSS (VmHWM), the CPU time it
+#      took and the bytes it wrote to disk meanwhile (/proc/PID/stat and io), and
 #   2. how fast a consumer that discards messages drains the same stream with
 #      the same fetch and ack pattern (the transport ceiling),
 # and print both rates, the ratio and peak RSS.
@@ -62,7 +63,7 @@ for run in $(seq "$RUNS"); do
 		env ${SERVE_ENV:-} "$OUT/mcptrail" serve 2>"$WORK/serve.log" &
 	SERVE=$!
 	pids+=("$SERVE")
-	if ! read -r t_serve rss_kib < <("$OUT/jetstream" watch -http "$HTTP" -count "$EVENTS" -pid "$SERVE"); then
+	if ! read -r t_serve rss_kib cpu_serve written_mib < <("$OUT/jetstream" watch -http "$HTTP" -count "$EVENTS" -pid "$SERVE"); then
 		tail -20 "$WORK/serve.log"
 		exit 1
 	fi
@@ -84,7 +85,8 @@ for run in $(seq "$RUNS"); do
 
 	ratio=$(awk -v a="$t_ceiling" -v b="$t_serve" 'BEGIN{printf "%.2f", a/b}')
 	ratios+=("$ratio")
-	printf 'run %d: serve -> DuckDB   : %7.2fs %8s events/s   peak RSS %d MiB\n' "$run" "$t_serve" "$(rate "$t_serve")" $((rss_kib / 1024))
+	printf 'run %d: serve -> DuckDB   : %7.2fs %8s events/s   peak RSS %d MiB   CPU %.2fs   written to disk %d MiB\n' \
+		"$run" "$t_serve" "$(rate "$t_serve")" $((rss_kib / 1024)) "$cpu_serve" "$written_mib"
 	printf 'run %d: discard (AckAll)  : %7.2fs %8s events/s   (transport ceiling)\n' "$run" "$t_ceiling" "$(rate "$t_ceiling")"
 	[ "$run" = 1 ] && printf 'run %d: discard (Ack each): %7.2fs %8s events/s\n' "$run" "$t_each" "$(rate "$t_each")"
 	printf 'run %d: ratio serve/ceiling: %s\n' "$run" "$ratio"

@@ -135,6 +135,8 @@ func watch(addr string, n, pid int) error {
 		time.Sleep(5 * time.Millisecond)
 	}
 	start := time.Now()
+	written := procIO(pid, "write_bytes:")
+	cpu := procCPU(pid)
 	deadline = start.Add(10 * time.Minute)
 	var maxRSS int
 	var maxAt time.Duration
@@ -160,8 +162,44 @@ func watch(addr string, n, pid int) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	secs := time.Since(start).Seconds()
-	fmt.Printf("%.3f %d\n", secs, peakRSS(pid))
+	fmt.Printf("%.3f %d %.2f %d\n", secs, peakRSS(pid), procCPU(pid)-cpu, (procIO(pid, "write_bytes:")-written)>>20)
 	return nil
+}
+
+// procIO reads one counter of /proc/PID/io (bytes).
+func procIO(pid int, key string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, key); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// procCPU reads the user and system CPU seconds of a process from
+// /proc/PID/stat.
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command (which may hold spaces) in parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100 // USER_HZ, 100 on Linux
 }
 
 // stored sums the ingested, duplicate and rejected counters.
