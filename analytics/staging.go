@@ -15,8 +15,8 @@ import (
 type staging struct {
 	cols *columns
 	// seen maps the hash of each id to the index of the event holding it;
-	// an integer map keeps the garbage collector out of a large batch.
-	seen map[uint64]int32
+	// integers keep the garbage collector out of a large batch.
+	seen *idSet
 	// collided holds, exactly, ids whose hash an earlier id already took.
 	collided   map[string]struct{}
 	n, repeats int
@@ -31,7 +31,7 @@ var idSeed = maphash.MakeSeed()
 func hashID(id string) uint64 { return maphash.String(idSeed, id) }
 
 func newStaging(capacity int) *staging {
-	return &staging{cols: newColumns(capacity), seen: make(map[uint64]int32, capacity)}
+	return &staging{cols: newColumns(capacity), seen: getIDSet(capacity)}
 }
 
 // NewStaging implements ingest.StagingSink.
@@ -66,10 +66,8 @@ func (s *staging) Add(events []audit.Event, repeat []bool) {
 // holds reports whether id is already staged; if not, it records id as the
 // next event's.
 func (s *staging) holds(id string) bool {
-	h := hashID(id)
-	j, ok := s.seen[h]
+	j, ok := s.seen.lookupOrAdd(hashID(id), int32(s.n))
 	if !ok {
-		s.seen[h] = int32(s.n)
 		return false
 	}
 	if s.cols.id(int(j)) == id {
@@ -91,5 +89,8 @@ func (s *staging) Len() int { return s.n }
 // Release implements ingest.Staging.
 func (s *staging) Release() {
 	s.cols.release()
+	if s.seen != nil {
+		s.seen.release()
+	}
 	s.seen, s.collided, s.derive = nil, nil, nil
 }

@@ -63,10 +63,9 @@ func TestStagingKeepsIdsWhoseHashesCollide(t *testing.T) {
 	evs := sampleEvents(3, time.Now())
 	st.Add(evs[:1], nil)
 	// Make e-1 look like e-0's hash: point e-0's slot at e-1's hash.
-	for h := range st.seen {
-		delete(st.seen, h)
-	}
-	st.seen[hashID(evs[1].ID)] = 0 // e-1's hash now leads to e-0
+	st.seen.release()
+	st.seen = getIDSet(4)
+	st.seen.lookupOrAdd(hashID(evs[1].ID), 0) // e-1's hash now leads to e-0
 	repeat := make([]bool, 3)
 	st.Add([]audit.Event{evs[1], evs[1], evs[2]}, repeat)
 	assert.Equal(t, []bool{false, true, false}, repeat)
