@@ -7,54 +7,10 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// restartableServer is a real NATS server with JetStream on a store folder
-// that outlives it, so that a test can stop it and start it again.
-type restartableServer struct {
-	t     *testing.T
-	store string
-	ns    *natsserver.Server
-	nc    *nats.Conn
-}
-
-func (r *restartableServer) start() jetstream.JetStream {
-	r.t.Helper()
-	ns, err := natsserver.NewServer(&natsserver.Options{
-		Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, JetStream: true,
-		StoreDir: r.store, NoLog: true, NoSigs: true,
-	})
-	require.NoError(r.t, err)
-	ns.Start()
-	require.True(r.t, ns.ReadyForConnections(10*time.Second))
-	nc, err := nats.Connect(ns.ClientURL())
-	require.NoError(r.t, err)
-	r.ns, r.nc = ns, nc
-	js, err := jetstream.New(nc)
-	require.NoError(r.t, err)
-	return js
-}
-
-func (r *restartableServer) stop() {
-	if r.ns == nil {
-		return
-	}
-	r.nc.Close()
-	r.ns.Shutdown()
-	r.ns.WaitForShutdown()
-	r.ns = nil
-}
-
-func newRestartableServer(t *testing.T) *restartableServer {
-	r := &restartableServer{t: t, store: t.TempDir()}
-	t.Cleanup(r.stop)
-	return r
-}
 
 // The consumer keeps its state in the server's memory: nothing of it is
 // written to the store, and a server restart loses it. The source then

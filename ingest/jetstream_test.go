@@ -20,26 +20,54 @@ import (
 	"github.com/mcptrail/mcptrail/audit"
 )
 
+// restartableServer is a real NATS server with JetStream on a store folder
+// that outlives it, so that a test can stop it and start it again.
+type restartableServer struct {
+	t     *testing.T
+	store string
+	ns    *natsserver.Server
+	nc    *nats.Conn
+}
+
+func (r *restartableServer) start() jetstream.JetStream {
+	r.t.Helper()
+	ns, err := natsserver.NewServer(&natsserver.Options{
+		Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, JetStream: true,
+		StoreDir: r.store, NoLog: true, NoSigs: true,
+	})
+	require.NoError(r.t, err)
+	ns.Start()
+	require.True(r.t, ns.ReadyForConnections(10*time.Second))
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(r.t, err)
+	r.ns, r.nc = ns, nc
+	js, err := jetstream.New(nc)
+	require.NoError(r.t, err)
+	return js
+}
+
+func (r *restartableServer) stop() {
+	if r.ns == nil {
+		return
+	}
+	r.nc.Close()
+	r.ns.Shutdown()
+	r.ns.WaitForShutdown()
+	r.ns = nil
+}
+
+func newRestartableServer(t *testing.T) *restartableServer {
+	r := &restartableServer{t: t, store: t.TempDir()}
+	t.Cleanup(r.stop)
+	return r
+}
+
 // jsServer starts a real NATS server with JetStream in a temp dir.
 func jsServer(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	ns, err := natsserver.NewServer(&natsserver.Options{
-		Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, JetStream: true,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-	})
-	require.NoError(t, err)
-	ns.Start()
-	require.True(t, ns.ReadyForConnections(10*time.Second))
-	nc, err := nats.Connect(ns.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		nc.Close()
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	return nc, js
+	srv := newRestartableServer(t)
+	js := srv.start()
+	return srv.nc, js
 }
 
 func jsEvent(i int, server string) []byte {

@@ -168,17 +168,8 @@ func watch(addr string, n, pid int) error {
 
 // procIO reads one counter of /proc/PID/io (bytes).
 func procIO(pid int, key string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, key); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
-			return n
-		}
-	}
-	return 0
+	n, _ := strconv.ParseInt(procField(pid, "io", key), 10, 64)
+	return n
 }
 
 // procCPU reads the user and system CPU seconds of a process from
@@ -231,20 +222,26 @@ func peakRSS(pid int) int { return rss(pid, "VmHWM:") }
 
 // rss reads one memory line of /proc/PID/status in KiB.
 func rss(pid int, key string) int {
+	kb, _ := strconv.Atoi(strings.TrimSuffix(procField(pid, "status", key), " kB"))
+	return kb
+}
+
+// procField is the value after key on its line of /proc/PID/file, trimmed;
+// "" when there is none.
+func procField(pid int, file, key string) string {
 	if pid == 0 {
-		return 0
+		return ""
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
 	if err != nil {
-		return 0
+		return ""
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if rest, ok := strings.CutPrefix(line, key); ok {
-			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
-			return kb
+			return strings.TrimSpace(rest)
 		}
 	}
-	return 0
+	return ""
 }
 
 // discard drains the stream with its own durable consumer, made as the
