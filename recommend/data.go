@@ -323,17 +323,23 @@ func bucketMillis(window string) int64 {
 // hashed (with the scope's letter, so that a session named like a grant
 // stays apart): grouping on integers is much cheaper than on strings.
 func scopeExpr(scope string) string {
-	g := `hash('g', coalesce("grant", ''))`
 	switch scope {
-	case "session":
-		return `CASE WHEN coalesce(session, '') <> '' THEN hash('s', session) ELSE ` + g + ` END`
-	case "agent":
-		return `CASE WHEN coalesce(agent, '') <> '' THEN hash('a', agent) ELSE ` + g + ` END`
+	case policy.ScopeSession:
+		return sessionScopeKey
+	case policy.ScopeAgent:
+		return agentScopeKey
 	case policy.ScopeInstance: // a gateway's state store (intercept.go)
-		return `CASE WHEN coalesce(gateway, '') <> '' THEN hash('i', gateway) ELSE ` + g + ` END`
+		return `CASE WHEN coalesce(gateway, '') <> '' THEN hash('i', gateway) ELSE ` + grantScopeKey + ` END`
 	}
-	return g
+	return grantScopeKey
 }
+
+// The counter keys of scopeExpr's scopes.
+const (
+	grantScopeKey   = `hash('g', coalesce("grant", ''))`
+	sessionScopeKey = `CASE WHEN coalesce(session, '') <> '' THEN hash('s', session) ELSE ` + grantScopeKey + ` END`
+	agentScopeKey   = `CASE WHEN coalesce(agent, '') <> '' THEN hash('a', agent) ELSE ` + grantScopeKey + ` END`
+)
 
 // peaks computes per-tool percentiles of per-scope peak counts per window
 // over the calls that pass the policy's other rules (allowed or rate-limited).
@@ -354,6 +360,12 @@ FROM pk GROUP BY th`, sql.Named("bucket_ms", bucketMillis(window)), sql.Named("t
 	if err != nil {
 		return nil, err
 	}
+	return scanPeaks(rows, names)
+}
+
+// scanPeaks reads peaks' rows (and closes them): per tool hash, the
+// quantiles and maximum of its scope keys' peaks, their number and calls.
+func scanPeaks(rows *sql.Rows, names map[uint64]string) (map[string]*peakStats, error) {
 	defer rows.Close()
 	out := map[string]*peakStats{}
 	for rows.Next() {

@@ -546,7 +546,7 @@ func (s *state) detectRateLimits(ctx context.Context) error {
 			needGrant = true
 		}
 	}
-	stats, err := s.q.peaks(ctx, s.names, tools, policy.ScopeSession, policy.WindowMinute)
+	stats, err := s.minutes.sessionPeaks(ctx, s.names, tools)
 	if err != nil {
 		return err
 	}

@@ -27,26 +27,21 @@ import (
 // server; calls without a session key count as calls, not sessions.
 func TestGrantFiguresMatchEachScope(t *testing.T) {
 	ctx := context.Background()
-	store := tempStore(t)
 	end := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
-	evs, err := runtraffic.Generate(9, 6000, 6*24*time.Hour, end, true)
-	require.NoError(t, err)
-	for i := range evs {
+	store := trafficStore(t, 9, 6000, 6*24*time.Hour, end, func(i int, e *audit.Event) {
 		switch i % 11 {
 		case 4:
-			evs[i].Grant = "" // ungranted
+			e.Grant = "" // ungranted
 		case 7:
-			evs[i].Grant = "shared" // in another grant, in a session of its own grant too
+			e.Grant = "shared" // in another grant, in a session of its own grant too
 		case 9:
-			evs[i].Agent = ""
+			e.Agent = ""
 		case 10:
-			evs[i].Session, evs[i].Gateway, evs[i].Agent = "", "", "" // no session key (nor one to derive)
+			e.Session, e.Gateway, e.Agent = "", "", "" // no session key (nor one to derive)
 		case 2:
-			evs[i].Session, evs[i].Gateway, evs[i].Agent = "", "gw-1", "" // the gateway stands in for it
+			e.Session, e.Gateway, e.Agent = "", "gw-1", "" // the gateway stands in for it
 		}
-	}
-	_, err = store.Append(ctx, ingest.Batch{Events: evs})
-	require.NoError(t, err)
+	})
 	var keyless int
 	require.NoError(t, store.DB().QueryRow(`SELECT count(*) FROM calls WHERE `+sessionKey+` = ''`).Scan(&keyless))
 	require.Positive(t, keyless, "calls without a session key")
@@ -128,6 +123,22 @@ func TestRecommendUsesTheFiguresGiven(t *testing.T) {
 
 // tempStore is an empty store in a file of the test's own, closed when the
 // test ends.
+// trafficStore is a store holding runtraffic's n events (with seed, over
+// span up to end, sessionless ones among them), each first changed by edit,
+// appended in one batch.
+func trafficStore(t *testing.T, seed int64, n int, span time.Duration, end time.Time, edit func(i int, e *audit.Event)) *analytics.Store {
+	t.Helper()
+	store := tempStore(t)
+	evs, err := runtraffic.Generate(seed, n, span, end, true)
+	require.NoError(t, err)
+	for i := range evs {
+		edit(i, &evs[i])
+	}
+	_, err = store.Append(context.Background(), ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	return store
+}
+
 func tempStore(t *testing.T) *analytics.Store {
 	t.Helper()
 	store, err := analytics.Open(context.Background(), filepath.Join(t.TempDir(), "calls.duckdb"), analytics.Options{})

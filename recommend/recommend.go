@@ -47,6 +47,9 @@ type state struct {
 	runaway map[string][]run
 	// pollsPerLoop are the polling loops by shape and number of polls.
 	pollsPerLoop map[LoopShape][]LoopCount
+	// minutes count the window's calls per session and minute for the
+	// rate-limit peaks and the replay's limits.
+	minutes *callMinutes
 }
 
 // Recommend analyses one server's history and returns the recommendation
@@ -101,6 +104,10 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 	}
 	s.classify()
 	lap("usage")
+	if s.minutes, err = openCallMinutes(ctx, s.q); err != nil {
+		return nil, err
+	}
+	defer s.minutes.close()
 	if s.runs, err = s.q.runs(ctx, s.names, p.PollMinCalls, p.PollMaxInterval); err != nil {
 		return nil, err
 	}
@@ -117,7 +124,7 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 		return nil, fmt.Errorf("proposed policy is invalid (a bug): %w", err)
 	}
 	replay, err := Run(ctx, db, ReplayOptions{Server: opts.Server, Grant: opts.Grant, From: s.q.from, To: now,
-		Policy: proposed, Runaway: s.runawaySessions, Log: opts.Log})
+		Policy: proposed, Runaway: s.runawaySessions, Log: opts.Log, minutes: s.minutes})
 	if err != nil {
 		return nil, err
 	}

@@ -31,6 +31,9 @@ type ReplayOptions struct {
 	// Exact disables the SQL fast path for single-limit tools, so that every
 	// limited call goes through the Go evaluator (tests compare the two).
 	Exact bool
+	// minutes, from the recommendation that proposed the policy, count the
+	// window's calls per session and minute already (callMinutes).
+	minutes *callMinutes
 }
 
 // Run replays the window's tool calls under a policy. Every decision comes
@@ -105,7 +108,7 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 		for _, t := range fast {
 			limits[t] = o.Policy.Tools[t].Limits[0]
 		}
-		limited, cut, err := q.overflow(ctx, limits, o.Loops, acc, o.FirstN)
+		limited, cut, err := q.overflow(ctx, limits, o.Loops, acc, o.FirstN, o.minutes)
 		if err != nil {
 			return nil, err
 		}
@@ -400,18 +403,43 @@ SELECT tool, id, ts, session, agent FROM (
 
 type overflowCount struct{ total, changed int64 }
 
+// limitKeyExpr is the counter key of a call under a replay_limits row's
+// scope (scopeExpr's, chosen per row).
+const limitKeyExpr = `CASE limit_scope WHEN 'session' THEN ` + sessionScopeKey + `
+	                        WHEN 'agent' THEN ` + agentScopeKey + `
+	                        ELSE ` + grantScopeKey + ` END`
+
+// overflowBucketsSQL fills overflow_buckets: each limit's windows and
+// scope keys over its limit, with the limit.
+const overflowBucketsSQL = `
+CREATE OR REPLACE TEMP TABLE overflow_buckets AS
+SELECT lid AS b_lid, ` + limitKeyExpr + ` AS b_k, epoch_ms(ts) // bucket_ms AS b_w, any_value(lim) AS b_lim
+FROM calls JOIN replay_limits ON tool = limit_tool
+WHERE ` + inWindow + `
+GROUP BY ALL HAVING count(*) > any_value(lim)`
+
 // overflow counts, in SQL, the calls each tool's single limit would refuse:
 // in each fixed window and scope key, every call after the first max (in
 // ts, id order).
 // It also returns, by tool, the refused calls that fall inside the runaway
 // loops given.
-func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, loops []RunawayLoop, acc *affected, firstN int) (map[string]overflowCount, map[string]overflowCount, error) {
+// minutes, when they count q's window, give the buckets of its per-session,
+// per-minute limits.
+func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, loops []RunawayLoop, acc *affected, firstN int, minutes *callMinutes) (map[string]overflowCount, map[string]overflowCount, error) {
 	out := map[string]overflowCount{}
-	conn, err := q.db.Conn(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("replay: %w", err)
+	var conn *sql.Conn
+	buckets := overflowBucketsSQL
+	if minutes.covers(q) {
+		// Its temporary tables are on its connection.
+		conn, buckets = minutes.conn, overflowBucketsFromMinutesSQL
+	} else {
+		c, err := q.db.Conn(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("replay: %w", err)
+		}
+		defer c.Close()
+		conn = c
 	}
-	defer conn.Close()
 	// Limits go by a small integer id: the big aggregate below groups on
 	// it rather than on the tool's name (measured a quarter cheaper).
 	if _, err := conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE replay_limits (
@@ -426,24 +454,16 @@ func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, loo
 		}
 	}
 	defer q.timed("replay overflow")()
-	keyExpr := `CASE limit_scope WHEN 'session' THEN ` + scopeExpr(policy.ScopeSession) + `
-	                        WHEN 'agent' THEN ` + scopeExpr(policy.ScopeAgent) + `
-	                        ELSE ` + scopeExpr(policy.ScopeGrant) + ` END`
 	// First the buckets over their limit (one aggregate over the window),
 	// then the calls of those buckets only, numbered in time order; the
 	// strings of a call are read only for the calls past the limit.
-	if _, err := conn.ExecContext(ctx, `
-CREATE OR REPLACE TEMP TABLE overflow_buckets AS
-SELECT lid AS b_lid, `+keyExpr+` AS b_k, epoch_ms(ts) // bucket_ms AS b_w, any_value(lim) AS b_lim
-FROM calls JOIN replay_limits ON tool = limit_tool
-WHERE `+inWindow+`
-GROUP BY ALL HAVING count(*) > any_value(lim)`, q.args()...); err != nil {
+	if _, err := conn.ExecContext(ctx, buckets, q.args()...); err != nil {
 		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
 	if _, err := conn.ExecContext(ctx, `
 CREATE OR REPLACE TEMP TABLE overflow_calls AS
 WITH c AS (
-	SELECT id, ts, decision, session, agent, gateway, lid, `+keyExpr+` AS k, epoch_ms(ts) // bucket_ms AS w
+	SELECT id, ts, decision, session, agent, gateway, lid, `+limitKeyExpr+` AS k, epoch_ms(ts) // bucket_ms AS w
 	FROM calls JOIN replay_limits ON tool = limit_tool
 	WHERE `+inWindow+` AND lid IN (SELECT b_lid FROM overflow_buckets)
 ), o AS (

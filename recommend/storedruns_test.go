@@ -2,6 +2,7 @@ package recommend
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -112,8 +113,13 @@ func TestStoredRunsMatchTheScan(t *testing.T) {
 
 // simulateTools lists the stored tools.
 func simulateTools(t *testing.T, store *analytics.Store) []string {
+	return queryTools(t, store.DB(), `SELECT DISTINCT tool FROM calls WHERE tool IS NOT NULL`)
+}
+
+// queryTools lists the tools a query selects.
+func queryTools(t *testing.T, db *sql.DB, text string, args ...any) []string {
 	t.Helper()
-	rows, err := store.DB().Query(`SELECT DISTINCT tool FROM calls WHERE tool IS NOT NULL`)
+	rows, err := db.Query(text, args...)
 	require.NoError(t, err)
 	defer rows.Close()
 	var tools []string
