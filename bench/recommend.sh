@@ -17,25 +17,19 @@ OUT="${OUT:-bench/out}"
 mkdir -p "$OUT"
 go build -o "$OUT/mcptrail" ./cmd/mcptrail
 go build -o "$OUT/fill" ./bench/fill
+source bench/recommend-window.sh
 for size in $SIZES; do
 	n="${size%%:*}"
 	days=30
 	[ "$size" != "$n" ] && days="${size##*:}"
-	db="$OUT/recommend-$n-${days}d.duckdb"
-	if [ ! -s "$db" ]; then
-		"$OUT/fill" -db "$db" -count "$n" -days "$days"
-		"$OUT/mcptrail" --db "$db" --now 2026-11-29T00:00:00Z catalog import testdata/proxmox-mcp.tools.json --server proxmox-mcp >/dev/null
-	fi
-	scan="SELECT count(*), max(c) FROM (SELECT tool, session, count(*) c FROM calls
-	      WHERE server = 'proxmox-mcp' AND ts > TIMESTAMPTZ '2026-10-30 00:00:00+00' AND ts <= TIMESTAMPTZ '2026-11-29 00:00:00+00'
-	      GROUP BY ALL)"
+	db=$(window_db "$n" "$days")
 	for run in 1 2; do
 		/usr/bin/time -f "%e %M" -o "$OUT/time.recommend" \
 			env MCPTRAIL_DEBUG=1 "$OUT/mcptrail" --db "$db" --now 2026-11-29T00:00:00Z recommend --server proxmox-mcp --format json \
 			>"$OUT/recommend-$n-${days}d.json" 2>"$OUT/recommend-$n-${days}d.log"
 		read -r secs rss <"$OUT/time.recommend"
 		stages=$(grep -o 'stage=[a-z]* took=[0-9.]*[a-zµ]*' "$OUT/recommend-$n-${days}d.log" | sed 's/stage=//; s/ took=/ /' | tr '\n' ' ')
-		/usr/bin/time -f "%e %M" -o "$OUT/time.scan" "$OUT/mcptrail" --db "$db" query --sql "$scan" >/dev/null
+		/usr/bin/time -f "%e %M" -o "$OUT/time.scan" "$OUT/mcptrail" --db "$db" query --sql "$SCAN" >/dev/null
 		read -r scan_secs scan_rss <"$OUT/time.scan"
 		ratio=$(awk -v a="$secs" -v b="$scan_secs" 'BEGIN{printf "%.1f", a/b}')
 		printf '%9d calls over %3d days, run %d: %6.2fs  peak RSS %5d MiB | grouped scan %5.2fs  peak RSS %5d MiB | %s× the scan   (%s)\n' \

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The recommender before and after a change, side by side: `mcptrail
+# recommend` built from BASE (a git revision, default HEAD~1) and from the
+# working tree, PAIRS alternating pairs (default 8, the order swapped every
+# pair) over the same stored calls, each run on a fresh copy of the
+# database (a recommendation records its findings in it), each pair beside
+# the yardstick (one grouped scan of the window through `mcptrail query`).
+# Prints every pair, the medians of wall time, CPU time and peak RSS, their
+# ratios to the scan's median, how many pairs the working tree won, and
+# whether both printed the same output. One run moves by ±10–40% with the
+# host's load; a change of a few percent needs many pairs.
+#   SIZE=5000000 PAIRS=8 bench/recommend-pairs.sh
+#   BASE=abc1234 CMD="report --server proxmox-mcp --since 30d --format json" bench/recommend-pairs.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SIZE="${SIZE:-5000000}"
+PAIRS="${PAIRS:-8}"
+BASE="${BASE:-HEAD~1}"
+CMD="${CMD:-recommend --server proxmox-mcp --format json}"
+OUT="${OUT:-bench/out}"
+mkdir -p "$OUT"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/mcptrail-pairs.XXXXXX")"
+trap 'git worktree remove --force "$WORK/src" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+
+go build -o "$OUT/mcptrail" ./cmd/mcptrail
+go build -o "$OUT/fill" ./bench/fill
+git worktree add --detach --quiet "$WORK/src" "$BASE"
+(cd "$WORK/src" && go build -o "$WORK/mcptrail-base" ./cmd/mcptrail)
+source bench/recommend-window.sh
+db=$(window_db "$SIZE" 30)
+echo "$(git rev-parse --short "$BASE") against the working tree: $CMD over $db"
+
+# run NAME BINARY: one run on a fresh copy; appends "wall cpu rss_mib" to
+# $WORK/NAME, keeps its output in $WORK/NAME.out and prints the three.
+run() {
+	cp "$db" "$WORK/run.duckdb"
+	rm -f "$WORK/run.duckdb.wal"
+	# shellcheck disable=SC2086 # CMD is words
+	/usr/bin/time -f "%e %U %S %M" -o "$WORK/time" "$2" --db "$WORK/run.duckdb" --now 2026-11-29T00:00:00Z $CMD >"$WORK/$1.out"
+	awk '{printf "%.2f %.2f %d\n", $1, $2 + $3, $4 / 1024}' "$WORK/time" >>"$WORK/$1"
+	tail -1 "$WORK/$1" | awk '{printf "%.2f s (CPU %.2f s, %d MiB)", $1, $2, $3}'
+}
+for i in $(seq "$PAIRS"); do
+	order="base tree"
+	[ $((i % 2)) = 0 ] && order="tree base"
+	line="pair $i:"
+	for side in $order; do
+		bin="$OUT/mcptrail"
+		[ "$side" = base ] && bin="$WORK/mcptrail-base"
+		line="$line $side $(run "$side" "$bin") |"
+	done
+	/usr/bin/time -f "%e" -o "$WORK/time" "$OUT/mcptrail" --db "$db" query --sql "$SCAN" >/dev/null
+	cat "$WORK/time" >>"$WORK/scan"
+	echo "$line scan $(cat "$WORK/time") s"
+done
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+scan=$(median <"$WORK/scan")
+for side in base tree; do
+	wall=$(cut -d' ' -f1 "$WORK/$side" | median)
+	printf '%s: median %.2f s (%.1f× the scan'"'"'s %.2f s), CPU %.2f s, peak RSS %d MiB\n' "$side" "$wall" \
+		"$(awk -v a="$wall" -v b="$scan" 'BEGIN{print a/b}')" "$scan" "$(cut -d' ' -f2 "$WORK/$side" | median)" "$(cut -d' ' -f3 "$WORK/$side" | median)"
+done
+won=$(paste -d' ' "$WORK/base" "$WORK/tree" | awk '$4 < $1 {n++} END {print n + 0}')
+echo "the working tree was faster in $won of $PAIRS pairs"
+# Kept for a look; a report's generated_at is the time it was made.
+cp "$WORK/base.out" "$OUT/pairs-base.out"
+cp "$WORK/tree.out" "$OUT/pairs-tree.out"
+if diff -q <(grep -v '"generated_at"' "$OUT/pairs-base.out") <(grep -v '"generated_at"' "$OUT/pairs-tree.out") >/dev/null; then
+	echo "outputs: identical (apart from generated_at)"
+else
+	echo "outputs: DIFFER (diff $OUT/pairs-base.out $OUT/pairs-tree.out)"
+fi

@@ -1,0 +1,16 @@
+# Sourced by the recommender benchmarks: the stored calls they read and
+# their yardstick. window_db N DAYS prints the database holding N calls of
+# one server over DAYS days up to 2026-11-29 (filled by bench/fill and its
+# catalog imported on first use); SCAN is one grouped scan of the 30-day
+# window through `mcptrail query`: the cost of reading every call once.
+window_db() {
+	local db="$OUT/recommend-$1-${2}d.duckdb"
+	if [ ! -s "$db" ]; then
+		"$OUT/fill" -db "$db" -count "$1" -days "$2" >&2
+		"$OUT/mcptrail" --db "$db" --now 2026-11-29T00:00:00Z catalog import testdata/proxmox-mcp.tools.json --server proxmox-mcp >/dev/null
+	fi
+	echo "$db"
+}
+SCAN="SELECT count(*), max(c) FROM (SELECT tool, session, count(*) c FROM calls
+      WHERE server = 'proxmox-mcp' AND ts > TIMESTAMPTZ '2026-10-30 00:00:00+00' AND ts <= TIMESTAMPTZ '2026-11-29 00:00:00+00'
+      GROUP BY ALL)"
