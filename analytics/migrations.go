@@ -195,6 +195,9 @@ CREATE TABLE tool_days (
 	{7, "call runs", runsSchema, func(ctx context.Context, tx execQuerier) error {
 		return recordRuns(ctx, tx, nil, "true")
 	}},
+	{8, "calls clustered", `
+CREATE TABLE calls_clustered (clustered_until TIMESTAMPTZ NOT NULL);
+`, nil},
 }
 
 // backfillSessionSource gives the rows stored before session sources a

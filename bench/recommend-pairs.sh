@@ -9,8 +9,11 @@
 # ratios to the scan's median, how many pairs the working tree won, and
 # whether both printed the same output. One run moves by ±10–40% with the
 # host's load; a change of a few percent needs many pairs.
+# BASE=tree builds both sides from the working tree; TREE_DB=FILE runs the
+# working tree's side on FILE instead (the same calls in another layout).
 #   SIZE=5000000 PAIRS=8 bench/recommend-pairs.sh
 #   BASE=abc1234 CMD="report --server proxmox-mcp --since 30d --format json" bench/recommend-pairs.sh
+#   BASE=tree RECLUSTER=1 bench/recommend-pairs.sh   # the stored calls against a copy after `mcptrail recluster`
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE="${SIZE:-5000000}"
@@ -24,16 +27,30 @@ trap 'git worktree remove --force "$WORK/src" 2>/dev/null || true; rm -rf "$WORK
 
 go build -o "$OUT/mcptrail" ./cmd/mcptrail
 go build -o "$OUT/fill" ./bench/fill
-git worktree add --detach --quiet "$WORK/src" "$BASE"
-(cd "$WORK/src" && go build -o "$WORK/mcptrail-base" ./cmd/mcptrail)
+if [ "$BASE" = tree ]; then
+	cp "$OUT/mcptrail" "$WORK/mcptrail-base"
+else
+	git worktree add --detach --quiet "$WORK/src" "$BASE"
+	(cd "$WORK/src" && go build -o "$WORK/mcptrail-base" ./cmd/mcptrail)
+	BASE=$(git rev-parse --short "$BASE")
+fi
 source bench/recommend-window.sh
 db=$(window_db "$SIZE" 30)
-echo "$(git rev-parse --short "$BASE") against the working tree: $CMD over $db"
+tree_db="${TREE_DB:-$db}"
+if [ -n "${RECLUSTER:-}" ]; then
+	tree_db="$OUT/recommend-$SIZE-30d-reclustered.duckdb"
+	if [ ! -s "$tree_db" ]; then
+		cp "$db" "$tree_db"
+		"$OUT/mcptrail" --db "$tree_db" --now 2026-11-29T00:00:00Z recluster
+	fi
+fi
+echo "$BASE over $db against the working tree over $tree_db: $CMD"
 
-# run NAME BINARY: one run on a fresh copy; appends "wall cpu rss_mib" to
-# $WORK/NAME, keeps its output in $WORK/NAME.out and prints the three.
+# run NAME BINARY DB: one run on a fresh copy of DB; appends "wall cpu
+# rss_mib" to $WORK/NAME, keeps its output in $WORK/NAME.out and prints the
+# three.
 run() {
-	cp "$db" "$WORK/run.duckdb"
+	cp "$3" "$WORK/run.duckdb"
 	rm -f "$WORK/run.duckdb.wal"
 	# shellcheck disable=SC2086 # CMD is words
 	/usr/bin/time -f "%e %U %S %M" -o "$WORK/time" "$2" --db "$WORK/run.duckdb" --now 2026-11-29T00:00:00Z $CMD >"$WORK/$1.out"
@@ -45,21 +62,34 @@ for i in $(seq "$PAIRS"); do
 	[ $((i % 2)) = 0 ] && order="tree base"
 	line="pair $i:"
 	for side in $order; do
-		bin="$OUT/mcptrail"
-		[ "$side" = base ] && bin="$WORK/mcptrail-base"
-		line="$line $side $(run "$side" "$bin") |"
+		if [ "$side" = base ]; then
+			line="$line $side $(run base "$WORK/mcptrail-base" "$db") |"
+		else
+			line="$line $side $(run tree "$OUT/mcptrail" "$tree_db") |"
+		fi
 	done
 	/usr/bin/time -f "%e" -o "$WORK/time" "$OUT/mcptrail" --db "$db" query --sql "$SCAN" >/dev/null
 	cat "$WORK/time" >>"$WORK/scan"
-	echo "$line scan $(cat "$WORK/time") s"
+	line="$line scan $(cat "$WORK/time") s"
+	if [ "$tree_db" != "$db" ]; then
+		/usr/bin/time -f "%e" -o "$WORK/time" "$OUT/mcptrail" --db "$tree_db" query --sql "$SCAN" >/dev/null
+		cat "$WORK/time" >>"$WORK/scan_tree"
+		line="$line, over the tree's database $(cat "$WORK/time") s"
+	fi
+	echo "$line"
 done
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 scan=$(median <"$WORK/scan")
 for side in base tree; do
 	wall=$(cut -d' ' -f1 "$WORK/$side" | median)
-	printf '%s: median %.2f s (%.1f× the scan'"'"'s %.2f s), CPU %.2f s, peak RSS %d MiB\n' "$side" "$wall" \
+	printf '%s: median %.2f s (%.1f× the scan'"'"'s %.2f s), CPU %.2f s, peak RSS %.0f MiB\n' "$side" "$wall" \
 		"$(awk -v a="$wall" -v b="$scan" 'BEGIN{print a/b}')" "$scan" "$(cut -d' ' -f2 "$WORK/$side" | median)" "$(cut -d' ' -f3 "$WORK/$side" | median)"
 done
+if [ -s "$WORK/scan_tree" ]; then
+	scan_tree=$(median <"$WORK/scan_tree")
+	printf "the scan over the tree's database: median %.2f s; the tree %.1f× it\n" "$scan_tree" \
+		"$(awk -v a="$(cut -d' ' -f1 "$WORK/tree" | median)" -v b="$scan_tree" 'BEGIN{print a/b}')"
+fi
 won=$(paste -d' ' "$WORK/base" "$WORK/tree" | awk '$4 < $1 {n++} END {print n + 0}')
 echo "the working tree was faster in $won of $PAIRS pairs"
 # Kept for a look; a report's generated_at is the time it was made.

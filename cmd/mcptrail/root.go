@@ -99,6 +99,7 @@ answers SQL over the whole call history, and recommends each server's policy.jso
 		newDemoCmd(a),
 		newArchiveCmd(a),
 		newRestoreCmd(a),
+		newReclusterCmd(a),
 	)
 	return root
 }

@@ -58,6 +58,7 @@ SIGINT or SIGTERM stops it gracefully.`,
 			a.startAlarm(store, &opts)
 			a.startPolicyWatch(store, &opts)
 			a.startArchive(store, &opts)
+			a.startRecluster(store, &opts)
 			a.log.Info("database open", "path", a.dbPath())
 			err = server.Run(cmd.Context(), store, opts, a.log, func() { a.log.Info("ready") })
 			var ce *server.ConfigError
