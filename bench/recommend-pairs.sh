@@ -9,11 +9,12 @@
 # ratios to the scan's median, how many pairs the working tree won, and
 # whether both printed the same output. One run moves by ±10–40% with the
 # host's load; a change of a few percent needs many pairs.
-# BASE=tree builds both sides from the working tree; TREE_DB=FILE runs the
-# working tree's side on FILE instead (the same calls in another layout).
+# Both read the calls clustered by grant (as serve keeps them); BASE=tree
+# builds both sides from the working tree, and RECLUSTER=1 gives the base
+# side the calls as ingested, before `mcptrail recluster`.
 #   SIZE=5000000 PAIRS=8 bench/recommend-pairs.sh
 #   BASE=abc1234 CMD="report --server proxmox-mcp --since 30d --format json" bench/recommend-pairs.sh
-#   BASE=tree RECLUSTER=1 bench/recommend-pairs.sh   # the stored calls against a copy after `mcptrail recluster`
+#   BASE=tree RECLUSTER=1 bench/recommend-pairs.sh   # what clustering the calls saves
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE="${SIZE:-5000000}"
@@ -35,14 +36,10 @@ else
 	BASE=$(git rev-parse --short "$BASE")
 fi
 source bench/recommend-window.sh
-db=$(window_db "$SIZE" 30)
-tree_db="${TREE_DB:-$db}"
+tree_db=$(window_db "$SIZE" 30)
+db="$tree_db"
 if [ -n "${RECLUSTER:-}" ]; then
-	tree_db="$OUT/recommend-$SIZE-30d-reclustered.duckdb"
-	if [ ! -s "$tree_db" ]; then
-		cp "$db" "$tree_db"
-		"$OUT/mcptrail" --db "$tree_db" --now 2026-11-29T00:00:00Z recluster
-	fi
+	db=$(window_db "$SIZE" 30 ingested)
 fi
 echo "$BASE over $db against the working tree over $tree_db: $CMD"
 

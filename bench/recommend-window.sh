@@ -1,13 +1,24 @@
 # Sourced by the recommender benchmarks: the stored calls they read and
 # their yardstick. window_db N DAYS prints the database holding N calls of
-# one server over DAYS days up to 2026-11-29 (filled by bench/fill and its
-# catalog imported on first use); SCAN is one grouped scan of the 30-day
-# window through `mcptrail query`: the cost of reading every call once.
+# one server over DAYS days up to 2026-11-29, clustered by grant as serve
+# keeps them (`mcptrail recluster`); window_db N DAYS ingested prints the
+# same calls as stored before that (filled by bench/fill, its catalog
+# imported). Both are made on first use. SCAN is one grouped scan of the
+# 30-day window through `mcptrail query`: the cost of reading every call
+# once.
 window_db() {
-	local db="$OUT/recommend-$1-${2}d.duckdb"
+	local ingested="$OUT/recommend-$1-${2}d-ingested.duckdb" db="$OUT/recommend-$1-${2}d.duckdb"
+	if [ ! -s "$ingested" ]; then
+		"$OUT/fill" -db "$ingested" -count "$1" -days "$2" >&2
+		"$OUT/mcptrail" --db "$ingested" --now 2026-11-29T00:00:00Z catalog import testdata/proxmox-mcp.tools.json --server proxmox-mcp >/dev/null
+	fi
+	if [ "${3:-}" = ingested ]; then
+		echo "$ingested"
+		return
+	fi
 	if [ ! -s "$db" ]; then
-		"$OUT/fill" -db "$db" -count "$1" -days "$2" >&2
-		"$OUT/mcptrail" --db "$db" --now 2026-11-29T00:00:00Z catalog import testdata/proxmox-mcp.tools.json --server proxmox-mcp >/dev/null
+		cp "$ingested" "$db"
+		"$OUT/mcptrail" --db "$db" --now 2026-11-29T00:00:00Z recluster >&2
 	fi
 	echo "$db"
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Recommender benchmark: `mcptrail recommend --server proxmox-mcp` over 1M and
-# 10M stored calls of one server (30 days), as whole processes, with peak RSS,
+# 10M stored calls of one server (30 days, clustered by grant as serve keeps
+# them: bench/recommend-window.sh), as whole processes, with peak RSS,
 # each run beside its yardstick: one grouped scan of the same window through
 # `mcptrail query` (the cost of reading every call once), and their ratio;
 # then `mcptrail report --since 30d` of the same window beside the same scan.
