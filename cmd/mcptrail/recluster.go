@@ -74,7 +74,11 @@ func (a *app) startRecluster(store *analytics.Store, opts *server.Options) {
 func reclusterDaily(ctx context.Context, store *analytics.Store, log *slog.Logger, first time.Duration) {
 	for next := first; wait.Sleep(ctx, next); {
 		start := time.Now()
+		// The sort gets both threads and the full memory limit, as a
+		// query does, for the seconds each span holds the writer.
+		boosted := store.Boost(ctx)
 		res, err := store.Recluster(ctx, start)
+		boosted()
 		switch {
 		case ctx.Err() != nil:
 			return // stopping: the span in hand was rolled back
