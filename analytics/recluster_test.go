@@ -125,3 +125,52 @@ func TestReclusterShortensCrowdedSpans(t *testing.T) {
 	assert.GreaterOrEqual(t, int64(res.Spans), calls/300)
 	assert.Zero(t, res.Waiting)
 }
+
+// TestReclusterBesideAppends: batches stored while spans are rewritten
+// (new calls, and late ones inside the spans being sorted) are all kept,
+// each once.
+func TestReclusterBesideAppends(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	start := now.Add(-30 * 24 * time.Hour)
+	s := openTemp(t)
+	event := func(i int, ts time.Time) audit.Event {
+		return audit.Event{ID: fmt.Sprintf("e-%05d", i), TS: ts, Server: "pve", Tool: "tool", Decision: audit.Allowed, Grant: []string{"ops", "ci", "qa"}[i%3]}
+	}
+	var first []audit.Event
+	for i := range 6000 {
+		first = append(first, event(i, start.Add(time.Duration(i)*7*time.Minute)))
+	}
+	_, err := s.Append(ctx, ingest.Batch{Events: first})
+	require.NoError(t, err)
+	done := make(chan error)
+	go func() {
+		rng := rand.New(rand.NewPCG(7, 8))
+		for b := range 40 {
+			var batch []audit.Event
+			for j := range 50 {
+				i := 6000 + b*50 + j
+				ts := now.Add(time.Duration(i) * time.Second) // new
+				if j%2 == 0 {
+					ts = start.Add(time.Duration(rng.Int64N(int64(29 * 24 * time.Hour)))) // late, inside a span
+				}
+				batch = append(batch, event(i, ts))
+			}
+			batch = append(batch, first[b*10]) // sent again
+			if _, err := s.Append(ctx, ingest.Batch{Events: batch}); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for day := range 6 {
+		_, err := s.recluster(ctx, now.Add(time.Duration(day)*24*time.Hour), 100, 500)
+		require.NoError(t, err)
+	}
+	require.NoError(t, <-done)
+	var rows, ids int
+	require.NoError(t, s.DB().QueryRowContext(ctx, `SELECT count(*), count(DISTINCT id) FROM calls`).Scan(&rows, &ids))
+	assert.Equal(t, 6000+40*50, rows)
+	assert.Equal(t, rows, ids)
+}
