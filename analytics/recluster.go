@@ -47,7 +47,8 @@ type ReclusterResult struct {
 
 // Recluster rewrites the calls of sealed UTC days (before now's day) not
 // yet clustered, sorted by server, grant, time and id, a span of at most
-// ReclusterSpan at a time, each span in one transaction that holds the
+// ReclusterSpan at a time (shorter, in whole hours, when it would hold more
+// than ReclusterMaxCalls calls), each span in one transaction that holds the
 // store's writer: the sorted copy appended, the calls it copies deleted,
 // the watermark (calls_clustered) moved past them. A span shorter than
 // ReclusterSpan waits until it holds ReclusterMinCalls calls. Calls that
