@@ -69,11 +69,7 @@ func (d *Daily) Run(ctx context.Context) {
 	if next <= 0 {
 		next = time.Minute
 	}
-	for wait.Sleep(ctx, next) {
-		d.RunOnce(ctx, time.Now())
-		now := time.Now().UTC()
-		next = now.Truncate(day).Add(day + 5*time.Minute).Sub(now)
-	}
+	wait.Daily(ctx, next, 5*time.Minute, func() { d.RunOnce(ctx, time.Now()) })
 }
 
 // RunOnce archives once at now, logs and counts the outcome.

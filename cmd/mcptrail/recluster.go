@@ -19,7 +19,8 @@ func newReclusterCmd(a *app) *cobra.Command {
 		Use:   "recluster",
 		Short: "Rewrite the calls of sealed days sorted by server and grant, for faster per-grant queries",
 		Long: `Rewrite the calls of sealed UTC days (before today) that are not clustered yet,
-sorted by server, grant and time, a week at a time, each week in one transaction.
+sorted by server, grant and time, a week at a time (shorter when a week holds
+more than 1,048,576 calls), each span in one transaction.
 Calls are stored as they arrive, every grant's in the same row groups; sorted, a
 query of one grant (each grant's recommendation, report and replay) skips the other
 grants' row groups. The calls stay the same. A span shorter than a week waits until
@@ -72,7 +73,7 @@ func (a *app) startRecluster(store *analytics.Store, opts *server.Options) {
 
 // reclusterDaily reclusters after first and then daily until ctx ends.
 func reclusterDaily(ctx context.Context, store *analytics.Store, log *slog.Logger, first time.Duration) {
-	for next := first; wait.Sleep(ctx, next); {
+	wait.Daily(ctx, first, 15*time.Minute, func() {
 		start := time.Now()
 		// The sort gets both threads and the full memory limit, as a
 		// query does, for the seconds each span holds the writer.
@@ -81,7 +82,7 @@ func reclusterDaily(ctx context.Context, store *analytics.Store, log *slog.Logge
 		boosted()
 		switch {
 		case ctx.Err() != nil:
-			return // stopping: the span in hand was rolled back
+			// stopping: the span in hand was rolled back
 		case err != nil:
 			log.Error("recluster", "err", err)
 		case res.Spans > 0:
@@ -89,7 +90,5 @@ func reclusterDaily(ctx context.Context, store *analytics.Store, log *slog.Logge
 		default:
 			log.Debug(reclusterSummary(res))
 		}
-		now := time.Now().UTC()
-		next = now.Truncate(24 * time.Hour).Add(24*time.Hour + 15*time.Minute).Sub(now)
-	}
+	})
 }
