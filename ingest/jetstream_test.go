@@ -130,6 +130,19 @@ func (s *memSink) Checkpoint(ctx context.Context, consumer string) (uint64, erro
 	return s.cp[consumer], nil
 }
 
+// storedOnce fails t for each id stored twice and returns the ids stored.
+func (s *memSink) storedOnce(t *testing.T) map[string]bool {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[string]bool{}
+	for _, e := range s.events {
+		assert.False(t, seen[e.ID], "duplicate %s", e.ID)
+		seen[e.ID] = true
+	}
+	return seen
+}
+
 func (s *memSink) count() (events, dead int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -227,12 +240,7 @@ func TestJetStreamRedeliveryAfterCommitWithoutAck(t *testing.T) {
 			mu.Lock()
 			assert.Equal(t, tc.redelivered, redelivered, "messages delivered again")
 			mu.Unlock()
-			seen := map[string]bool{}
-			for _, e := range sink.events {
-				assert.False(t, seen[e.ID], "duplicate %s", e.ID)
-				seen[e.ID] = true
-			}
-			assert.Len(t, seen, 130)
+			assert.Len(t, sink.storedOnce(t), 130)
 			cp, _ := sink.Checkpoint(context.Background(), "MCP_AUDIT/mcptrail")
 			assert.Equal(t, uint64(130), cp)
 		})
