@@ -54,9 +54,9 @@ none=$("$OUT/mcptrail" --db "$OUT/aggregates-without.duckdb" query --format csv 
 echo "calls, call_runs, tool_days with: $runs; without: $none"
 rm -f "$OUT"/aggregates-*.duckdb*
 
-median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
-mw=$(median "${with_wall[@]}") mc=$(median "${with_cpu[@]}")
-nw=$(median "${without_wall[@]}") nc=$(median "${without_cpu[@]}")
+source bench/median.sh
+mw=$(printf '%s\n' "${with_wall[@]}" | median) mc=$(printf '%s\n' "${with_cpu[@]}" | median)
+nw=$(printf '%s\n' "${without_wall[@]}" | median) nc=$(printf '%s\n' "${without_cpu[@]}" | median)
 awk -v mw="$mw" -v nw="$nw" -v mc="$mc" -v nc="$nc" 'BEGIN{
 	printf "medians: with %.2fs (cpu %.2fs), without %.2fs (cpu %.2fs): the aggregates cost %+.1f%% wall, %+.1f%% cpu (goal: <= 10%%)\n",
 		mw, mc, nw, nc, (mw / nw - 1) * 100, (mc / nc - 1) * 100 }'

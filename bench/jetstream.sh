@@ -91,6 +91,7 @@ for run in $(seq "$RUNS"); do
 	[ "$run" = 1 ] && printf 'run %d: discard (Ack each): %7.2fs %8s events/s\n' "$run" "$t_each" "$(rate "$t_each")"
 	printf 'run %d: ratio serve/ceiling: %s\n' "$run" "$ratio"
 done
-median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}')
+source bench/median.sh
+median=$(printf '%s\n' "${ratios[@]}" | median)
 printf 'ratio serve/ceiling: %s (median of %d run(s): %s)   (%s events a message in %s messages; targets: >= 0.5x single, >= 150000 events/s batched, RSS <= 512 MiB)\n' \
 	"$median" "$RUNS" "${ratios[*]}" "$BATCH" "$MESSAGES"

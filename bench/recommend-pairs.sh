@@ -75,7 +75,7 @@ for i in $(seq "$PAIRS"); do
 	fi
 	echo "$line"
 done
-median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+source bench/median.sh
 scan=$(median <"$WORK/scan")
 for side in base tree; do
 	wall=$(cut -d' ' -f1 "$WORK/$side" | median)
