@@ -198,6 +198,52 @@ CREATE TABLE tool_days (
 	{8, "calls clustered", `
 CREATE TABLE calls_clustered (clustered_until TIMESTAMPTZ NOT NULL);
 `, nil},
+	{9, "runs of sessions by conversation and trace", rekeyedGatewaysSQL, rebuildRekeyedRuns},
+}
+
+// rekeyedGatewaysSQL lists the gateways of the calls whose session is
+// their conversation's or trace's: before version 9, the runs' Go path
+// (collectCalls) filed those calls under their gateway's session, so that
+// their own sessions lack runs and their gateways' sessions hold runs of
+// several conversations mixed.
+const rekeyedGatewaysSQL = `
+CREATE OR REPLACE TEMP TABLE rekeyed_gateways AS
+SELECT DISTINCT server, coalesce("grant", '') AS g, gateway FROM calls
+WHERE session_source IN ('conversation', 'trace') AND gateway IS NOT NULL AND tool IS NOT NULL;
+`
+
+// rekeyedSessions admits the calls of the sessions rebuildRekeyedRuns
+// rebuilds: those by conversation or trace, and the gateways' sessions
+// their calls were filed under.
+const rekeyedSessions = `calls.session_source IN ('conversation', 'trace')
+	OR (calls.session_source = 'gateway' AND hash(calls.server, coalesce(calls."grant", ''), calls.gateway)
+		IN (SELECT hash(server, g, gateway) FROM rekeyed_gateways))`
+
+// rebuildRekeyedRuns drops the runs and tails of the sessions
+// rekeyedSessions admits and records them again from their calls; the
+// runs of the other sessions stay as they are. A database without calls
+// by conversation or trace has nothing to rebuild.
+func rebuildRekeyedRuns(ctx context.Context, tx execQuerier) error {
+	defer func() { _, _ = tx.ExecContext(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS rekeyed_gateways`) }()
+	var n int64
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM calls WHERE session_source IN ('conversation', 'trace') LIMIT 1)`).Scan(&n); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `
+CREATE OR REPLACE TEMP TABLE rekeyed_sessions AS
+SELECT DISTINCT `+sessionHash+` AS pk, server, coalesce("grant", '') AS g, hash(`+SessionKey+`) AS skh
+FROM calls WHERE tool IS NOT NULL AND (`+rekeyedSessions+`)
+UNION
+SELECT hash(server, g, 'gateway:' || gateway), server, g, hash('gateway:' || gateway) FROM rekeyed_gateways;
+DELETE FROM call_runs USING rekeyed_sessions k WHERE call_runs.server = k.server AND call_runs."grant" = k.g AND call_runs.skh = k.skh;
+DELETE FROM run_tails WHERE pk IN (SELECT pk FROM rekeyed_sessions);
+DROP TABLE rekeyed_sessions;`); err != nil {
+		return fmt.Errorf("drop the runs filed under gateways: %w", err)
+	}
+	return recordRunsOf(ctx, tx, nil, "true", rekeyedSessions)
 }
 
 // backfillSessionSource gives the rows stored before session sources a

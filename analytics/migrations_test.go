@@ -8,6 +8,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/internal/runtraffic"
 )
 
 // A database last written by a build of an older schema is read by this
@@ -57,4 +61,58 @@ func TestReadOnlyOpenLeavesAForeignFileAlone(t *testing.T) {
 	require.NoError(t, err)
 	defer r.Close()
 	assert.Equal(t, 0, count(t, r, `SELECT count(*) FROM duckdb_tables() WHERE table_name = 'schema_migrations'`))
+}
+
+// Before version 9 the runs' Go path filed the calls of sessions named by a
+// conversation or trace id under their gateway's session. Migrating a
+// database kept so rebuilds the runs of those sessions, and of the
+// gateways' sessions they were mixed into: they become what the stored
+// calls give.
+func TestMigrationRebuildsRunsFiledUnderGateways(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "old.duckdb")
+	evs, err := runtraffic.Generate(3, 4000, 12*time.Hour, time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), false)
+	require.NoError(t, err)
+	sessionsFromIDs(evs)
+	// What the old path kept: the calls stored as by a gateway that sends
+	// neither ids nor agents (the store derives no session), their sessions
+	// and agents set afterwards.
+	var ids, keys, agents []string
+	for i := range evs {
+		e := &evs[i]
+		key := ""
+		if id := e.Attrs[audit.AttrConversationID]; id != "" {
+			key = "conversation:" + id
+		} else if id := e.Attrs[audit.AttrTraceID]; id != "" {
+			key = "trace:" + id
+		}
+		if key != "" {
+			ids, keys, agents = append(ids, e.ID), append(keys, key), append(agents, e.Agent)
+			e.Attrs, e.Agent = nil, ""
+		}
+	}
+	require.NotEmpty(t, ids)
+	all := migrations
+	migrations = migrations[:8]
+	s, err := Open(ctx, path, Options{})
+	migrations = all
+	require.NoError(t, err)
+	_, err = s.Append(ctx, ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	_, err = s.DB().ExecContext(ctx, `UPDATE calls SET session = k.key, session_source = split_part(k.key, ':', 1), agent = k.agent
+		FROM (SELECT unnest($1::VARCHAR[]) AS id, unnest($2::VARCHAR[]) AS key, unnest($3::VARCHAR[]) AS agent) k WHERE calls.id = k.id`,
+		ids, keys, agents)
+	require.NoError(t, err)
+	oldRuns, _ := runsState(t, s)
+	require.NoError(t, s.Close())
+
+	m, err := Open(ctx, path, Options{})
+	require.NoError(t, err)
+	defer m.Close()
+	runs, tails, wantRuns, wantTails := rebuiltState(t, m)
+	require.NotEqual(t, wantRuns, oldRuns, "the old runs were wrong")
+	assert.Equal(t, wantRuns, runs, "runs after the migration")
+	assert.Equal(t, wantTails, tails, "tails after the migration")
+	assert.Positive(t, count(t, m, `SELECT count(*) FROM call_runs r JOIN calls c ON hash(c.session) = r.skh AND c.session_source = 'conversation'`),
+		"runs of conversations")
 }

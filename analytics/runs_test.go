@@ -3,6 +3,7 @@ package analytics
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,6 +36,32 @@ func rebuiltState(t *testing.T, s *Store) (runs, tails, wantRuns, wantTails stri
 	return runs, tails, wantRuns, wantTails
 }
 
+// sessionsFromIDs moves the sessions of evs, each wholly, into what a
+// gateway that keeps no MCP session sends instead: a conversation id, a
+// trace id (both attributes), or nothing but a gateway instance of its
+// own (no agent either, so that the store derives none); a quarter of them
+// each. The sessions by conversation and trace share the traffic's few
+// gateways: filed under their gateway, their calls would mix.
+func sessionsFromIDs(evs []audit.Event) {
+	for i := range evs {
+		e := &evs[i]
+		if e.Session == "" {
+			continue
+		}
+		switch hashID(e.Session) % 4 {
+		case 0:
+			e.Attrs = map[string]string{audit.AttrConversationID: e.Session}
+		case 1:
+			e.Attrs = map[string]string{audit.AttrTraceID: e.Session, "other": "x"}
+		case 2:
+			e.Agent, e.Gateway = "", "gw-"+e.Session
+		default:
+			continue
+		}
+		e.Session = ""
+	}
+}
+
 // TestRunsIncremental: the runs kept batch by batch, whatever the batches,
 // equal the runs the same stored calls give at once (as the migration
 // builds them), and those of all the calls stored in one batch: in order in
@@ -49,10 +76,14 @@ func TestRunsIncremental(t *testing.T) {
 		name                         string
 		sessionless, redeliver, keys bool
 	}{{"derived sessions, calls sent twice", true, true, false}, {"sessions given, calls sent once", false, false, false},
-		{"sessions given, calls sent once, tails found by their keys", false, false, true}} {
+		{"sessions given, calls sent once, tails found by their keys", false, false, true},
+		{"sessions from conversation, trace and gateway, calls sent once", false, false, false}} {
 		t.Run(c.name, func(t *testing.T) {
 			evs, err := runtraffic.Generate(7, 12000, 36*time.Hour, time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), c.sessionless)
 			require.NoError(t, err)
+			if strings.HasPrefix(c.name, "sessions from") {
+				sessionsFromIDs(evs)
+			}
 			checkRunsIncremental(t, evs, c.redeliver, c.keys)
 		})
 	}

@@ -61,14 +61,9 @@ func collectCalls(c *columns) *batchCalls {
 				of = append(of, -1)
 				continue
 			}
-			rs := runSession{server: s[2].value(j), grant: s[8].value(j), key: s[10].value(j)}
+			rs := runSession{server: s[2].value(j), grant: s[8].value(j), key: ch.sessionKey(j)}
 			addToolDay(b.days, toolDayKey{server: rs.server, grant: rs.grant, tool: s[3].value(j), day: ch.ts[j] / 1000 / 86_400_000},
 				ch.ts[j], s[5].value(j) == "allowed")
-			if rs.key == "" {
-				if gw := s[7].value(j); gw != "" {
-					rs.key = "gateway:" + gw
-				}
-			}
 			i, ok := index[rs]
 			if !ok {
 				i = int32(len(b.sessions))

@@ -209,6 +209,38 @@ func (c *chunk) attrsArray() arrow.Array {
 	return b.NewArray()
 }
 
+// attr is row i's attribute key, "" when it has none.
+func (c *chunk) attr(i int, key string) string {
+	from, to := c.attrKeys.items(i)
+	for j := from; j < to; j++ {
+		if c.attrKeys.values.value(j) == key {
+			return c.attrVals.values.value(j)
+		}
+	}
+	return ""
+}
+
+// sessionKey is row i's session key as SessionKey reads it once insertCalls
+// has stored the row without a derived session (the same prefixes): its
+// session, else its conversation's or trace's, else its gateway's, else "".
+// The runs' Go path files a call under the session their SQL path finds.
+func (c *chunk) sessionKey(i int) string {
+	s := &c.strs
+	if v := s[10].value(i); v != "" {
+		return v
+	}
+	if v := c.attr(i, audit.AttrConversationID); v != "" {
+		return "conversation:" + v
+	}
+	if v := c.attr(i, audit.AttrTraceID); v != "" {
+		return "trace:" + v
+	}
+	if v := s[7].value(i); v != "" {
+		return "gateway:" + v
+	}
+	return ""
+}
+
 // add appends one event as a row.
 func (c *chunk) add(e *audit.Event) {
 	method := e.Method
