@@ -14,6 +14,7 @@ import (
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/otlp"
 	"github.com/mcptrail/mcptrail/policy"
 	"github.com/mcptrail/mcptrail/recommend"
 	"github.com/mcptrail/mcptrail/simulate"
@@ -135,4 +136,62 @@ func TestLongLivedSessionIsNotThrottled(t *testing.T) {
 		}
 	}
 	assert.Zero(t, refused, "the long-lived session's polls under %s", f.Summary)
+}
+
+// TestStatelessOTLPLoopsFollowTheirTraces: stateless MCP traffic sent as
+// OTLP spans (no mcp.session.id; each task's calls share a trace) and
+// stored in many batches gives the same polling loops, runaway loops and
+// loops by polls as the same traffic with its sessions: a call belongs to
+// its trace's session, not to its gateway's, where the tasks of many
+// agents would mix.
+func TestStatelessOTLPLoopsFollowTheirTraces(t *testing.T) {
+	ctx := context.Background()
+	store, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "otlp.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	var events []audit.Event
+	_, err = simulate.Generate(ctx, simulate.Options{Scenario: "loops", Seed: 1, Now: now}, func(e audit.Event) error {
+		events = append(events, e)
+		return nil
+	})
+	require.NoError(t, err)
+	for len(events) > 0 {
+		k := min(len(events), 5000)
+		res := otlp.FromTraces(otlp.TracesRequest(events[:k], otlp.EncodeOptions{Stateless: true}), otlp.Options{})
+		require.Len(t, res.Events, k, "every span a call: %s", res.Message)
+		_, err := store.Append(ctx, ingest.Batch{Events: res.Events})
+		require.NoError(t, err)
+		events = events[k:]
+	}
+	var traced, total int
+	require.NoError(t, store.DB().QueryRow(`SELECT count(*) FILTER (session_source = 'trace'), count(*) FROM calls`).Scan(&traced, &total))
+	require.Equal(t, total, traced, "every call's session is its trace")
+
+	stateful := loadScenario(t, "loops", 1)
+	loops := func(r *recommend.Report) map[string]string {
+		out := map[string]string{}
+		for tool, f := range findings(r, recommend.KindPollingLoop) {
+			out[tool] = fmt.Sprintf("start %v, loops %v, runaway %v, median polls %v", f.Evidence["start_tool"], f.Evidence["loops"],
+				f.Evidence["runaway_loops"], f.Evidence["median_polls"])
+		}
+		return out
+	}
+	// Every grant together (the runs found from the calls), then each
+	// grant (its runs read from those the store keeps).
+	grants, _, err := recommend.Grants(ctx, store.DB(), simulate.LoopsTruth.Server, now.Add(-recommend.DefaultParams().Window), now)
+	require.NoError(t, err)
+	found := 0
+	for _, g := range append([]string{""}, grants...) {
+		opts := recommend.Options{Server: simulate.LoopsTruth.Server, Grant: g, Now: now, Params: recommend.DefaultParams(), Catalog: proxmoxCatalog(t)}
+		want, err := recommend.Recommend(ctx, stateful.DB(), opts)
+		require.NoError(t, err)
+		got, err := recommend.Recommend(ctx, store.DB(), opts)
+		require.NoError(t, err)
+		assert.Equal(t, loops(want), loops(got), "grant %q", g)
+		assert.Equal(t, want.PollsPerLoop, got.PollsPerLoop, "grant %q: loops by polls", g)
+		if g != "" {
+			found += len(loops(want))
+		}
+	}
+	assert.Equal(t, len(simulate.LoopsTruth.Polling), found, "the planted loops, each under its grant")
 }
