@@ -372,6 +372,19 @@ func TestJSONHexIDs(t *testing.T) {
 		sp.Attributes[0].Value.GetStringValue() != `{"traceId":"zz","spanId":"\"}` {
 		t.Errorf("ids %x %x, attribute %q", sp.TraceId, sp.SpanId, sp.Attributes[0].Value.GetStringValue())
 	}
+	// The proto field names are ids too (protojson reads both spellings);
+	// a member name that only begins like one, or is longer, is not.
+	snake := `{"resource_spans":[{"scope_spans":[{"spans":[{"trace_id":"5b8efff798038103d269b633813fc60c","span_id":"eee19b7ec3c1b174",` +
+		`"parent_span_id":"00f067aa0ba902b7","attributes":[{"key":"traceIdx","value":{"stringValue":"zz"}}],"name":"traceId"}]}]}]}`
+	req, err = UnmarshalTraces([]byte(snake), JSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp = req.ResourceSpans[0].ScopeSpans[0].Spans[0]
+	if hex.EncodeToString(sp.TraceId) != "5b8efff798038103d269b633813fc60c" || hex.EncodeToString(sp.SpanId) != "eee19b7ec3c1b174" ||
+		hex.EncodeToString(sp.ParentSpanId) != "00f067aa0ba902b7" || sp.Name != "traceId" {
+		t.Errorf("ids %x %x %x, name %q", sp.TraceId, sp.SpanId, sp.ParentSpanId, sp.Name)
+	}
 	if _, err := UnmarshalTraces([]byte{0xff, 0xff, 0xff}, Protobuf); err == nil {
 		t.Error("malformed protobuf: no error")
 	}

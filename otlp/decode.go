@@ -82,12 +82,10 @@ func unmarshal(data []byte, enc Encoding, m proto.Message) error {
 	return nil
 }
 
-// idKeys are the OTLP/JSON members that hold trace and span ids. OTLP/JSON
-// writes them in hex, where protojson's mapping of bytes is base64.
-var idKeys = map[string]bool{
-	"traceId": true, "spanId": true, "parentSpanId": true,
-	"trace_id": true, "span_id": true, "parent_span_id": true,
-}
+// maxIDKey is the length of the longest OTLP/JSON member that holds a trace
+// or span id (idKeyAt lists them). OTLP/JSON writes ids in hex, where
+// protojson's mapping of bytes is base64.
+const maxIDKey = len("parent_span_id")
 
 // hexIDsToBase64 rewrites the hex ids of an OTLP/JSON document as base64, so
 // that protojson decodes them to the right bytes. Numbers are kept as written.
@@ -178,10 +176,26 @@ func rewriteIDs(data []byte, conv func(key, value string) (string, error)) ([]by
 // idKeyAt returns the id member name quoted at data[i] and the index after
 // its closing quote, or "".
 func idKeyAt(data []byte, i int) (string, int) {
-	for k := range idKeys {
-		if n := i + 1 + len(k); n < len(data) && data[n] == '"' && string(data[i+1:n]) == k {
-			return k, n + 1
-		}
+	rest := data[i+1 : min(len(data), i+2+maxIDKey)]
+	n := bytes.IndexByte(rest, '"')
+	if n < 0 {
+		return "", 0
+	}
+	end := i + 1 + n + 1
+	// A switch on the converted bytes compares without copying them.
+	switch string(rest[:n]) {
+	case "traceId":
+		return "traceId", end
+	case "spanId":
+		return "spanId", end
+	case "parentSpanId":
+		return "parentSpanId", end
+	case "trace_id":
+		return "trace_id", end
+	case "span_id":
+		return "span_id", end
+	case "parent_span_id":
+		return "parent_span_id", end
 	}
 	return "", 0
 }
