@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/mcptrail/mcptrail/audit"
@@ -53,6 +55,11 @@ func SniffOTLP(br *bufio.Reader) bool {
 // events (package otlp), the other records are counted as skipped, and
 // rejected records and lines go to dead letters. maxEventBytes bounds a dead
 // letter's raw bytes.
+//
+// Decoding a line (protojson, then the mapping) costs many times what
+// storing its events does: lines are decoded on every core, and their
+// results taken in the order of the lines, so that batches and dead letters
+// are what one decoder would make, while the batch before is stored.
 func ReadOTLP(ctx context.Context, br *bufio.Reader, conv otlp.Options, maxEventBytes int, sink Sink, opts FileOptions) (Totals, error) {
 	if opts.BatchLines <= 0 {
 		opts.BatchLines = FileBatchLines
@@ -60,6 +67,45 @@ func ReadOTLP(ctx context.Context, br *bufio.Reader, conv otlp.Options, maxEvent
 	if maxEventBytes <= 0 {
 		maxEventBytes = audit.DefaultMaxEventBytes
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	workers := runtime.GOMAXPROCS(0)
+	jobs := make(chan *otlpLine)
+	order := make(chan *otlpLine, 2*workers) // bounds the lines in flight
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait() // no goroutine outlives the call
+	}()
+	for range workers {
+		wg.Go(func() {
+			for l := range jobs {
+				l.done <- decodeOTLPLine(l, conv, maxEventBytes, opts.Name)
+			}
+		})
+	}
+	var lines int64 // the reader's until order is closed
+	var readErr error
+	wg.Go(func() {
+		defer close(order)
+		defer close(jobs)
+		readErr = readOTLPLines(ctx, br, opts.Progress, &lines, func(l *otlpLine) bool {
+			select {
+			case order <- l:
+			case <-ctx.Done():
+				return false
+			}
+			select {
+			case jobs <- l:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		})
+		if readErr != nil {
+			readErr = fmt.Errorf("read %s at line %d: %w", opts.Name, lines+1, readErr)
+		}
+	})
+
 	var tot Totals
 	var b Batch
 	flush := func() error {
@@ -74,65 +120,107 @@ func ReadOTLP(ctx context.Context, br *bufio.Reader, conv otlp.Options, maxEvent
 		b = Batch{}
 		return nil
 	}
-	dead := func(line int64, reason, detail string, raw []byte) {
-		b.DeadLetters = append(b.DeadLetters, DeadLetter{At: time.Now().UTC(), Source: opts.Name, Line: line,
-			Format: FormatOTLP, Reason: reason, Detail: detail, Raw: raw[:min(len(raw), maxEventBytes)]})
-	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return tot, err
+	for l := range order {
+		var r otlpDecoded
+		select {
+		case r = <-l.done:
+		case <-ctx.Done():
+			return tot, ctx.Err()
 		}
-		data, n, whole, err := readLine(br, OTLPLineLimit)
-		if n > 0 || len(data) > 0 {
-			tot.Lines++
-			if opts.Progress != nil {
-				_ = opts.Progress.Add(n)
+		tot.Lines = l.no
+		b.Events = append(b.Events, r.events...)
+		b.DeadLetters = append(b.DeadLetters, r.dead...)
+		tot.Skipped += r.skipped
+		if len(b.Events)+len(b.DeadLetters) >= opts.BatchLines {
+			if err := flush(); err != nil {
+				return tot, err
 			}
-			line := bytes.TrimSpace(data)
-			switch {
-			case whole != nil:
-				dead(tot.Lines, audit.ReasonTooLarge, fmt.Sprintf("an OTLP/JSON line of %d bytes: the limit is %d", whole.Size, OTLPLineLimit),
-					audit.PayloadDigest(whole.Sum, whole.Size))
-			case len(line) == 0:
-			default:
-				ingestOTLPLine(line, tot.Lines, conv, &b, &tot, dead)
-			}
-			if len(b.Events)+len(b.DeadLetters) >= opts.BatchLines {
-				if ferr := flush(); ferr != nil {
-					return tot, ferr
-				}
-			}
-		}
-		if err != nil {
-			if ferr := flush(); ferr != nil {
-				return tot, ferr
-			}
-			if err == io.EOF {
-				return tot, nil
-			}
-			return tot, fmt.Errorf("read %s at line %d: %w", opts.Name, tot.Lines+1, err)
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		return tot, err
+	}
+	tot.Lines = lines
+	if err := flush(); err != nil {
+		return tot, err
+	}
+	return tot, readErr
 }
 
-func ingestOTLPLine(line []byte, lineNo int64, conv otlp.Options, b *Batch, tot *Totals, dead func(int64, string, string, []byte)) {
-	signal := otlpSignal(line)
+// otlpLine is a line of an OTLP/JSON file on its way through ReadOTLP: its
+// number and bytes (or the digest of a line over the limit), and where its
+// decoding is sent.
+type otlpLine struct {
+	no    int64
+	data  []byte
+	whole *Digest
+	done  chan otlpDecoded
+}
+
+// otlpDecoded is what a line gives: events, dead letters, and the records
+// that are not tool calls (skipped).
+type otlpDecoded struct {
+	events  []audit.Event
+	dead    []DeadLetter
+	skipped int
+}
+
+// readOTLPLines reads br's lines, counting them in lines, and hands each
+// that is not blank to send until send returns false or the input ends
+// (nil at its end).
+func readOTLPLines(ctx context.Context, br *bufio.Reader, progress Progress, lines *int64, send func(*otlpLine) bool) error {
+	for ctx.Err() == nil {
+		data, n, whole, err := readLine(br, OTLPLineLimit)
+		if n > 0 || len(data) > 0 {
+			*lines++
+			if progress != nil {
+				_ = progress.Add(n)
+			}
+			l := &otlpLine{no: *lines, data: bytes.TrimSpace(data), whole: whole, done: make(chan otlpDecoded, 1)}
+			if (whole != nil || len(l.data) > 0) && !send(l) {
+				return nil
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeOTLPLine decodes one line of an OTLP/JSON file.
+func decodeOTLPLine(l *otlpLine, conv otlp.Options, maxEventBytes int, source string) otlpDecoded {
+	var r otlpDecoded
+	dead := func(reason, detail string, raw []byte) {
+		r.dead = append(r.dead, DeadLetter{At: time.Now().UTC(), Source: source, Line: l.no, Format: FormatOTLP, Reason: reason,
+			Detail: detail, Raw: raw[:min(len(raw), maxEventBytes)]})
+	}
+	if l.whole != nil {
+		dead(audit.ReasonTooLarge, fmt.Sprintf("an OTLP/JSON line of %d bytes: the limit is %d", l.whole.Size, OTLPLineLimit),
+			audit.PayloadDigest(l.whole.Sum, l.whole.Size))
+		return r
+	}
+	signal := otlpSignal(l.data)
 	if signal == "" {
-		dead(lineNo, audit.ReasonUnknownFormat, "not an OTLP/JSON traces or logs request (resourceSpans or resourceLogs)", digest(line))
-		return
+		dead(audit.ReasonUnknownFormat, "not an OTLP/JSON traces or logs request (resourceSpans or resourceLogs)", digest(l.data))
+		return r
 	}
-	res, err := otlp.Decode(line, otlp.JSON, signal, conv)
+	res, err := otlp.Decode(l.data, otlp.JSON, signal, conv)
 	if err != nil {
-		dead(lineNo, audit.ReasonMalformedJSON, err.Error(), digest(line))
-		return
+		dead(audit.ReasonMalformedJSON, err.Error(), digest(l.data))
+		return r
 	}
-	b.Events = append(b.Events, res.Events...)
+	r.events = res.Events
 	for _, rj := range res.Rejects {
-		dead(lineNo, rj.Err.Reason, rj.Err.Detail, rj.Raw)
+		dead(rj.Err.Reason, rj.Err.Detail, rj.Raw)
 	}
 	for _, n := range res.Dropped {
-		tot.Skipped += n
+		r.skipped += n
 	}
+	return r
 }
 
 // digest is what a dead letter keeps of a line that is not a request it can
