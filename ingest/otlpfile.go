@@ -107,17 +107,40 @@ func ReadOTLP(ctx context.Context, br *bufio.Reader, conv otlp.Options, maxEvent
 	})
 
 	var tot Totals
+	stager, _ := sink.(StagingSink)
 	var b Batch
+	fresh := func() {
+		b = Batch{}
+		if stager != nil {
+			b.Staged = stager.NewStaging(opts.BatchLines)
+		}
+	}
+	held := func() int {
+		if b.Staged != nil {
+			return b.Staged.Len()
+		}
+		return len(b.Events)
+	}
+	fresh()
+	defer func() {
+		if b.Staged != nil {
+			b.Staged.Release()
+		}
+	}()
 	flush := func() error {
-		if len(b.Events) == 0 && len(b.DeadLetters) == 0 {
+		if held() == 0 && len(b.DeadLetters) == 0 {
 			return nil
 		}
 		res, err := sink.Append(ctx, b)
+		if b.Staged != nil {
+			b.Staged.Release()
+			b.Staged = nil
+		}
 		if err != nil {
 			return fmt.Errorf("store batch from %s: %w", opts.Name, err)
 		}
 		tot.Add(res)
-		b = Batch{}
+		fresh()
 		return nil
 	}
 	for l := range order {
@@ -128,12 +151,22 @@ func ReadOTLP(ctx context.Context, br *bufio.Reader, conv otlp.Options, maxEvent
 			return tot, ctx.Err()
 		}
 		tot.Lines = l.no
-		b.Events = append(b.Events, r.events...)
-		b.DeadLetters = append(b.DeadLetters, r.dead...)
 		tot.Skipped += r.skipped
-		if len(b.Events)+len(b.DeadLetters) >= opts.BatchLines {
-			if err := flush(); err != nil {
-				return tot, err
+		b.DeadLetters = append(b.DeadLetters, r.dead...)
+		// Staged as they come, in batches of exactly BatchLines events (a
+		// line's calls split between two): a DuckDB row group each.
+		for events := r.events; len(events) > 0 || len(b.DeadLetters) >= opts.BatchLines; {
+			k := min(len(events), opts.BatchLines-held())
+			if b.Staged != nil {
+				b.Staged.Add(events[:k], nil)
+			} else {
+				b.Events = append(b.Events, events[:k]...)
+			}
+			events = events[k:]
+			if held() >= opts.BatchLines || len(b.DeadLetters) >= opts.BatchLines {
+				if err := flush(); err != nil {
+					return tot, err
+				}
 			}
 		}
 	}
