@@ -340,21 +340,30 @@ func applyArgs(e *Event, src string, f field, keep bool) error {
 // args_hash, so that other packages (the simulator) hash arguments the same
 // way. It fails with a *Rejection unless args is one UTF-8 JSON object.
 func CanonicalArgs(args []byte) (canonical []byte, argsHash string, err error) {
+	canonical, argsHash, _, err = CanonicalArgsKeys(args)
+	return canonical, argsHash, err
+}
+
+// CanonicalArgsKeys is CanonicalArgs with the object's distinct top-level
+// keys, sorted (nil for {}): an event's arg_keys.
+func CanonicalArgsKeys(args []byte) (canonical []byte, argsHash string, keys []string, err error) {
 	if !utf8.Valid(args) {
-		return nil, "", reject(ReasonNotUTF8, "arguments: invalid UTF-8 at byte %d", invalidUTF8At(args))
+		return nil, "", nil, reject(ReasonNotUTF8, "arguments: invalid UTF-8 at byte %d", invalidUTF8At(args))
 	}
 	s := string(args)
 	if _, err := parseTop(s, nil); err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	vs := skipSpace(s, 0)
-	var keys []string
 	c, b, err := canonicalObject(s, vs, vs+len(trimSpace(args)), &keys)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	canonical = append([]byte(nil), b...)
 	c.release()
 	sum := sha256.Sum256(canonical)
-	return canonical, hashString(sum[:]), nil
+	if len(keys) == 0 {
+		keys = nil
+	}
+	return canonical, hashString(sum[:]), keys, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"testing"
 	"unicode/utf8"
 )
@@ -148,8 +149,8 @@ func checkSyntaxAgreement(t *testing.T, line []byte, o Options, res Result, err 
 	}
 }
 
-// FuzzCanonicalArgs holds the canonical argument encoding to encoding/json's
-// on arbitrary objects.
+// FuzzCanonicalArgs holds the canonical argument encoding, and its keys, to
+// encoding/json's on arbitrary objects.
 func FuzzCanonicalArgs(f *testing.F) {
 	for _, s := range []string{
 		`{}`, `{"b":1,"a":[1.0,-0,1e3]}`, `{"k<&>":"\u2028 \ud800 \ud83d\ude00"}`, `{"a":1,"a":{"z":null,"y":true}}`,
@@ -158,7 +159,7 @@ func FuzzCanonicalArgs(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, args []byte) {
-		canon, hash, err := CanonicalArgs(args)
+		canon, hash, keys, err := CanonicalArgsKeys(args)
 		dec := json.NewDecoder(bytes.NewReader(args))
 		dec.UseNumber()
 		var v map[string]any
@@ -184,6 +185,14 @@ func FuzzCanonicalArgs(f *testing.F) {
 		}
 		if hash != sha(want) {
 			t.Fatal("hash mismatch")
+		}
+		var wantKeys []string
+		for k := range v {
+			wantKeys = append(wantKeys, k)
+		}
+		slices.Sort(wantKeys)
+		if !slices.Equal(keys, wantKeys) || (keys == nil) != (wantKeys == nil) {
+			t.Fatalf("keys %q, encoding/json's %q", keys, wantKeys)
 		}
 	})
 }

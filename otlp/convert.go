@@ -278,10 +278,13 @@ func FromTraces(req *coltrace.ExportTraceServiceRequest, opts Options) Result {
 	// (a gateway's server span and its client span to the upstream) gives
 	// one event, the outermost.
 	calls := map[string]bool{}
+	var reads []read // each span's, read once for both passes
 	for _, rs := range req.GetResourceSpans() {
 		for _, ss := range rs.GetScopeSpans() {
 			for _, sp := range ss.GetSpans() {
-				if ok, _ := isToolCall(readAttrs(rs.GetResource(), sp.GetAttributes())); ok {
+				r := readAttrs(rs.GetResource(), sp.GetAttributes())
+				reads = append(reads, r)
+				if ok, _ := isToolCall(r); ok {
 					calls[spanKey(sp.GetTraceId(), sp.GetSpanId())] = true
 				}
 			}
@@ -290,7 +293,8 @@ func FromTraces(req *coltrace.ExportTraceServiceRequest, opts Options) Result {
 	for _, rs := range req.GetResourceSpans() {
 		for _, ss := range rs.GetScopeSpans() {
 			for _, sp := range ss.GetSpans() {
-				r := readAttrs(rs.GetResource(), sp.GetAttributes())
+				r := reads[0]
+				reads = reads[1:]
 				if !res.toolCall(r) {
 					continue
 				}
@@ -481,20 +485,12 @@ func setArgs(e *audit.Event, v *commonpb.AnyValue, opts Options) error {
 	if len(raw) > opts.MaxArgsBytes {
 		return rejectf(audit.ReasonTooLarge, fmt.Sprintf("gen_ai.tool.call.arguments has %d bytes: the limit is %d", len(raw), opts.MaxArgsBytes))
 	}
-	canonical, hash, err := audit.CanonicalArgs(raw)
+	canonical, hash, keys, err := audit.CanonicalArgsKeys(raw)
 	if err != nil {
 		return fmt.Errorf("gen_ai.tool.call.arguments: %w", err)
 	}
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(canonical, &members); err != nil {
-		return rejectf(audit.ReasonBadField, "gen_ai.tool.call.arguments: "+err.Error())
-	}
 	e.ArgsHash = hash
-	e.ArgKeys = nil
-	for k := range members {
-		e.ArgKeys = append(e.ArgKeys, k)
-	}
-	slices.Sort(e.ArgKeys)
+	e.ArgKeys = keys
 	if opts.StoreArgs {
 		e.Args = canonical
 	}
