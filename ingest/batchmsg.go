@@ -75,13 +75,29 @@ type Batcher struct {
 	n       int
 }
 
-// Add encodes e into the open batch. When e does not join it (another
-// subject, or the batch is full), the batch is closed first and returned.
-func (b *Batcher) Add(e *audit.Event) (*nats.Msg, error) {
+// EncodeEvent is e as a line of a batched message (and as the payload of a
+// message of its own, EventMsg).
+func EncodeEvent(e *audit.Event) ([]byte, error) {
 	line, err := json.Marshal(e)
 	if err != nil {
 		return nil, fmt.Errorf("encode event %q: %w", e.ID, err)
 	}
+	return line, nil
+}
+
+// Add encodes e into the open batch. When e does not join it (another
+// subject, or the batch is full), the batch is closed first and returned.
+func (b *Batcher) Add(e *audit.Event) (*nats.Msg, error) {
+	line, err := EncodeEvent(e)
+	if err != nil {
+		return nil, err
+	}
+	return b.AddEncoded(e, line), nil
+}
+
+// AddEncoded is Add for e already encoded as line (EncodeEvent), for a
+// caller that checks the line's size first.
+func (b *Batcher) AddEncoded(e *audit.Event, line []byte) *nats.Msg {
 	maxEvents, maxBytes := b.MaxEvents, b.MaxBytes
 	if maxEvents <= 0 {
 		maxEvents = 64
@@ -103,7 +119,7 @@ func (b *Batcher) Add(e *audit.Event) (*nats.Msg, error) {
 	b.ids.Write([]byte(e.ID))
 	b.ids.Write([]byte{0})
 	b.n++
-	return done, nil
+	return done
 }
 
 // Flush closes the open batch and returns it; nil when it is empty.

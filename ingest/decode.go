@@ -3,7 +3,6 @@ package ingest
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -218,13 +217,18 @@ func redactedRaw(m Message) []byte {
 // that the stream drops the same event published again within its duplicate
 // window. prefix ends in a dot (mcp.audit.).
 func EventMsg(prefix string, e *audit.Event) (*nats.Msg, error) {
-	data, err := json.Marshal(e)
+	data, err := EncodeEvent(e)
 	if err != nil {
-		return nil, fmt.Errorf("encode event %q: %w", e.ID, err)
+		return nil, err
 	}
+	return EncodedEventMsg(prefix, e, data), nil
+}
+
+// EncodedEventMsg is EventMsg for e already encoded as data (EncodeEvent).
+func EncodedEventMsg(prefix string, e *audit.Event, data []byte) *nats.Msg {
 	m := &nats.Msg{Subject: prefix + SubjectToken(e.Server), Data: data}
 	if e.ID != "" {
 		m.Header = nats.Header{jetstream.MsgIDHeader: []string{e.ID}}
 	}
-	return m, nil
+	return m
 }

@@ -62,6 +62,9 @@ type Options struct {
 	// MaxEventBytes rejects a record whose event is larger
 	// (ingest.max_event_bytes: the ingester would dead-letter it).
 	MaxEventBytes int
+	// MaxMessageBytes bounds a batched message's payload
+	// (ingest.max_message_bytes; ingest.DefaultMaxMessageBytes when 0).
+	MaxMessageBytes int
 	// MaxRequestBytes bounds a request body (DefaultMaxRequestBytes when 0).
 	MaxRequestBytes int64
 	// Ready reports whether the daemon ingests; while it does not, requests
@@ -205,24 +208,13 @@ func (rc *Receiver) export(r *http.Request, signal string, enc otlp.Encoding) (p
 	if err != nil {
 		return nil, &failure{code: http.StatusBadRequest, msg: err.Error()}
 	}
-	msgs := make([]*nats.Msg, 0, len(res.Events))
-	for i := range res.Events {
-		m, err := ingest.EventMsg(rc.o.Subject, &res.Events[i])
-		if err == nil && len(m.Data) > rc.o.MaxEventBytes {
-			err = &audit.Rejection{Reason: audit.ReasonTooLarge, Detail: fmt.Sprintf("the event of span or record %s has %d bytes: the limit (ingest.max_event_bytes) is %d", res.Events[i].ID, len(m.Data), rc.o.MaxEventBytes)}
-		}
-		if err != nil {
-			res.Reject(err, nil, rc.o.Convert)
-			continue
-		}
-		msgs = append(msgs, m)
-	}
+	msgs, events := rc.messages(&res)
 	if err := rc.publish(r.Context(), msgs); err != nil {
-		rc.o.Log.Warn("otlp: the stream did not take a request's events: answered 503", "signal", signal, "events", len(msgs), "err", err)
+		rc.o.Log.Warn("otlp: the stream did not take a request's events: answered 503", "signal", signal, "events", events, "err", err)
 		return nil, &failure{code: http.StatusServiceUnavailable, msg: "the stream did not acknowledge the events: retry later", retry: true}
 	}
 	rc.received.WithLabelValues(signal).Add(float64(res.Records))
-	rc.accepted.WithLabelValues(signal).Add(float64(len(msgs)))
+	rc.accepted.WithLabelValues(signal).Add(float64(events))
 	for reason, n := range res.Dropped {
 		rc.dropped.WithLabelValues(signal, reason).Add(float64(n))
 	}
@@ -297,6 +289,42 @@ func bodyError(err error, tooLarge *failure) error {
 		return tooLarge
 	}
 	return &failure{code: http.StatusBadRequest, msg: "reading the body: " + err.Error()}
+}
+
+// messages packs a request's events into batched messages (SPEC §2: up to
+// 64 events, ingest.max_message_bytes, Nats-Msg-Id from their ids) as a
+// careful gateway does, so that the stream and the ingester handle one
+// message per 64 events instead of one each; a request of one event is a
+// message of its own, with its id as Nats-Msg-Id. An event over
+// ingest.max_event_bytes is rejected in res instead. events counts the
+// events the messages carry.
+func (rc *Receiver) messages(res *otlp.Result) (msgs []*nats.Msg, events int) {
+	b := ingest.Batcher{Prefix: rc.o.Subject, MaxBytes: rc.o.MaxMessageBytes}
+	var last *audit.Event
+	var lastLine []byte
+	for i := range res.Events {
+		e := &res.Events[i]
+		line, err := ingest.EncodeEvent(e)
+		if err == nil && len(line) > rc.o.MaxEventBytes {
+			err = &audit.Rejection{Reason: audit.ReasonTooLarge, Detail: fmt.Sprintf("the event of span or record %s has %d bytes: the limit (ingest.max_event_bytes) is %d", e.ID, len(line), rc.o.MaxEventBytes)}
+		}
+		if err != nil {
+			res.Reject(err, nil, rc.o.Convert)
+			continue
+		}
+		if m := b.AddEncoded(e, line); m != nil {
+			msgs = append(msgs, m)
+		}
+		events++
+		last, lastLine = e, line
+	}
+	if events == 1 {
+		return []*nats.Msg{ingest.EncodedEventMsg(rc.o.Subject, last, lastLine)}, 1
+	}
+	if m := b.Flush(); m != nil {
+		msgs = append(msgs, m)
+	}
+	return msgs, events
 }
 
 // publish publishes every message and waits until JetStream acknowledged all

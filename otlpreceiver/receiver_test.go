@@ -3,8 +3,11 @@ package otlpreceiver
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +19,10 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/otlp"
 )
 
 const token = "receiver-test-token-0123456789"
@@ -112,5 +119,96 @@ func TestNotReady(t *testing.T) {
 	}
 	if w := send(t, rc, batch(t)); w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
 		t.Fatalf("code %d, Retry-After %q", w.Code, w.Header().Get("Retry-After"))
+	}
+}
+
+// spans is a request of n tool-call spans of srv, the k-th with an
+// argument value of size[k] bytes when given.
+func spans(t *testing.T, n int, size map[int]int) []byte {
+	t.Helper()
+	s := func(k, v string) *commonpb.KeyValue {
+		return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v}}}
+	}
+	var sps []*tracepb.Span
+	for k := range n {
+		attrs := []*commonpb.KeyValue{s("mcp.method.name", "tools/call"), s("gen_ai.tool.name", "t"), s("mcp.server.name", "srv")}
+		if size[k] > 0 {
+			attrs = append(attrs, s("gen_ai.tool.call.arguments", `{"a":"`+strings.Repeat("x", size[k])+`"}`))
+		}
+		sps = append(sps, &tracepb.Span{TraceId: bytes.Repeat([]byte{1}, 16), SpanId: []byte{2, 2, 2, 2, 2, 2, byte(k >> 8), byte(k)},
+			StartTimeUnixNano: 1_800_000_000_000_000_000 + uint64(k), Attributes: attrs})
+	}
+	b, err := proto.Marshal(&coltrace.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{ScopeSpans: []*tracepb.ScopeSpans{{Spans: sps}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestEventsArePublishedInBatches: a request's events reach the stream as
+// batched messages (SPEC §2) of at most 64 events and max_message_bytes,
+// every event once and in order; an event over max_event_bytes is rejected
+// and left out; the same request sent again is dropped by the stream
+// (each batch's Nats-Msg-Id comes from its events' ids).
+func TestEventsArePublishedInBatches(t *testing.T) {
+	js := jetStream(t)
+	ctx := context.Background()
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "MCP_AUDIT", Subjects: []string{"mcp.audit.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := New(Options{Token: token, JS: js, Subject: "mcp.audit.", Convert: otlp.Options{StoreArgs: true},
+		MaxEventBytes: 4 << 10, MaxMessageBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 200 events: span 7 too large to be an event; spans 100-129 with 2 KiB
+	// of arguments, so that 30 of them fill a message by its bytes.
+	size := map[int]int{7: 8 << 10}
+	for k := 100; k < 130; k++ {
+		size[k] = 2 << 10
+	}
+	body := spans(t, 201, size)
+	for range 2 {
+		if w := send(t, rc, body); w.Code != http.StatusOK {
+			t.Fatalf("code %d: %s", w.Code, w.Body)
+		}
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for seq := uint64(1); seq <= info.State.LastSeq; seq++ {
+		msg, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg.Header.Get("Content-Type") != ingest.BatchContentType || !strings.HasPrefix(msg.Header.Get(jetstream.MsgIDHeader), "batch:") {
+			t.Fatalf("message %d: headers %v", seq, msg.Header)
+		}
+		lines := strings.Split(strings.TrimSuffix(string(msg.Data), "\n"), "\n")
+		if len(lines) > 64 || len(msg.Data) > 64<<10 {
+			t.Errorf("message %d: %d events, %d bytes", seq, len(lines), len(msg.Data))
+		}
+		for _, l := range lines {
+			var e audit.Event
+			if err := json.Unmarshal([]byte(l), &e); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, e.ID)
+		}
+	}
+	if len(ids) != 200 {
+		t.Fatalf("%d events in %d messages, want 200 once each (sent twice)", len(ids), info.State.Msgs)
+	}
+	for i, id := range ids {
+		k := i
+		if i >= 7 {
+			k++ // span 7 was rejected
+		}
+		if want := fmt.Sprintf("otlp:01010101010101010101010101010101:020202020202%04x", k); id != want {
+			t.Fatalf("event %d is %s, want %s", i, id, want)
+		}
 	}
 }
