@@ -367,6 +367,34 @@ func TestOutputFolderAndRetention(t *testing.T) {
 	})
 }
 
+// TestToolsFirstSeen: a tool's first call ever is found in the window, on
+// the window's first day before its start, or in the days before (from
+// tool_days), whichever is earliest.
+func TestToolsFirstSeen(t *testing.T) {
+	store := emptyStore(t)
+	now := time.Date(2026, 11, 20, 15, 0, 0, 0, time.UTC) // the window starts 2026-11-19 15:00
+	var events []audit.Event
+	call := func(tool string, at time.Time) {
+		events = append(events, audit.Event{ID: fmt.Sprintf("e%d", len(events)), TS: at, Server: server, Tool: tool,
+			Decision: audit.Allowed, Status: "ok", Agent: "a", Session: "s"})
+	}
+	firstDay := time.Date(2026, 11, 19, 12, 0, 0, 0, time.UTC)
+	call("same-day", firstDay)                       // before the window, on its first day
+	call("same-day", now.Add(-time.Hour))            // in the window
+	call("days-before", firstDay.Add(-72*time.Hour)) // kept in tool_days
+	call("days-before", now.Add(-2*time.Hour))
+	call("in-window", now.Add(-3*time.Hour))
+	call("in-window", now.Add(-30*time.Minute))
+	appendEvents(t, store, events...)
+	r, err := Build(context.Background(), store, Options{Server: server, Window: 24 * time.Hour, Now: now})
+	require.NoError(t, err)
+	first := map[string]time.Time{}
+	for _, tl := range r.Tools {
+		first[tl.Tool] = tl.FirstSeen
+	}
+	assert.Equal(t, map[string]time.Time{"same-day": firstDay, "days-before": firstDay.Add(-72 * time.Hour), "in-window": now.Add(-3 * time.Hour)}, first)
+}
+
 func TestShortWindowCountsHours(t *testing.T) {
 	store := emptyStore(t)
 	require.NoError(t, appendScenario(store, "small", 1, fixedNow, 0))
