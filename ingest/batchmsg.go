@@ -57,6 +57,25 @@ func appendMessages(out []Message, data []byte, subject string, seq uint64, h na
 // default: the NATS server's default max_payload (1 MiB).
 const DefaultMaxMessageBytes = 1 << 20
 
+// batchHeaderBytes is the room a batched message leaves under the server's
+// max_payload for its headers (Content-Type and Nats-Msg-Id take under 100
+// bytes), which NATS counts with the payload.
+const batchHeaderBytes = 1024
+
+// BatchBytes is the payload a batched message may carry on a connection
+// to a server that takes messages of up to maxPayload bytes (0: unknown):
+// configured (ingest.max_message_bytes; DefaultMaxMessageBytes when <= 0),
+// less when the server takes less, so that a full batch is never refused.
+func BatchBytes(configured int, maxPayload int64) int {
+	if configured <= 0 {
+		configured = DefaultMaxMessageBytes
+	}
+	if room := int(maxPayload) - batchHeaderBytes; maxPayload > 0 && room > 0 && room < configured {
+		return room
+	}
+	return configured
+}
+
 // Batcher packs events into batched messages (BatchContentType) the way a
 // careful gateway does: consecutive events for one subject, at most
 // MaxEvents of them and MaxBytes of payload per message (an event larger

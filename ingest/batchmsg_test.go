@@ -111,3 +111,24 @@ func TestBatcherSplits(t *testing.T) {
 	assert.Equal(t, []string{"mcp.audit.pve:3", "mcp.audit.pve:1", "mcp.audit.other:1", "mcp.audit.other:1", "mcp.audit.other:1"}, got)
 	assert.Nil(t, b.Flush(), "nothing is left open")
 }
+
+// BatchBytes keeps a batch and its headers under the server's max_payload,
+// which NATS counts together: at the default 1 MiB of both, a full batch
+// would be refused.
+func TestBatchBytes(t *testing.T) {
+	for _, c := range []struct {
+		configured int
+		maxPayload int64
+		want       int
+	}{
+		{0, 0, DefaultMaxMessageBytes},
+		{0, 1 << 20, 1<<20 - batchHeaderBytes},
+		{256 << 10, 1 << 20, 256 << 10},
+		{4 << 20, 64 << 10, 64<<10 - batchHeaderBytes},
+		{4 << 20, 0, 4 << 20},
+	} {
+		if got := BatchBytes(c.configured, c.maxPayload); got != c.want {
+			t.Errorf("BatchBytes(%d, %d) = %d, want %d", c.configured, c.maxPayload, got, c.want)
+		}
+	}
+}

@@ -212,3 +212,53 @@ func TestEventsArePublishedInBatches(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchesFitTheServersMaxPayload: a server that takes smaller messages
+// than ingest.max_message_bytes still takes every batch (NATS counts the
+// headers too): a full batch refused would fail the request every time
+// the client sends it again.
+func TestBatchesFitTheServersMaxPayload(t *testing.T) {
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
+		MaxPayload: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "MCP_AUDIT", Subjects: []string{"mcp.audit.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := New(Options{Token: token, JS: js, Subject: "mcp.audit.", Convert: otlp.Options{StoreArgs: true},
+		MaxEventBytes: 32 << 10, MaxMessageBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := map[int]int{}
+	for k := range 64 {
+		size[k] = 2 << 10 // 64 events of ~2.3 KiB: 150 KiB in one batch of 64
+	}
+	if w := send(t, rc, spans(t, 64, size)); w.Code != http.StatusOK {
+		t.Fatalf("code %d: %s", w.Code, w.Body)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs < 3 {
+		t.Errorf("%d messages: want batches under the server's 64 KiB", info.State.Msgs)
+	}
+}

@@ -41,8 +41,8 @@ type PublishOptions struct {
 	// message.
 	Batch int
 	// MaxMessageBytes bounds a batched message's payload
-	// (ingest.DefaultMaxMessageBytes when <= 0): keep it at or under the
-	// NATS server's max_payload.
+	// (ingest.DefaultMaxMessageBytes when <= 0); a batch stays under the
+	// NATS server's max_payload too, with room for its headers.
 	MaxMessageBytes int
 	// Attempts is how many times a message is sent before it counts as
 	// failed (DefaultPublishAttempts when <= 0). A message sent again keeps
@@ -110,7 +110,7 @@ func Publish(ctx context.Context, opts PublishOptions, next func() (audit.Event,
 	if err != nil {
 		return PublishStats{}, err
 	}
-	batcher := &ingest.Batcher{Prefix: prefix, MaxEvents: opts.Batch, MaxBytes: opts.MaxMessageBytes}
+	batcher := &ingest.Batcher{Prefix: prefix, MaxEvents: opts.Batch, MaxBytes: ingest.BatchBytes(opts.MaxMessageBytes, nc.MaxPayload())}
 	send := func(m *nats.Msg) error {
 		if m == nil {
 			return nil
