@@ -28,9 +28,14 @@ import (
 const token = "receiver-test-token-0123456789"
 
 // jetStream is a real embedded NATS server with JetStream and no stream yet.
-func jetStream(t *testing.T) jetstream.JetStream {
+func jetStream(t *testing.T) jetstream.JetStream { return jetStreamMax(t, 0) }
+
+// jetStreamMax is jetStream with the server's max_payload (its default
+// when 0).
+func jetStreamMax(t *testing.T, maxPayload int32) jetstream.JetStream {
 	t.Helper()
-	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
+		MaxPayload: maxPayload})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,25 +223,7 @@ func TestEventsArePublishedInBatches(t *testing.T) {
 // headers too): a full batch refused would fail the request every time
 // the client sends it again.
 func TestBatchesFitTheServersMaxPayload(t *testing.T) {
-	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
-		MaxPayload: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamMax(t, 64<<10)
 	ctx := context.Background()
 	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "MCP_AUDIT", Subjects: []string{"mcp.audit.>"}})
 	if err != nil {
