@@ -106,78 +106,107 @@ func ReadOTLP(ctx context.Context, br *bufio.Reader, conv otlp.Options, maxEvent
 		}
 	})
 
-	var tot Totals
-	stager, _ := sink.(StagingSink)
-	var b Batch
-	fresh := func() {
-		b = Batch{}
-		if stager != nil {
-			b.Staged = stager.NewStaging(opts.BatchLines)
-		}
-	}
-	held := func() int {
-		if b.Staged != nil {
-			return b.Staged.Len()
-		}
-		return len(b.Events)
-	}
-	fresh()
-	defer func() {
-		if b.Staged != nil {
-			b.Staged.Release()
-		}
-	}()
-	flush := func() error {
-		if held() == 0 && len(b.DeadLetters) == 0 {
-			return nil
-		}
-		res, err := sink.Append(ctx, b)
-		if b.Staged != nil {
-			b.Staged.Release()
-			b.Staged = nil
-		}
-		if err != nil {
-			return fmt.Errorf("store batch from %s: %w", opts.Name, err)
-		}
-		tot.Add(res)
-		fresh()
-		return nil
-	}
+	bb := newOTLPBatches(sink, opts)
+	defer bb.release()
 	for l := range order {
 		var r otlpDecoded
 		select {
 		case r = <-l.done:
 		case <-ctx.Done():
-			return tot, ctx.Err()
+			return bb.tot, ctx.Err()
 		}
-		tot.Lines = l.no
-		tot.Skipped += r.skipped
-		b.DeadLetters = append(b.DeadLetters, r.dead...)
-		// Staged as they come, in batches of exactly BatchLines events (a
-		// line's calls split between two): a DuckDB row group each.
-		for events := r.events; len(events) > 0 || len(b.DeadLetters) >= opts.BatchLines; {
-			k := min(len(events), opts.BatchLines-held())
-			if b.Staged != nil {
-				b.Staged.Add(events[:k], nil)
-			} else {
-				b.Events = append(b.Events, events[:k]...)
-			}
-			events = events[k:]
-			if held() >= opts.BatchLines || len(b.DeadLetters) >= opts.BatchLines {
-				if err := flush(); err != nil {
-					return tot, err
-				}
-			}
+		bb.tot.Lines = l.no
+		if err := bb.add(ctx, r); err != nil {
+			return bb.tot, err
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return tot, err
+		return bb.tot, err
 	}
-	tot.Lines = lines
-	if err := flush(); err != nil {
-		return tot, err
+	bb.tot.Lines = lines
+	if err := bb.flush(ctx); err != nil {
+		return bb.tot, err
 	}
-	return tot, readErr
+	return bb.tot, readErr
+}
+
+// otlpBatches assembles the decoded lines of an OTLP/JSON file into the
+// sink's batches: staged as they come when the sink stages, in batches of
+// exactly BatchLines events (a line's calls split between two: a DuckDB row
+// group each, as a v1 file's), and counts what was stored.
+type otlpBatches struct {
+	sink   Sink
+	stager StagingSink // nil: the events are held as they are
+	opts   FileOptions
+	b      Batch
+	tot    Totals
+}
+
+func newOTLPBatches(sink Sink, opts FileOptions) *otlpBatches {
+	bb := &otlpBatches{sink: sink, opts: opts}
+	bb.stager, _ = sink.(StagingSink)
+	bb.fresh()
+	return bb
+}
+
+func (bb *otlpBatches) fresh() {
+	bb.b = Batch{}
+	if bb.stager != nil {
+		bb.b.Staged = bb.stager.NewStaging(bb.opts.BatchLines)
+	}
+}
+
+// held is how many events the open batch holds (repeats left out).
+func (bb *otlpBatches) held() int {
+	if bb.b.Staged != nil {
+		return bb.b.Staged.Len()
+	}
+	return len(bb.b.Events)
+}
+
+// add takes one line's outcome, storing every batch it fills.
+func (bb *otlpBatches) add(ctx context.Context, r otlpDecoded) error {
+	size := bb.opts.BatchLines
+	bb.tot.Skipped += r.skipped
+	bb.b.DeadLetters = append(bb.b.DeadLetters, r.dead...)
+	for events := r.events; len(events) > 0 || len(bb.b.DeadLetters) >= size; {
+		k := min(len(events), size-bb.held())
+		if bb.b.Staged != nil {
+			bb.b.Staged.Add(events[:k], nil)
+		} else {
+			bb.b.Events = append(bb.b.Events, events[:k]...)
+		}
+		events = events[k:]
+		if bb.held() >= size || len(bb.b.DeadLetters) >= size {
+			if err := bb.flush(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// flush stores the open batch, if it holds anything, and opens another.
+func (bb *otlpBatches) flush(ctx context.Context) error {
+	if bb.held() == 0 && len(bb.b.DeadLetters) == 0 {
+		return nil
+	}
+	res, err := bb.sink.Append(ctx, bb.b)
+	bb.release()
+	if err != nil {
+		return fmt.Errorf("store batch from %s: %w", bb.opts.Name, err)
+	}
+	bb.tot.Add(res)
+	bb.fresh()
+	return nil
+}
+
+// release frees the open batch's staging.
+func (bb *otlpBatches) release() {
+	if bb.b.Staged != nil {
+		bb.b.Staged.Release()
+		bb.b.Staged = nil
+	}
 }
 
 // otlpLine is a line of an OTLP/JSON file on its way through ReadOTLP: its
