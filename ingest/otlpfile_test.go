@@ -111,3 +111,22 @@ func TestReadOTLPStopsAtAStoreError(t *testing.T) {
 	require.ErrorContains(t, err, "store batch from "+path)
 	assert.Zero(t, sink.appends)
 }
+
+// TestReadOTLPDeadLettersALineOverTheLimit: a line longer than
+// OTLPLineLimit becomes a dead letter with its line number, keeping only
+// its digest; the lines around it are stored.
+func TestReadOTLPDeadLettersALineOverTheLimit(t *testing.T) {
+	path, ids := otlpFile(t, []any{3, `{"resourceSpans":[{"x":"` + strings.Repeat("a", OTLPLineLimit) + `"}]}`, 2})
+	sink := &memSink{}
+	tot, err := readOTLPFile(t, path, sink, 100)
+	require.NoError(t, err)
+	require.Len(t, sink.events, 5)
+	assert.Equal(t, ids[4], sink.events[4].ID)
+	require.Len(t, sink.dead, 1)
+	d := sink.dead[0]
+	assert.Equal(t, int64(2), d.Line)
+	assert.Equal(t, audit.ReasonTooLarge, d.Reason)
+	assert.Equal(t, FormatOTLP, d.Format)
+	assert.Less(t, len(d.Raw), 200, "the digest, not the line")
+	assert.Equal(t, int64(3), tot.Lines)
+}
