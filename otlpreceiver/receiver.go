@@ -293,12 +293,11 @@ func bodyError(err error, tooLarge *failure) error {
 
 // messages packs a request's events into batched messages (SPEC §2: up to
 // 64 events, ingest.max_message_bytes or less under the server's
-// max_payload, Nats-Msg-Id from their ids) as a
-// careful gateway does, so that the stream and the ingester handle one
-// message per 64 events instead of one each; a request of one event is a
-// message of its own, with its id as Nats-Msg-Id. An event over
-// ingest.max_event_bytes is rejected in res instead. events counts the
-// events the messages carry.
+// max_payload, Nats-Msg-Id from their ids) as a careful gateway does, so
+// that the stream and the ingester handle one message per 64 events
+// instead of one each; a request of one event is a message of its own,
+// with its id as Nats-Msg-Id. An event over ingest.max_event_bytes is
+// rejected in res instead. events counts the events the messages carry.
 func (rc *Receiver) messages(res *otlp.Result) (msgs []*nats.Msg, events int) {
 	var maxPayload int64
 	if nc := rc.o.JS.Conn(); nc != nil {
