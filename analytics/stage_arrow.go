@@ -209,7 +209,7 @@ func (c *chunk) attrsArray() arrow.Array {
 	return b.NewArray()
 }
 
-// attr is row i's attribute key, "" when it has none.
+// attr is row i's value of the attribute key, "" when it has none.
 func (c *chunk) attr(i int, key string) string {
 	from, to := c.attrKeys.items(i)
 	for j := from; j < to; j++ {

@@ -10,6 +10,8 @@ import (
 	"hash"
 	"io"
 	"log/slog"
+
+	"github.com/mcptrail/mcptrail/audit"
 )
 
 // FileBatchLines is how many lines a file source hands to the decoder and the
@@ -166,6 +168,30 @@ func (b *fileBatch) events() int {
 	return len(b.batch.Events)
 }
 
+// newFileBatch opens an empty batch for size events: staged when the sink
+// stages (stager not nil), else held as events.
+func newFileBatch(stager StagingSink, size int) *fileBatch {
+	b := &fileBatch{}
+	if stager != nil {
+		b.batch.Staged = stager.NewStaging(size)
+	}
+	return b
+}
+
+// take adds as many of events as the batch has room for up to size (a
+// batch that would overfill is split between two, so that every batch but
+// the last is exactly one row group) and returns the rest. Repeated ids
+// are not staged: the room is what the batch holds.
+func (b *fileBatch) take(events []audit.Event, size int) []audit.Event {
+	k := min(len(events), size-b.events())
+	if b.batch.Staged != nil {
+		b.batch.Staged.Add(events[:k], nil)
+	} else {
+		b.batch.Events = append(b.batch.Events, events[:k]...)
+	}
+	return events[k:]
+}
+
 // assembleBatches decodes the chunks and fills batches of size events:
 // staged as they come when the sink stages (a chunk that would overfill a
 // batch is split between two, so that every batch but the last is exactly
@@ -174,13 +200,7 @@ func (b *fileBatch) events() int {
 func assembleBatches(ctx context.Context, in <-chan readChunk, out chan<- fileBatch, dec *Decoder, sink Sink, size int) {
 	defer close(out)
 	stager, _ := sink.(StagingSink)
-	fresh := func() *fileBatch {
-		b := &fileBatch{}
-		if stager != nil {
-			b.batch.Staged = stager.NewStaging(size)
-		}
-		return b
-	}
+	fresh := func() *fileBatch { return newFileBatch(stager, size) }
 	send := func(b *fileBatch) bool {
 		select {
 		case out <- *b:
@@ -204,18 +224,8 @@ func assembleBatches(ctx context.Context, in <-chan readChunk, out chan<- fileBa
 		cur.lines += len(c.msgs)
 		cur.skipped += decoded.Skipped
 		cur.batch.DeadLetters = append(cur.batch.DeadLetters, decoded.Dead...)
-		events := decoded.Events
-		for len(events) > 0 {
-			if cur.batch.Staged == nil {
-				k := min(len(events), size-len(cur.batch.Events))
-				cur.batch.Events = append(cur.batch.Events, events[:k]...)
-				events = events[k:]
-			} else {
-				// Repeated ids are not staged: fill by what the batch holds.
-				k := min(len(events), size-cur.batch.Staged.Len())
-				cur.batch.Staged.Add(events[:k], nil)
-				events = events[k:]
-			}
+		for events := decoded.Events; len(events) > 0; {
+			events = cur.take(events, size)
 			if cur.events() >= size {
 				if !send(cur) {
 					return

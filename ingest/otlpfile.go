@@ -131,53 +131,32 @@ func ReadOTLP(ctx context.Context, br *bufio.Reader, conv otlp.Options, maxEvent
 }
 
 // otlpBatches assembles the decoded lines of an OTLP/JSON file into the
-// sink's batches: staged as they come when the sink stages, in batches of
-// exactly BatchLines events (a line's calls split between two: a DuckDB row
-// group each, as a v1 file's), and counts what was stored.
+// sink's batches as a v1 file's are assembled (fileBatch: staged as they
+// come when the sink stages, in batches of exactly BatchLines events), and
+// counts what was stored.
 type otlpBatches struct {
 	sink   Sink
 	stager StagingSink // nil: the events are held as they are
 	opts   FileOptions
-	b      Batch
+	cur    *fileBatch
 	tot    Totals
 }
 
 func newOTLPBatches(sink Sink, opts FileOptions) *otlpBatches {
 	bb := &otlpBatches{sink: sink, opts: opts}
 	bb.stager, _ = sink.(StagingSink)
-	bb.fresh()
+	bb.cur = newFileBatch(bb.stager, opts.BatchLines)
 	return bb
-}
-
-func (bb *otlpBatches) fresh() {
-	bb.b = Batch{}
-	if bb.stager != nil {
-		bb.b.Staged = bb.stager.NewStaging(bb.opts.BatchLines)
-	}
-}
-
-// held is how many events the open batch holds (repeats left out).
-func (bb *otlpBatches) held() int {
-	if bb.b.Staged != nil {
-		return bb.b.Staged.Len()
-	}
-	return len(bb.b.Events)
 }
 
 // add takes one line's outcome, storing every batch it fills.
 func (bb *otlpBatches) add(ctx context.Context, r otlpDecoded) error {
 	size := bb.opts.BatchLines
 	bb.tot.Skipped += r.skipped
-	bb.b.DeadLetters = append(bb.b.DeadLetters, r.dead...)
-	for events := r.events; len(events) > 0 || len(bb.b.DeadLetters) >= size; {
-		k := min(len(events), size-bb.held())
-		if bb.b.Staged != nil {
-			bb.b.Staged.Add(events[:k], nil)
-		} else {
-			bb.b.Events = append(bb.b.Events, events[:k]...)
-		}
-		events = events[k:]
-		if bb.held() >= size || len(bb.b.DeadLetters) >= size {
+	bb.cur.batch.DeadLetters = append(bb.cur.batch.DeadLetters, r.dead...)
+	for events := r.events; len(events) > 0 || len(bb.cur.batch.DeadLetters) >= size; {
+		events = bb.cur.take(events, size)
+		if bb.cur.events() >= size || len(bb.cur.batch.DeadLetters) >= size {
 			if err := bb.flush(ctx); err != nil {
 				return err
 			}
@@ -188,26 +167,21 @@ func (bb *otlpBatches) add(ctx context.Context, r otlpDecoded) error {
 
 // flush stores the open batch, if it holds anything, and opens another.
 func (bb *otlpBatches) flush(ctx context.Context) error {
-	if bb.held() == 0 && len(bb.b.DeadLetters) == 0 {
+	if bb.cur.events() == 0 && len(bb.cur.batch.DeadLetters) == 0 {
 		return nil
 	}
-	res, err := bb.sink.Append(ctx, bb.b)
-	bb.release()
+	res, err := bb.sink.Append(ctx, bb.cur.batch)
+	bb.cur.release()
 	if err != nil {
 		return fmt.Errorf("store batch from %s: %w", bb.opts.Name, err)
 	}
 	bb.tot.Add(res)
-	bb.fresh()
+	bb.cur = newFileBatch(bb.stager, bb.opts.BatchLines)
 	return nil
 }
 
 // release frees the open batch's staging.
-func (bb *otlpBatches) release() {
-	if bb.b.Staged != nil {
-		bb.b.Staged.Release()
-		bb.b.Staged = nil
-	}
-}
+func (bb *otlpBatches) release() { bb.cur.release() }
 
 // otlpLine is a line of an OTLP/JSON file on its way through ReadOTLP: its
 // number and bytes (or the digest of a line over the limit), and where its
