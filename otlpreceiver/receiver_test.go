@@ -56,6 +56,16 @@ func jetStreamMax(t *testing.T, maxPayload int32) jetstream.JetStream {
 	return js
 }
 
+// auditStream creates the stream the receiver publishes to.
+func auditStream(t *testing.T, js jetstream.JetStream) jetstream.Stream {
+	t.Helper()
+	stream, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "MCP_AUDIT", Subjects: []string{"mcp.audit.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
+}
+
 func batch(t *testing.T) []byte {
 	t.Helper()
 	s := func(k, v string) *commonpb.KeyValue {
@@ -101,10 +111,7 @@ func TestStreamUnavailable(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "MCP_AUDIT", Subjects: []string{"mcp.audit.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := auditStream(t, js)
 	if w := send(t, rc, batch(t)); w.Code != http.StatusOK {
 		t.Fatalf("with a stream: %d %s", w.Code, w.Body)
 	}
@@ -158,10 +165,7 @@ func spans(t *testing.T, n int, size map[int]int) []byte {
 func TestEventsArePublishedInBatches(t *testing.T) {
 	js := jetStream(t)
 	ctx := context.Background()
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "MCP_AUDIT", Subjects: []string{"mcp.audit.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := auditStream(t, js)
 	rc, err := New(Options{Token: token, JS: js, Subject: "mcp.audit.", Convert: otlp.Options{StoreArgs: true},
 		MaxEventBytes: 4 << 10, MaxMessageBytes: 64 << 10})
 	if err != nil {
@@ -225,10 +229,7 @@ func TestEventsArePublishedInBatches(t *testing.T) {
 func TestBatchesFitTheServersMaxPayload(t *testing.T) {
 	js := jetStreamMax(t, 64<<10)
 	ctx := context.Background()
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "MCP_AUDIT", Subjects: []string{"mcp.audit.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := auditStream(t, js)
 	rc, err := New(Options{Token: token, JS: js, Subject: "mcp.audit.", Convert: otlp.Options{StoreArgs: true},
 		MaxEventBytes: 32 << 10, MaxMessageBytes: 1 << 20})
 	if err != nil {
