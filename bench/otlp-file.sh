@@ -21,9 +21,8 @@ TRACES="$OUT/otlpfile-$EVENTS.otlp.jsonl"
 echo "files: $JSONL ($(du -h "$JSONL" | cut -f1)), $TRACES ($(du -h "$TRACES" | cut -f1)), $EVENTS events each"
 
 if [ -n "${BASE:-}" ]; then
-	git worktree add --detach --quiet "$WORK/src" "$BASE"
-	(cd "$WORK/src" && go build -o "$WORK/mcptrail-base" ./cmd/mcptrail)
-	git worktree remove --force "$WORK/src"
+	source bench/base.sh
+	BASE=$(build_base "$BASE" "$WORK/mcptrail-base")
 fi
 
 # run NAME BIN FILE: one ingest into a fresh database; prints "seconds

@@ -24,16 +24,15 @@ CMD="${CMD:-recommend --server proxmox-mcp --format json}"
 OUT="${OUT:-bench/out}"
 mkdir -p "$OUT"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/mcptrail-pairs.XXXXXX")"
-trap 'git worktree remove --force "$WORK/src" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'rm -rf "$WORK"' EXIT
+source bench/base.sh
 
 go build -o "$OUT/mcptrail" ./cmd/mcptrail
 go build -o "$OUT/fill" ./bench/fill
 if [ "$BASE" = tree ]; then
 	cp "$OUT/mcptrail" "$WORK/mcptrail-base"
 else
-	git worktree add --detach --quiet "$WORK/src" "$BASE"
-	(cd "$WORK/src" && go build -o "$WORK/mcptrail-base" ./cmd/mcptrail)
-	BASE=$(git rev-parse --short "$BASE")
+	BASE=$(build_base "$BASE" "$WORK/mcptrail-base")
 fi
 source bench/recommend-window.sh
 tree_db=$(window_db "$SIZE" 30)
