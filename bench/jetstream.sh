@@ -22,7 +22,9 @@
 # into a fresh database) and the ceiling N times, alternating, and prints the
 # median ratio: one run moves ±30% with the host's load. All N start after
 # the Nats-Msg-Id window. SERVE_ENV="GOMEMLIMIT=256MiB" sets variables for
-# serve alone, to compare settings side by side.
+# serve alone, to compare settings side by side. BASE=<git revision> also
+# drains a fresh copy with serve built from that revision in every run (the
+# two in alternating order) and prints the median rate and CPU time of each.
 EVENTS="${EVENTS:-1000000}"
 BATCH="${BATCH:-1}"
 source "$(dirname "$0")/common.sh" jsbench
@@ -52,15 +54,15 @@ sleep "$wait_s"
 
 best() { awk -v a="$1" -v b="$2" 'BEGIN{print (a < b ? a : b)}'; }
 rate() { awk -v n="$EVENTS" -v t="$1" 'BEGIN{printf "%.0f", n/t}'; }
-ratios=()
-for run in $(seq "$RUNS"); do
-	# 2. serve drains a fresh copy of the stream into a fresh database.
+# drain BINARY: serve (BINARY) drains a fresh copy of the stream into a
+# fresh database; sets t_serve, rss_kib, cpu_serve and written_mib.
+drain() {
 	rm -rf "$WORK/run-nats" "$WORK"/bench.duckdb*
 	cp -r "$STORE" "$WORK/run-nats"
 	MCPTRAIL_STORAGE_PATH="$WORK/bench.duckdb" \
 		MCPTRAIL_NATS_EMBEDDED_LISTEN="$NATS" MCPTRAIL_NATS_EMBEDDED_STORE_DIR="$WORK/run-nats" \
 		MCPTRAIL_HTTP_LISTEN="$HTTP" MCPTRAIL_ALERTS_ENABLED="${ALERTS:-true}" \
-		env ${SERVE_ENV:-} "$OUT/mcptrail" serve 2>"$WORK/serve.log" &
+		env ${SERVE_ENV:-} "$1" serve 2>"$WORK/serve.log" &
 	SERVE=$!
 	pids+=("$SERVE")
 	if ! read -r t_serve rss_kib cpu_serve written_mib < <("$OUT/jetstream" watch -http "$HTTP" -count "$EVENTS" -pid "$SERVE"); then
@@ -72,6 +74,38 @@ for run in $(seq "$RUNS"); do
 	pids=()
 	echo "alerts (alerts.enabled=${ALERTS:-true}): $(grep -c 'msg="alarm: [a-z_]* running' "$WORK/serve.log" || true) sent while draining"
 	echo "stored (count, distinct ids): $("$OUT/mcptrail" query --db "$WORK/bench.duckdb" --sql "SELECT count(*) || ', ' || count(DISTINCT id) FROM calls" --format csv | tail -1)"
+}
+serve_line() {
+	printf 'run %d: %-18s: %7.2fs %8s events/s   peak RSS %d MiB   CPU %.2fs   written to disk %d MiB\n' \
+		"$run" "$1" "$t_serve" "$(rate "$t_serve")" $((rss_kib / 1024)) "$cpu_serve" "$written_mib"
+}
+if [ -n "${BASE:-}" ]; then
+	source bench/base.sh
+	BASE=$(build_base "$BASE" "$WORK/mcptrail-base")
+fi
+
+ratios=()
+base_runs=()
+tree_runs=()
+for run in $(seq "$RUNS"); do
+	# 2. serve drains a fresh copy of the stream into a fresh database (and
+	# serve built from BASE another, first in every other run).
+	base_line=""
+	if [ -n "${BASE:-}" ] && [ $((run % 2)) = 0 ]; then
+		drain "$WORK/mcptrail-base"
+		base_line=$(serve_line "$BASE serve")
+		base_runs+=("$t_serve $cpu_serve")
+	fi
+	drain "$OUT/mcptrail"
+	tree_line=$(serve_line "serve -> DuckDB")
+	tree_runs+=("$t_serve $cpu_serve")
+	t_tree=$t_serve
+	if [ -n "${BASE:-}" ] && [ $((run % 2)) = 1 ]; then
+		drain "$WORK/mcptrail-base"
+		base_line=$(serve_line "$BASE serve")
+		base_runs+=("$t_serve $cpu_serve")
+	fi
+	t_serve=$t_tree
 
 	# 3. The transport ceiling on the same stream (own durable consumers),
 	# the faster of two runs, so that neither gets all the cold reads; the
@@ -85,13 +119,23 @@ for run in $(seq "$RUNS"); do
 
 	ratio=$(awk -v a="$t_ceiling" -v b="$t_serve" 'BEGIN{printf "%.2f", a/b}')
 	ratios+=("$ratio")
-	printf 'run %d: serve -> DuckDB   : %7.2fs %8s events/s   peak RSS %d MiB   CPU %.2fs   written to disk %d MiB\n' \
-		"$run" "$t_serve" "$(rate "$t_serve")" $((rss_kib / 1024)) "$cpu_serve" "$written_mib"
+	echo "$tree_line"
+	[ -n "$base_line" ] && echo "$base_line"
 	printf 'run %d: discard (AckAll)  : %7.2fs %8s events/s   (transport ceiling)\n' "$run" "$t_ceiling" "$(rate "$t_ceiling")"
 	[ "$run" = 1 ] && printf 'run %d: discard (Ack each): %7.2fs %8s events/s\n' "$run" "$t_each" "$(rate "$t_each")"
 	printf 'run %d: ratio serve/ceiling: %s\n' "$run" "$ratio"
 done
 source bench/median.sh
 median=$(printf '%s\n' "${ratios[@]}" | median)
+if [ -n "${BASE:-}" ]; then
+	for side in tree base; do
+		name="the working tree"
+		runs=("${tree_runs[@]}")
+		[ "$side" = base ] && name="$BASE" runs=("${base_runs[@]}")
+		t=$(printf '%s\n' "${runs[@]}" | cut -d' ' -f1 | median)
+		cpu=$(printf '%s\n' "${runs[@]}" | cut -d' ' -f2 | median)
+		echo "serve of $name: median $t s ($(rate "$t") events/s), CPU $cpu s over $RUNS run(s)"
+	done
+fi
 printf 'ratio serve/ceiling: %s (median of %d run(s): %s)   (%s events a message in %s messages; targets: >= 0.5x single, >= 150000 events/s batched, RSS <= 512 MiB)\n' \
 	"$median" "$RUNS" "${ratios[*]}" "$BATCH" "$MESSAGES"

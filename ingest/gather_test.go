@@ -119,3 +119,14 @@ func TestGathererBoundsFetchesInBytes(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, []int{5}, numbers(fr), "and goes alone")
 }
+
+// TestFetchBytes: by default a fetch holds at most 1 MiB of payload (about
+// 2,000 single events, or 35 messages of 64), whatever the messages'
+// batching: all of it stays on the Go heap until decoded. A larger
+// max_message_bytes raises it, so that the largest message fits in a pull.
+func TestFetchBytes(t *testing.T) {
+	assert.Equal(t, 1<<20, FetchBytes(DefaultFetchSize, DefaultMaxMessageBytes))
+	assert.Equal(t, 1<<20, FetchBytes(100, DefaultMaxMessageBytes), "one largest message at least")
+	assert.Equal(t, 8<<20, FetchBytes(DefaultFetchSize, 8<<20))
+	assert.Equal(t, 4<<20, FetchBytes(16384, DefaultMaxMessageBytes), "fetch_size scales it")
+}

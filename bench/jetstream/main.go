@@ -266,7 +266,10 @@ func discard(store, listen string, n, fetch int, ackEach bool) error {
 	slog.Debug("draining", "consumer", name)
 	// The daemon's pattern: a Consume handler with up to two fetches pulled
 	// ahead (bounded in bytes, as batched messages need), one AckAll per
-	// fetch-sized chunk (or an ack per message).
+	// fetch-sized chunk (or an ack per message). It pulls 8 MiB ahead where
+	// serve pulls 2 (ingest.FetchBytes): for single events the larger pulls
+	// drained 1M events ~6% faster here (5.10-5.65 s against 5.58-5.98 s,
+	// alternating), and a ceiling is the fastest pattern, not serve's.
 	start := time.Now()
 	var got int
 	done := make(chan error, 1)
