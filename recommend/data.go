@@ -182,21 +182,30 @@ func (q query) toolNames(ctx context.Context, tools []string) (map[uint64]string
 // run is a maximal sequence, within one session, of consecutive calls of one
 // tool with the same arguments, each within the polling interval of the
 // previous one. Polling loops and retry storms are runs.
+//
+// A large window holds hundreds of thousands of runs per grant, so a run
+// keeps no string of its own and its times as integers: 128 bytes, where a
+// session string and two time.Time made it 192 (and one allocation each).
 type run struct {
-	Session     string // the session's sessionID
-	SessionHash uint64
-	Tool        string
-	StartTool   string  // the call just before the run ("" at a session's start)
-	StartGap    float64 // seconds from that call to the run's first call
-	Polls       int64
-	SpanS       float64 // seconds from the first to the last call of the run
-	MeanGap     float64
-	SDGap       float64
-	MedianGap   float64
-	Errors      int64
-	LastStatus  string // "error" when the run's last call failed upstream
-	First, Last time.Time
+	SessionHash     uint64 // DuckDB's hash of the session key; session() is the sessionID
+	Tool            string
+	StartTool       string  // the call just before the run ("" at a session's start)
+	StartGap        float64 // seconds from that call to the run's first call
+	Polls           int64
+	SpanS           float64 // seconds from the first to the last call of the run
+	MeanGap         float64
+	SDGap           float64
+	MedianGap       float64
+	Errors          int64
+	FirstMS, LastMS int64 // epoch milliseconds of the run's first and last call
+	LastErr         bool  // the run's last call failed upstream
 }
+
+// session is the run's sessionID: its session hash in decimal.
+func (r *run) session() string { return strconv.FormatUint(r.SessionHash, 10) }
+
+func (r *run) first() time.Time { return time.UnixMilli(r.FirstMS).UTC() }
+func (r *run) last() time.Time  { return time.UnixMilli(r.LastMS).UTC() }
 
 // runs finds every run of at least minCalls calls: from the runs the store
 // keeps (storedruns.go) where they give this window's, else by the
@@ -237,18 +246,11 @@ func (q query) readRuns(ctx context.Context, names map[uint64]string, text strin
 	for rows.Next() {
 		var r run
 		var th, prev uint64
-		var lastErr bool
-		var first, last int64
 		if err := rows.Scan(&r.SessionHash, &th, &prev, &r.StartGap, &r.Polls, &r.SpanS, &r.MeanGap,
-			&r.SDGap, &r.MedianGap, &r.Errors, &lastErr, &first, &last); err != nil {
+			&r.SDGap, &r.MedianGap, &r.Errors, &r.LastErr, &r.FirstMS, &r.LastMS); err != nil {
 			return nil, fmt.Errorf("call sequences: %w", err)
 		}
-		r.Session = strconv.FormatUint(r.SessionHash, 10)
 		r.Tool, r.StartTool = names[th], names[prev]
-		if lastErr {
-			r.LastStatus = "error"
-		}
-		r.First, r.Last = time.UnixMilli(first).UTC(), time.UnixMilli(last).UTC()
 		out = append(out, r)
 	}
 	return out, rows.Err()
@@ -505,7 +507,7 @@ func loadExcluded(ctx context.Context, conn *sql.Conn, excluded []run) error {
 		return nil
 	}
 	err := analytics.AppendRows(conn, "temp", "excluded_runs", excluded, func(r *run) []driver.Value {
-		return []driver.Value{r.SessionHash, r.Tool, r.First.UnixMilli(), r.Last.UnixMilli()}
+		return []driver.Value{r.SessionHash, r.Tool, r.FirstMS, r.LastMS}
 	}, func(r *run) string { return "run of " + r.Tool })
 	if err != nil {
 		return fmt.Errorf("excluded runs: %w", err)

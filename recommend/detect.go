@@ -209,38 +209,36 @@ func days(d time.Duration) string {
 }
 
 // isStorm tells a retry storm from polling: a run mostly of errors.
-func isStorm(r run) bool { return IsRetryStorm(r.Polls, r.Errors, r.LastStatus == "error") }
+func isStorm(r *run) bool { return IsRetryStorm(r.Polls, r.Errors, r.LastErr) }
 
 // detectRetryStorms reports tools whose same call was repeated in bursts
 // after errors.
 func (s *state) detectRetryStorms() map[string]bool {
-	byTool := map[string][]run{}
-	for _, r := range s.runs {
-		if isStorm(r) {
+	byTool := map[string][]*run{}
+	for i := range s.runs {
+		if r := &s.runs[i]; isStorm(r) {
 			byTool[r.Tool] = append(byTool[r.Tool], r)
 		}
 	}
 	stormSessions := map[string]bool{}
 	for _, t := range sortedKeys(byTool) {
 		rs := byTool[t]
-		sessions := map[string]bool{}
+		sessions := map[uint64]bool{}
 		var calls, maxRepeats int64
-		last := rs[0].Last
+		last := rs[0].LastMS
 		for _, r := range rs {
-			sessions[r.Session] = true
-			stormSessions[r.Session] = true
+			sessions[r.SessionHash] = true
+			stormSessions[r.session()] = true
 			calls += r.Polls
 			maxRepeats = max(maxRepeats, r.Polls)
-			if r.Last.After(last) {
-				last = r.Last
-			}
+			last = max(last, r.LastMS)
 		}
 		s.add(Finding{
 			Kind: KindRetryStorm, Tool: t, Severity: string(catalog.SeverityMedium), Confidence: s.confid,
 			Summary: fmt.Sprintf("%s was retried with the same arguments after errors in %s (%s, up to %d in a row)",
 				t, plural(int64(len(rs)), "burst", "bursts"), plural(calls, "call", "calls"), maxRepeats),
 			Evidence: map[string]any{"storms": len(rs), "calls": calls, "sessions": len(sessions), "max_repeats": maxRepeats,
-				"first": rs[0].First, "last": last, "sql": s.stormSQL(t)},
+				"first": rs[0].first(), "last": time.UnixMilli(last).UTC(), "sql": s.stormSQL(t)},
 			Action: Action{Op: OpNone},
 		})
 	}
@@ -254,17 +252,17 @@ func (s *state) detectLoops(ctx context.Context, _ map[string]bool) error {
 	// Counted first, so that each pair's slice is allocated once: there
 	// are hundreds of thousands of loops in a large window.
 	counts := map[loopPair]int{}
-	for _, r := range s.runs {
-		if s.isLoop(r) {
+	for i := range s.runs {
+		if r := &s.runs[i]; s.isLoop(r) {
 			counts[loopPair{r.StartTool, r.Tool}]++
 		}
 	}
-	pairs := make(map[loopPair][]run, len(counts))
+	pairs := make(map[loopPair][]*run, len(counts))
 	for k, n := range counts {
-		pairs[k] = make([]run, 0, n)
+		pairs[k] = make([]*run, 0, n)
 	}
-	for _, r := range s.runs {
-		if s.isLoop(r) {
+	for i := range s.runs {
+		if r := &s.runs[i]; s.isLoop(r) {
 			k := loopPair{r.StartTool, r.Tool}
 			pairs[k] = append(pairs[k], r)
 		}
@@ -298,7 +296,7 @@ func (s *state) detectLoops(ctx context.Context, _ map[string]bool) error {
 }
 
 // countPolls counts loops by their number of polls, fewest polls first.
-func countPolls(loops []run) []LoopCount {
+func countPolls(loops []*run) []LoopCount {
 	byPolls := map[int64]int64{}
 	for _, r := range loops {
 		byPolls[r.Polls]++
@@ -313,21 +311,21 @@ func countPolls(loops []run) []LoopCount {
 
 // isLoop tells a polling loop from other runs: not a retry storm, started
 // by another tool's call shortly before, at a regular interval.
-func (s *state) isLoop(r run) bool {
+func (s *state) isLoop(r *run) bool {
 	if isStorm(r) || !StartsLoop(r.StartTool, r.Tool, time.Duration(r.StartGap*float64(time.Second)), s.p.PollMaxInterval) {
 		return false
 	}
 	return cv(r) <= s.p.PollMaxCV
 }
 
-func cv(r run) float64 {
+func cv(r *run) float64 {
 	if r.MeanGap <= 0 {
 		return 0
 	}
 	return r.SDGap / r.MeanGap
 }
 
-func (s *state) loopFinding(ctx context.Context, k loopPair, loops []run) error {
+func (s *state) loopFinding(ctx context.Context, k loopPair, loops []*run) error {
 	polls := make([]float64, len(loops))
 	gaps := make([]float64, len(loops))
 	cvs := make([]float64, len(loops))
@@ -338,14 +336,14 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []run) error 
 	limitRunaway := RunawayThreshold(p95, s.p)
 	var runaway []run
 	var wasted int64
-	sessions := map[string]bool{}
-	runawaySessions := map[string]bool{}
+	sessions := map[uint64]bool{}
+	runawaySessions := map[uint64]bool{}
 	for _, r := range loops {
-		sessions[r.Session] = true
+		sessions[r.SessionHash] = true
 		if float64(r.Polls) > limitRunaway {
-			runaway = append(runaway, r)
-			runawaySessions[r.Session] = true
-			s.runawaySessions[r.Session] = true
+			runaway = append(runaway, *r)
+			runawaySessions[r.SessionHash] = true
+			s.runawaySessions[r.session()] = true
 		}
 		wasted += wastedPolls(r)
 	}
@@ -477,7 +475,7 @@ func (c *windowChoice) better(o *windowChoice) bool {
 
 // wastedPolls counts the polls beyond what an exponential backoff starting at
 // the loop's own interval would need to cover the same span.
-func wastedPolls(r run) int64 {
+func wastedPolls(r *run) int64 {
 	base := math.Max(r.MedianGap, 1)
 	needed := int64(math.Ceil(math.Log2(r.SpanS/base+1))) + 1
 	return max(r.Polls-needed, 0)

@@ -63,7 +63,7 @@ func (s *state) runawayLoops() []RunawayLoop {
 	var out []RunawayLoop
 	for _, t := range sortedKeys(s.runaway) {
 		for _, r := range s.runaway[t] {
-			out = append(out, RunawayLoop{Tool: t, Session: r.Session, SessionHash: r.SessionHash, First: r.First, Last: r.Last, Polls: r.Polls})
+			out = append(out, RunawayLoop{Tool: t, Session: r.session(), SessionHash: r.SessionHash, First: r.first(), Last: r.last(), Polls: r.Polls})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {

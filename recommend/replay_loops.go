@@ -50,7 +50,7 @@ func inside(loops []RunawayLoop, ts time.Time) bool {
 func loopRuns(loops []RunawayLoop) []run {
 	runs := make([]run, len(loops))
 	for i, l := range loops {
-		runs[i] = run{SessionHash: l.SessionHash, Tool: l.Tool, First: l.First, Last: l.Last}
+		runs[i] = run{SessionHash: l.SessionHash, Tool: l.Tool, FirstMS: l.First.UnixMilli(), LastMS: l.Last.UnixMilli()}
 	}
 	return runs
 }

@@ -42,8 +42,7 @@ SELECT th, prev_th, start_gap, polls, mean_gap, sd_gap, errors, last_err FROM ru
 	for rows.Next() {
 		var r run
 		var th, prev uint64
-		var lastErr bool
-		if err := rows.Scan(&th, &prev, &r.StartGap, &r.Polls, &r.MeanGap, &r.SDGap, &r.Errors, &lastErr); err != nil {
+		if err := rows.Scan(&th, &prev, &r.StartGap, &r.Polls, &r.MeanGap, &r.SDGap, &r.Errors, &r.LastErr); err != nil {
 			return 0, 0, fmt.Errorf("loop lengths: %w", err)
 		}
 		// isLoop compares tools only with each other: their hashes do.
@@ -51,10 +50,7 @@ SELECT th, prev_th, start_gap, polls, mean_gap, sd_gap, errors, last_err FROM ru
 		if prev != 0 {
 			r.StartTool = strconv.FormatUint(prev, 10)
 		}
-		if lastErr {
-			r.LastStatus = "error"
-		}
-		if s.isLoop(r) {
+		if s.isLoop(&r) {
 			polls = append(polls, float64(r.Polls))
 		}
 	}

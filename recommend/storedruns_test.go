@@ -137,8 +137,8 @@ func queryTools(t *testing.T, db *sql.DB, text string, args ...any) []string {
 func runLines(rs []run) []string {
 	out := make([]string, len(rs))
 	for i, r := range rs {
-		out[i] = fmt.Sprintf("%s %s<-%s %.6f %d %.6f %.6f %.6f %.6f %d %s %s %s", r.Session, r.Tool, r.StartTool, r.StartGap, r.Polls,
-			r.SpanS, r.MeanGap, r.SDGap, r.MedianGap, r.Errors, r.LastStatus, r.First.Format(time.RFC3339Nano), r.Last.Format(time.RFC3339Nano))
+		out[i] = fmt.Sprintf("%s %s<-%s %.6f %d %.6f %.6f %.6f %.6f %d %t %s %s", r.session(), r.Tool, r.StartTool, r.StartGap, r.Polls,
+			r.SpanS, r.MeanGap, r.SDGap, r.MedianGap, r.Errors, r.LastErr, r.first().Format(time.RFC3339Nano), r.last().Format(time.RFC3339Nano))
 	}
 	slices.Sort(out)
 	return out
