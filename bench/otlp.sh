@@ -7,19 +7,24 @@
 #      them, publishes them to the stream and answers after every ack,
 # each from /readyz to the last event stored (read from /metrics), and prints
 # events/s and serve's peak RSS (/usr/bin/time -v) for both.
+# BASE=<git revision> first runs both with serve built from that revision
+# (simulate is the working tree's in every run) and prints its lines too.
 #   EVENTS=200000 bench/otlp.sh
+#   BASE=HEAD~1 bench/otlp.sh
 EVENTS="${EVENTS:-200000}"
 source "$(dirname "$0")/common.sh" otlpbench
 
-# run PATH: one fresh daemon fed by simulate over PATH (nats or otlp); prints
-# "seconds peak_rss_kib".
+# run PATH [SERVE]: one fresh daemon (the SERVE binary, by default the
+# working tree's) fed by simulate over PATH (nats or otlp); prints "seconds
+# peak_rss_kib".
 run() {
-	local path="$1" dir="$WORK/$1"
+	local path="$1" bin="${2:-$OUT/mcptrail}"
+	local dir="$WORK/$1-$(basename "$bin")"
 	mkdir -p "$dir"
 	local nats="127.0.0.1:$(freeport)" http="127.0.0.1:$(freeport)" otlp="127.0.0.1:$(freeport)"
 	export MCPTRAIL_STORAGE_PATH="$dir/bench.duckdb" MCPTRAIL_NATS_EMBEDDED_LISTEN="$nats" \
 		MCPTRAIL_NATS_EMBEDDED_STORE_DIR="$dir/nats" MCPTRAIL_HTTP_LISTEN="$http" MCPTRAIL_OTLP_LISTEN="$otlp"
-	/usr/bin/time -v -o "$dir/serve.time" "$OUT/mcptrail" serve 2>"$dir/serve.log" &
+	/usr/bin/time -v -o "$dir/serve.time" "$bin" serve 2>"$dir/serve.log" &
 	local serve=$!
 	pids+=("$serve")
 	"$OUT/jetstream" watch -http "$http" -count "$EVENTS" >"$dir/watch.out" &
@@ -47,9 +52,17 @@ run() {
 	echo "$(cut -d' ' -f1 "$dir/watch.out") $(awk -F': ' '/Maximum resident set size/ {print $2}' "$dir/serve.time")"
 }
 
+rate() { awk -v n="$EVENTS" -v t="$1" 'BEGIN{printf "%.0f", n/t}'; }
+if [ -n "${BASE:-}" ]; then
+	source bench/base.sh
+	BASE=$(build_base "$BASE" "$WORK/mcptrail-base")
+	read -r tb_nats rssb_nats < <(run nats "$WORK/mcptrail-base")
+	read -r tb_otlp rssb_otlp < <(run otlp "$WORK/mcptrail-base")
+	printf '%s: NATS v1 events      : %7.2fs %8s events/s   serve peak RSS %d MiB\n' "$BASE" "$tb_nats" "$(rate "$tb_nats")" $((rssb_nats / 1024))
+	printf '%s: OTLP/HTTP protobuf  : %7.2fs %8s events/s   serve peak RSS %d MiB\n' "$BASE" "$tb_otlp" "$(rate "$tb_otlp")" $((rssb_otlp / 1024))
+fi
 read -r t_nats rss_nats < <(run nats)
 read -r t_otlp rss_otlp < <(run otlp)
-rate() { awk -v n="$EVENTS" -v t="$1" 'BEGIN{printf "%.0f", n/t}'; }
 printf 'NATS v1 events -> serve -> DuckDB     : %7.2fs %8s events/s   serve peak RSS %d MiB\n' "$t_nats" "$(rate "$t_nats")" $((rss_nats / 1024))
 printf 'OTLP/HTTP protobuf (512 spans/request): %7.2fs %8s events/s   serve peak RSS %d MiB\n' "$t_otlp" "$(rate "$t_otlp")" $((rss_otlp / 1024))
 printf 'ratio OTLP/NATS: %s   (both with simulate generating on the same 2 cores)\n' "$(awk -v a="$t_nats" -v b="$t_otlp" 'BEGIN{printf "%.2f", a/b}')"
