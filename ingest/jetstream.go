@@ -279,6 +279,27 @@ func FetchBytes(fetchSize, maxMessageBytes int) int {
 	return max(fetchSize*fetchBytesPerMessage, maxMessageBytes)
 }
 
+// pullBytes is what the client requests ahead: two fetches, and at least
+// the largest message the server accepts (its max_payload, headers and
+// subject besides). A message larger than a pull's max bytes is never
+// delivered: the server answers that it exceeds them, which the client
+// takes for the end of the pull, so the consumer would wait on it forever
+// without an error. Only a server that accepts more than ingest.max_message_bytes
+// (an external one; the embedded server's max_payload is set from it) can hold one.
+func (s *JetStreamSource) pullBytes(fetchBytes int) int {
+	n := 2 * fetchBytes
+	if s.JS != nil {
+		if mp := int(s.JS.Conn().MaxPayload()); mp > 0 {
+			n = max(n, mp+pullHeadroom)
+		}
+	}
+	return n
+}
+
+// pullHeadroom is room for a message's subject and reply beside its
+// max_payload of headers and data.
+const pullHeadroom = 4 << 10
+
 func (s *JetStreamSource) maxMessageBytes() int {
 	if s.MaxMessageBytes > 0 {
 		return s.MaxMessageBytes
@@ -303,7 +324,7 @@ func (s *JetStreamSource) startFetcher(ctx context.Context) (<-chan fetchResult,
 	// them would hold hundreds of megabytes.
 	fetchBytes := FetchBytes(s.FetchSize, s.maxMessageBytes())
 	g := newGatherer(s.FetchSize, fetchBytes)
-	cc, err := s.Consumer.Consume(g.add, jetstream.PullMaxBytes(2*fetchBytes),
+	cc, err := s.Consumer.Consume(g.add, jetstream.PullMaxBytes(s.pullBytes(fetchBytes)),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { g.fail(err) }))
 	if err != nil {
 		out <- fetchResult{err: fmt.Errorf("pull from consumer %s: %w", s.CheckpointKey, err)}

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -693,4 +694,45 @@ func TestConsumerMissing(t *testing.T) {
 	assert.True(t, consumerMissing(jetstream.ErrConsumerDeleted))
 	assert.False(t, consumerMissing(&jetstream.APIError{Code: 404, ErrorCode: jetstream.JSErrCodeStreamNotFound}))
 	assert.False(t, consumerMissing(errors.New("nats: no responders available for request")))
+}
+
+// TestJetStreamDeliversAMessageLargerThanItsPulls: a server that accepts
+// larger messages than ingest.max_message_bytes (an external one) may hold
+// a message larger than two fetches; it is delivered and stored, not left
+// to stall the consumer (a pull smaller than a message never delivers it,
+// and the client reports no error).
+func TestJetStreamDeliversAMessageLargerThanItsPulls(t *testing.T) {
+	ns, err := natsserver.NewServer(&natsserver.Options{
+		Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, JetStream: true, MaxPayload: 8 << 20,
+		StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+	})
+	require.NoError(t, err)
+	ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	c := jsSetup(t, js, time.Hour)
+
+	jsPublish(t, js, 0, 10)
+	var lines [][]byte
+	for i := 10; i < 30010; i++ {
+		lines = append(lines, jsEvent(i, "pve"))
+	}
+	big := nats.NewMsg("mcp.audit.pve")
+	big.Header.Set(contentTypeHeader, BatchContentType)
+	big.Data = bytes.Join(lines, []byte("\n"))
+	require.Greater(t, len(big.Data), 2*FetchBytes(DefaultFetchSize, DefaultMaxMessageBytes), "larger than two fetches")
+	_, err = js.PublishMsg(context.Background(), big)
+	require.NoError(t, err)
+	jsPublish(t, js, 30010, 30020)
+
+	sink := &memSink{}
+	runSource(t, &JetStreamSource{Consumer: c, JS: js, Sink: sink, BatchSize: 50000, MaxWait: time.Second})
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 30020 }, 20*time.Second, 20*time.Millisecond,
+		"every event, the large message's too")
+	assert.Len(t, sink.storedOnce(t), 30020)
 }
