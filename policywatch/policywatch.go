@@ -239,12 +239,15 @@ func (w *Watch) send(al *Alert) error {
 	w.log().Warn("policywatch: regression", "id", al.ID, "server", al.Server, "grant", al.Grant, "tool", al.Tool,
 		"policy_version", al.PolicyVersion, "previous_version", al.PreviousVersion, "refused", al.Refused, "calls", al.Calls,
 		"finding", al.FindingID)
+	// Counted once recorded and logged, before it is published: whoever
+	// receives the alert finds it counted (a failed publish is counted
+	// among the errors besides).
+	w.Metrics.raised()
 	if w.Publish != nil {
 		if err := w.Publish(cmp.Or(w.Config.SubjectPrefix, "mcptrail.alerts.")+ingest.SubjectToken(al.Server), data); err != nil {
 			return fmt.Errorf("publish regression %s: %w", al.ID, err)
 		}
 	}
-	w.Metrics.raised()
 	return nil
 }
 
