@@ -21,15 +21,22 @@ type gatherer struct {
 	size     int
 	maxBytes int // 0: no byte limit
 
+	mu    sync.Mutex
 	bytes int // payload bytes in msgs
-
-	mu     sync.Mutex
-	room   *sync.Cond // signalled when next takes messages or on close
-	msgs   []jetstream.Msg
-	first  time.Time // when msgs[0] arrived
-	err    error
-	closed bool
-	wake   chan struct{} // a first message, a full fetch or an error
+	// head is how many messages, from the first, make the next fetch so
+	// far (up to size of them and maxBytes of payload, at least one), and
+	// headBytes their payload: the fetch is complete once head < len(msgs)
+	// (the next message did not fit) or head == size. add keeps them up to
+	// date in O(1): walking the messages held on every add cost ~4% of
+	// serve's CPU with single events, ~2,000 of which fill 1 MiB.
+	head      int
+	headBytes int
+	room      *sync.Cond // signalled when next takes messages or on close
+	msgs      []jetstream.Msg
+	first     time.Time // when msgs[0] arrived
+	err       error
+	closed    bool
+	wake      chan struct{} // a first message, a full fetch or an error
 }
 
 func newGatherer(size, maxBytes int) *gatherer {
@@ -51,12 +58,16 @@ func (g *gatherer) add(m jetstream.Msg) {
 		return
 	}
 	g.msgs = append(g.msgs, m)
-	g.bytes += len(m.Data())
+	size := len(m.Data())
+	g.bytes += size
 	n := len(g.msgs)
 	if n == 1 {
 		g.first = time.Now()
 	}
-	full := g.fullFetch() < n || n == g.size
+	if g.head == n-1 {
+		g.extendHead(size)
+	}
+	full := g.fullFetch() < n || g.head == g.size
 	g.mu.Unlock()
 	if n == 1 || full {
 		g.signal()
@@ -121,18 +132,17 @@ func (g *gatherer) next(ctx context.Context) (fr fetchResult, ok bool) {
 
 // fullFetch is how many messages, from the first, make one fetch: up to
 // size of them and maxBytes of payload, and at least one; g.mu is held.
-func (g *gatherer) fullFetch() int {
-	n := min(len(g.msgs), g.size)
-	if g.maxBytes <= 0 || g.bytes <= g.maxBytes {
-		return n
+func (g *gatherer) fullFetch() int { return g.head }
+
+// extendHead adds the message after the head, of size payload bytes, to the
+// next fetch if it fits; g.mu is held.
+func (g *gatherer) extendHead(size int) bool {
+	if g.head == g.size || (g.head > 0 && g.maxBytes > 0 && g.headBytes+size > g.maxBytes) {
+		return false
 	}
-	bytes := 0
-	for i, m := range g.msgs[:n] {
-		if bytes += len(m.Data()); bytes > g.maxBytes {
-			return max(i, 1)
-		}
-	}
-	return n
+	g.head++
+	g.headBytes += size
+	return true
 }
 
 // take removes the first n messages; g.mu is held.
@@ -147,6 +157,12 @@ func (g *gatherer) take(n int) fetchResult {
 		rest := copy(g.msgs, g.msgs[n:])
 		clear(g.msgs[rest:])
 		g.msgs = g.msgs[:rest]
+		g.head, g.headBytes = 0, 0
+		for _, m := range g.msgs {
+			if !g.extendHead(len(m.Data())) {
+				break
+			}
+		}
 		g.first = time.Now() // the rest waits at most another linger
 		g.room.Broadcast()
 	}

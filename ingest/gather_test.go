@@ -120,6 +120,21 @@ func TestGathererBoundsFetchesInBytes(t *testing.T) {
 	assert.Equal(t, []int{5}, numbers(fr), "and goes alone")
 }
 
+// A small message after one that did not fit waits for the next fetch:
+// fetches keep delivery order, whatever fits where.
+func TestGathererKeepsDeliveryOrderAcrossTheByteBudget(t *testing.T) {
+	g := newGatherer(100, 1000)
+	for i, size := range []int{600, 600, 100, 300, 50} {
+		g.add(numbered{n: i, size: size})
+	}
+	ctx := context.Background()
+	for _, want := range [][]int{{0}, {1, 2, 3}} {
+		fr, ok := g.next(ctx)
+		require.True(t, ok)
+		assert.Equal(t, want, numbers(fr))
+	}
+}
+
 // TestFetchBytes: by default a fetch holds at most 1 MiB of payload (about
 // 2,000 single events, or 35 messages of 64), whatever the messages'
 // batching: all of it stays on the Go heap until decoded. A larger
@@ -129,4 +144,39 @@ func TestFetchBytes(t *testing.T) {
 	assert.Equal(t, 1<<20, FetchBytes(100, DefaultMaxMessageBytes), "one largest message at least")
 	assert.Equal(t, 8<<20, FetchBytes(DefaultFetchSize, 8<<20))
 	assert.Equal(t, 4<<20, FetchBytes(16384, DefaultMaxMessageBytes), "fetch_size scales it")
+}
+
+// sized is a delivered message of a payload shared by all (the benchmark
+// measures the gatherer, not allocating payloads).
+type sized struct {
+	jetstream.Msg
+	b []byte
+}
+
+func (m sized) Data() []byte { return m.b }
+
+// BenchmarkGathererSingleEvents: one op is one single-event message (about
+// 550 bytes, as simulate writes them) added by the Consume handler and taken
+// in fetches of the daemon's defaults, which a 1 MiB budget closes at
+// ~1,900 messages.
+func BenchmarkGathererSingleEvents(b *testing.B) {
+	g := newGatherer(DefaultFetchSize, FetchBytes(DefaultFetchSize, DefaultMaxMessageBytes))
+	m := sized{b: make([]byte, 550)}
+	ctx := context.Background()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for taken := 0; taken < b.N; {
+			fr, ok := g.next(ctx)
+			if !ok {
+				return
+			}
+			taken += len(fr.msgs)
+		}
+	}()
+	b.ResetTimer()
+	for range b.N {
+		g.add(m)
+	}
+	<-done
 }
