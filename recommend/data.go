@@ -79,34 +79,30 @@ type figures struct {
 // figuresSQL counts the window's figures of q's scope, by grant ("" for
 // the calls without one) and in total (the first column is true for the
 // total row, which is there even without calls), in scanFigures' order
-// after those two columns. Distinct sessions are counted by their hash (as
-// everywhere here), per session first and then per grant: a grouping by
-// session is several times cheaper in DuckDB than two distinct counts
-// over every call (measured over 5M calls: ~0.4 s against ~0.65 s).
+// after those two columns, in one pass over the calls. Distinct sessions,
+// agents and days are counted by their hash (as everywhere here) over the
+// calls grouped by session, agent and day first: a session nearly always
+// keeps one agent and one day, so the grouping holds barely more rows than
+// sessions, and a grouping is several times cheaper in DuckDB than
+// distinct counts over every call (measured over 5M calls: ~0.4 s against
+// ~0.65 s for the sessions; the agents and days counted apart took
+// another pass of ~0.2 s).
 const figuresSQL = `
-WITH s AS (
-	SELECT GROUPING(g) = 1 AS total, coalesce(g, '') AS g, coalesce(sum(n), 0)::BIGINT AS n,
-	       count(DISTINCT skh) FILTER (has_s) AS sessions,
-	       coalesce(sum(event), 0)::BIGINT AS event, coalesce(sum(conversation), 0)::BIGINT AS conversation,
-	       coalesce(sum(trace), 0)::BIGINT AS trace, coalesce(sum(derived), 0)::BIGINT AS derived,
-	       coalesce(sum(gateway), 0)::BIGINT AS gateway, coalesce(sum(allowed), 0)::BIGINT AS allowed,
-	       count(DISTINCT skh) FILTER (has_s AND allowed > 0) AS allowed_sessions
-	FROM (
-		SELECT coalesce("grant", '') AS g, hash(` + sessionKey + `) AS skh, ` + sessionKey + ` <> '' AS has_s, count(*) AS n,
-		       count(*) FILTER (session_source = 'event') AS event, count(*) FILTER (session_source = 'conversation') AS conversation,
-		       count(*) FILTER (session_source = 'trace') AS trace, count(*) FILTER (session_source = 'derived') AS derived,
-		       count(*) FILTER (session_source = 'gateway') AS gateway, count(*) FILTER (decision = 'allowed') AS allowed
-		FROM calls WHERE ` + inWindow + `
-		GROUP BY ALL)
-	GROUP BY GROUPING SETS ((g), ())
-), a AS (
-	SELECT GROUPING(g) = 1 AS total, coalesce(g, '') AS g, count(DISTINCT agent) AS agents,
-	       count(DISTINCT epoch_ms(ts) // 86400000) AS active_days
-	FROM (SELECT coalesce("grant", '') AS g, agent, ts FROM calls WHERE ` + inWindow + `)
-	GROUP BY GROUPING SETS ((g), ())
-)
-SELECT total, g, n, sessions, agents, active_days, event, conversation, trace, derived, gateway, allowed, allowed_sessions
-FROM s JOIN a USING (total, g)
+SELECT GROUPING(g) = 1 AS total, coalesce(g, '') AS g, coalesce(sum(n), 0)::BIGINT AS n,
+       count(DISTINCT skh) FILTER (has_s) AS sessions, count(DISTINCT agent) AS agents, count(DISTINCT day) AS active_days,
+       coalesce(sum(event), 0)::BIGINT AS event, coalesce(sum(conversation), 0)::BIGINT AS conversation,
+       coalesce(sum(trace), 0)::BIGINT AS trace, coalesce(sum(derived), 0)::BIGINT AS derived,
+       coalesce(sum(gateway), 0)::BIGINT AS gateway, coalesce(sum(allowed), 0)::BIGINT AS allowed,
+       count(DISTINCT skh) FILTER (has_s AND allowed > 0) AS allowed_sessions
+FROM (
+	SELECT coalesce("grant", '') AS g, hash(` + sessionKey + `) AS skh, ` + sessionKey + ` <> '' AS has_s,
+	       agent, epoch_ms(ts) // 86400000 AS day, count(*) AS n,
+	       count(*) FILTER (session_source = 'event') AS event, count(*) FILTER (session_source = 'conversation') AS conversation,
+	       count(*) FILTER (session_source = 'trace') AS trace, count(*) FILTER (session_source = 'derived') AS derived,
+	       count(*) FILTER (session_source = 'gateway') AS gateway, count(*) FILTER (decision = 'allowed') AS allowed
+	FROM calls WHERE ` + inWindow + `
+	GROUP BY ALL)
+GROUP BY GROUPING SETS ((g), ())
 ORDER BY total, g`
 
 // scanFigures reads figuresSQL's columns, after those given first.

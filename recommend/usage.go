@@ -42,6 +42,13 @@ const usageScope = `server = $server AND ($grant = '' OR "grant" = $grant) AND t
 // so the periods counted from tool_days are exactly those the calls would
 // give.
 //
+// The days with an allowed call in the window come from tool_days too: a
+// day in it counts when its last allowed call is after the window's start
+// and its first allowed call not after its end (which only the window's
+// first and last days can fail, the window being a day or longer), as a
+// distinct count over the window's calls would give, without that second
+// pass (~0.2 s over 5M calls).
+//
 // The window's figures are counted per tool and session first, then per
 // tool: the sessions become a count of rows instead of two distinct counts
 // of hashes, which DuckDB computes several times more slowly than a
@@ -73,8 +80,10 @@ WITH p AS (
 	       sum(approval)::BIGINT AS approval, max(last_allowed) AS last_allowed
 	FROM p GROUP BY g, tool
 ), d AS (
-	SELECT ` + g + ` AS g, tool, count(DISTINCT epoch_ms(ts) // 86400000) AS allowed_days
-	FROM calls WHERE ` + usageScope + ` AND ts > $from AND decision = 'allowed'
+	SELECT ` + dayG + ` AS g, tool, count(DISTINCT day) AS allowed_days
+	FROM tool_days
+	WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND day BETWEEN $day0_days AND $to_days
+	  AND last_allowed > $from AND first_allowed <= $to
 	GROUP BY ALL
 ), f AS (
 	SELECT ` + g + ` AS g, tool, max(ts) FILTER (decision = 'allowed') AS last_allowed,
@@ -153,7 +162,8 @@ func grantUsage(ctx context.Context, q query, window time.Duration) (map[string]
 // usageArgs are usageSQL's arguments besides the scope's.
 func (q query) usageArgs(window time.Duration) []any {
 	day0, start := analytics.ToolDay(q.from)
-	return []any{sql.Named("period_ms", window.Milliseconds()), sql.Named("day0_days", day0), sql.Named("day0", start)}
+	last, _ := analytics.ToolDay(q.to)
+	return []any{sql.Named("period_ms", window.Milliseconds()), sql.Named("day0_days", day0), sql.Named("day0", start), sql.Named("to_days", last)}
 }
 
 // readUsage runs a tool usage query (usageSQL or usageScanSQL): the tools'
