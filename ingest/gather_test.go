@@ -159,9 +159,15 @@ func (m sized) Data() []byte { return m.b }
 // 550 bytes, as simulate writes them) added by the Consume handler and taken
 // in fetches of the daemon's defaults, which a 1 MiB budget closes at
 // ~1,900 messages.
-func BenchmarkGathererSingleEvents(b *testing.B) {
+func BenchmarkGathererSingleEvents(b *testing.B) { benchmarkGatherer(b, 550) }
+
+// BenchmarkGathererBatched: one op is a message of 64 events (~35 KB); 1 MiB
+// closes a fetch at ~30 of them.
+func BenchmarkGathererBatched(b *testing.B) { benchmarkGatherer(b, 64*550) }
+
+func benchmarkGatherer(b *testing.B, size int) {
 	g := newGatherer(DefaultFetchSize, FetchBytes(DefaultFetchSize, DefaultMaxMessageBytes))
-	m := sized{b: make([]byte, 550)}
+	m := sized{b: make([]byte, size)}
 	ctx := context.Background()
 	done := make(chan struct{})
 	go func() {
