@@ -24,16 +24,17 @@ import (
 // restartableServer is a real NATS server with JetStream on a store folder
 // that outlives it, so that a test can stop it and start it again.
 type restartableServer struct {
-	t     *testing.T
-	store string
-	ns    *natsserver.Server
-	nc    *nats.Conn
+	t          *testing.T
+	store      string
+	maxPayload int32 // the server's max_payload; 0: its default
+	ns         *natsserver.Server
+	nc         *nats.Conn
 }
 
 func (r *restartableServer) start() jetstream.JetStream {
 	r.t.Helper()
 	ns, err := natsserver.NewServer(&natsserver.Options{
-		Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, JetStream: true,
+		Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, JetStream: true, MaxPayload: r.maxPayload,
 		StoreDir: r.store, NoLog: true, NoSigs: true,
 	})
 	require.NoError(r.t, err)
@@ -702,19 +703,9 @@ func TestConsumerMissing(t *testing.T) {
 // to stall the consumer (a pull smaller than a message never delivers it,
 // and the client reports no error).
 func TestJetStreamDeliversAMessageLargerThanItsPulls(t *testing.T) {
-	ns, err := natsserver.NewServer(&natsserver.Options{
-		Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, JetStream: true, MaxPayload: 8 << 20,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-	})
-	require.NoError(t, err)
-	ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	require.True(t, ns.ReadyForConnections(10*time.Second))
-	nc, err := nats.Connect(ns.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	srv := newRestartableServer(t)
+	srv.maxPayload = 8 << 20
+	js := srv.start()
 	c := jsSetup(t, js, time.Hour)
 
 	jsPublish(t, js, 0, 10)
@@ -726,7 +717,7 @@ func TestJetStreamDeliversAMessageLargerThanItsPulls(t *testing.T) {
 	big.Header.Set(contentTypeHeader, BatchContentType)
 	big.Data = bytes.Join(lines, []byte("\n"))
 	require.Greater(t, len(big.Data), 2*FetchBytes(DefaultFetchSize, DefaultMaxMessageBytes), "larger than two fetches")
-	_, err = js.PublishMsg(context.Background(), big)
+	_, err := js.PublishMsg(context.Background(), big)
 	require.NoError(t, err)
 	jsPublish(t, js, 30010, 30020)
 
