@@ -67,7 +67,7 @@ func (g *gatherer) add(m jetstream.Msg) {
 	if g.head == n-1 {
 		g.extendHead(size)
 	}
-	full := g.fullFetch() < n || g.head == g.size
+	full := g.head < n || g.head == g.size
 	g.mu.Unlock()
 	if n == 1 || full {
 		g.signal()
@@ -108,7 +108,7 @@ func (g *gatherer) next(ctx context.Context) (fr fetchResult, ok bool) {
 	for {
 		g.mu.Lock()
 		n := len(g.msgs)
-		k := g.fullFetch()
+		k := g.head // the next fetch's messages
 		switch {
 		case k < n || n >= g.size || g.err != nil || (n > 0 && time.Since(g.first) >= fetchLinger):
 			fr = g.take(k)
@@ -129,10 +129,6 @@ func (g *gatherer) next(ctx context.Context) (fr fetchResult, ok bool) {
 		}
 	}
 }
-
-// fullFetch is how many messages, from the first, make one fetch: up to
-// size of them and maxBytes of payload, and at least one; g.mu is held.
-func (g *gatherer) fullFetch() int { return g.head }
 
 // extendHead adds the message after the head, of size payload bytes, to the
 // next fetch if it fits; g.mu is held.
