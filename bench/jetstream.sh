@@ -5,7 +5,8 @@
 #      event stored, read from /metrics), its peak RSS (VmHWM), the CPU time it
 #      took and the bytes it wrote to disk meanwhile (/proc/PID/stat and io), and
 #   2. how fast a consumer that discards messages drains the same stream with
-#      the same fetch and ack pattern (the transport ceiling),
+#      the same fetch and ack pattern (the transport ceiling), and with one
+#      AckAll per fetch beside it,
 # and print both rates, the ratio and peak RSS.
 #   EVENTS=1000000 bench/jetstream.sh            # one event per message
 #   EVENTS=1000000 BATCH=64 bench/jetstream.sh   # 64 events per message (SPEC §2)
@@ -108,21 +109,25 @@ for run in $(seq "$RUNS"); do
 	t_serve=$t_tree
 
 	# 3. The transport ceiling on the same stream (own durable consumers),
-	# the faster of two runs, so that neither gets all the cold reads; the
-	# ack-each variant in the first run only.
-	t_ceiling=$("$OUT/jetstream" discard -store "$STORE" -listen "$NATS" -count "$MESSAGES")
-	if [ "$run" = 1 ]; then
-		t_each=$("$OUT/jetstream" discard -store "$STORE" -listen "$NATS" -count "$MESSAGES" -ack-each)
-		t_each=$(best "$t_each" "$("$OUT/jetstream" discard -store "$STORE" -listen "$NATS" -count "$MESSAGES" -ack-each)")
-	fi
-	t_ceiling=$(best "$t_ceiling" "$("$OUT/jetstream" discard -store "$STORE" -listen "$NATS" -count "$MESSAGES")")
+	# acknowledging as serve does (-acks auto: none on this server), the
+	# faster of two runs, so that neither gets all the cold reads; then the
+	# same with one AckAll per fetch, the acknowledgements serve made before
+	# it acknowledged nothing, and the ack-each variant in the first run only.
+	discard() { "$OUT/jetstream" discard -store "$STORE" -listen "$NATS" -count "$MESSAGES" "$@"; }
+	read -r t_ceiling policy < <(discard)
+	read -r t_all _ < <(discard -acks all)
+	[ "$run" = 1 ] && read -r t_each _ < <(discard -acks explicit)
+	read -r t2 _ < <(discard)
+	t_ceiling=$(best "$t_ceiling" "$t2")
 
 	ratio=$(awk -v a="$t_ceiling" -v b="$t_serve" 'BEGIN{printf "%.2f", a/b}')
 	ratios+=("$ratio")
 	echo "$tree_line"
 	[ -n "$base_line" ] && echo "$base_line"
-	printf 'run %d: discard (AckAll)  : %7.2fs %8s events/s   (transport ceiling)\n' "$run" "$t_ceiling" "$(rate "$t_ceiling")"
-	[ "$run" = 1 ] && printf 'run %d: discard (Ack each): %7.2fs %8s events/s\n' "$run" "$t_each" "$(rate "$t_each")"
+	printf 'run %d: discard (%-9s): %7.2fs %8s events/s   (transport ceiling)\n' "$run" "$policy" "$t_ceiling" "$(rate "$t_ceiling")"
+	printf 'run %d: discard (AckAll)   : %7.2fs %8s events/s   (serve/it: %s)\n' "$run" "$t_all" "$(rate "$t_all")" \
+		"$(awk -v a="$t_all" -v b="$t_serve" 'BEGIN{printf "%.2f", a/b}')"
+	[ "$run" = 1 ] && printf 'run %d: discard (AckExplicit): %7.2fs %8s events/s\n' "$run" "$t_each" "$(rate "$t_each")"
 	printf 'run %d: ratio serve/ceiling: %s\n' "$run" "$ratio"
 done
 source bench/median.sh

@@ -49,7 +49,7 @@ func TestJetStreamBatchedMessages(t *testing.T) {
 	assert.True(t, again.Duplicate, "the same batch again is a duplicate of its Nats-Msg-Id")
 
 	sink := &memSink{}
-	runSource(t, &JetStreamSource{Consumer: c, Sink: sink, CheckpointKey: "MCP_AUDIT/mcptrail", BatchSize: 100, MaxWait: 100 * time.Millisecond})
+	runSource(t, &JetStreamSource{Consumer: c, JS: js, Sink: sink, CheckpointKey: "MCP_AUDIT/mcptrail", BatchSize: 100, MaxWait: 100 * time.Millisecond})
 	require.Eventually(t, func() bool { e, d := sink.count(); return e == 130 && d == 1 }, 10*time.Second, 20*time.Millisecond)
 	waitDrained(t, c)
 	cp, err := sink.Checkpoint(context.Background(), "MCP_AUDIT/mcptrail")

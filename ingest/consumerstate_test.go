@@ -63,9 +63,10 @@ func TestConsumerStateInMemoryResumesFromTheCheckpoint(t *testing.T) {
 	assert.Len(t, sink.storedOnce(t), 250)
 }
 
-// An earlier mcptrail's consumer keeps its state on disk, which the server
-// cannot change in place: EnsureConsumer replaces a consumer of an mcptrail
-// daemon and refuses to touch anyone else's.
+// An earlier mcptrail's consumer keeps its state on disk, or acknowledges
+// each batch, neither of which the server can change in place:
+// EnsureConsumer replaces a consumer of an mcptrail daemon and refuses to
+// touch anyone else's.
 func TestEnsureConsumerReplacesAnOnDiskConsumer(t *testing.T) {
 	_, js := jsServer(t)
 	ctx := context.Background()
@@ -73,13 +74,15 @@ func TestEnsureConsumerReplacesAnOnDiskConsumer(t *testing.T) {
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		durable, description string
+		memory               bool // only its ack policy differs
 		replaced             bool
 	}{
-		{"mcptrail", ConsumerDescription, true},
-		{"audit-exporter", "another program's", false},
+		{"mcptrail", ConsumerDescription, false, true},
+		{"mcptrail-acks", ConsumerDescription, true, true},
+		{"audit-exporter", "another program's", false, false},
 	} {
 		_, err := js.CreateOrUpdateConsumer(ctx, "MCP_AUDIT", jetstream.ConsumerConfig{
-			Durable: tc.durable, Description: tc.description, AckPolicy: jetstream.AckAllPolicy})
+			Durable: tc.durable, Description: tc.description, AckPolicy: jetstream.AckAllPolicy, MemoryStorage: tc.memory})
 		require.NoError(t, err)
 		c, err := EnsureConsumer(ctx, js, ConsumerSpec{Stream: "MCP_AUDIT", Durable: tc.durable})
 		if !tc.replaced {
@@ -92,5 +95,6 @@ func TestEnsureConsumerReplacesAnOnDiskConsumer(t *testing.T) {
 		}
 		require.NoError(t, err)
 		assert.True(t, c.CachedInfo().Config.MemoryStorage)
+		assert.Equal(t, jetstream.AckNonePolicy, c.CachedInfo().Config.AckPolicy)
 	}
 }

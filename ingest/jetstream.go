@@ -49,18 +49,22 @@ const (
 // JetStreamSource consumes a durable pull consumer into a Sink with
 // exactly-once storage.
 //
-// Both the checkpoint and AckAll rest on one invariant: every message at or
-// below the checkpoint is stored. A message the server delivered that never
-// reached the source (lost when a fetch ends on the client side first) would
-// break it: the next batch's checkpoint and ack would pass over it. The
-// source therefore checks that delivery sequences are contiguous; on a gap it
-// drops the fetched batch unstored and rewinds the consumer to its ack floor
-// (JetStream redelivers everything unacknowledged, and the checkpoint skips
-// what is already stored).
+// The checkpoint (and AckAll, where the consumer acknowledges) rest on one
+// invariant: every message at or below the checkpoint is stored. A message
+// the server delivered that never reached the source (lost when a fetch ends
+// on the client side first) would break it: the next batch's checkpoint and
+// ack would pass over it. The source therefore checks that delivery
+// sequences are contiguous, and, for a consumer that acknowledges nothing
+// (whose lost last delivery nothing would bring back), asks the server what
+// it delivered when nothing arrives (lostTail). On a loss it drops the
+// fetched batch unstored and rewinds the consumer to after the checkpoint
+// and its ack floor (JetStream delivers everything after it again, and the
+// checkpoint skips what is already stored). See acks.go for the ack policy.
 type JetStreamSource struct {
 	Consumer jetstream.Consumer
 	// JS lets the source rewind the consumer (at start and after a lost
-	// delivery); without it the source waits for the ack wait instead.
+	// delivery); without it the source waits for the ack wait instead. An
+	// AckNone consumer (AcksNone) needs it.
 	JS jetstream.JetStream
 	// Stream, when set, lets the source notice a stream that was recreated
 	// (its last sequence below the checkpoint) and stop skipping by the old
@@ -80,8 +84,7 @@ type JetStreamSource struct {
 	// most 5 s).
 	MaxWait time.Duration
 	Decode  audit.Options
-	Workers int  // DefaultDecodeWorkers when <= 0
-	AckEach bool // must match the consumer's ack policy (ConsumerSpec.AckEach)
+	Workers int // DefaultDecodeWorkers when <= 0
 	// ShutdownGrace bounds how long the batch in hand may still take to be
 	// stored once ctx is cancelled (5 s when 0). Past it the batch is abandoned
 	// unacknowledged: it is redelivered after a restart, never lost.
@@ -112,7 +115,11 @@ type JetStreamSource struct {
 	// once it is recreated and the Sink stores again. Called on changes only.
 	OnHealth func(ok bool, reason string)
 
-	nextDelivery  uint64    // the delivery sequence expected next; 0 = start of a new run
+	nextDelivery uint64 // the delivery sequence expected next; 0 = start of a new run
+	// lastDelivery is the delivery sequence of the last message received
+	// since the consumer was last reset or recreated (the server restarts
+	// its delivery sequences then): lostTail compares it with the server's.
+	lastDelivery  uint64
 	streamCreated time.Time // when the stream in use was created, to notice a new one
 
 	health Health
@@ -157,6 +164,9 @@ func (s *JetStreamSource) defaults() {
 // and acknowledged, so commits and acknowledgements stay in stream order.
 func (s *JetStreamSource) Run(ctx context.Context) error {
 	s.defaults()
+	if s.JS == nil && s.acks() == AcksNone {
+		return fmt.Errorf("jetstream source: consumer %s acknowledges nothing (AckNone), so only a rewind brings back a lost delivery: set JS", s.CheckpointKey)
+	}
 	cp, err := s.Sink.Checkpoint(ctx, s.CheckpointKey)
 	if err != nil {
 		return fmt.Errorf("jetstream source: %w", err)
@@ -409,7 +419,7 @@ func (s *JetStreamSource) recreate(ctx context.Context, p *pipeline) bool {
 	}
 	s.Log.Warn("consumer was missing and has been recreated", "consumer", s.CheckpointKey)
 	s.Consumer = c
-	s.nextDelivery = 0
+	s.nextDelivery, s.lastDelivery = 0, 0
 	if s.OnRecreate != nil {
 		s.OnRecreate("consumer")
 	}
@@ -425,11 +435,13 @@ func (s *JetStreamSource) recreate(ctx context.Context, p *pipeline) bool {
 // then starts a new contiguous run. false when ctx ended first.
 func (s *JetStreamSource) resync(ctx context.Context, cp uint64) bool {
 	s.nextDelivery = 0
-	if s.JS != nil {
+	var bo backoff
+	for s.JS != nil {
 		next, err := Rewind(ctx, s.JS, s.Consumer, cp)
 		if err == nil {
 			if next > 0 {
-				s.Log.Info("positioned the consumer after its checkpoint: what was delivered and never acknowledged comes again, what is stored does not",
+				s.lastDelivery = 0 // the reset restarts delivery sequences
+				s.Log.Info("positioned the consumer after its checkpoint: what was delivered and never stored comes again, what is stored does not",
 					"consumer", s.CheckpointKey, "checkpoint", cp, "next_seq", next)
 			}
 			return true
@@ -438,7 +450,16 @@ func (s *JetStreamSource) resync(ctx context.Context, cp uint64) bool {
 			return true // nothing is outstanding; the next fetch recreates it
 		}
 		s.fail("fetch", err)
+		if s.acks() != AcksNone {
+			break
+		}
+		// Nothing redelivers to an AckNone consumer: only the rewind brings
+		// back what it delivered and the source did not store.
+		if !bo.wait(ctx) {
+			return false
+		}
 	}
+
 	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	info, err := s.Consumer.Info(ictx)
 	cancel()
@@ -462,13 +483,42 @@ func consumerMissing(err error) bool {
 	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted)
 }
 
+// lostTail tells whether the server delivered a message after the last
+// one the source received: a loss that no later delivery reveals as a gap
+// (the newest messages lost while nothing follows them). JetStream
+// redelivers such a loss after the ack wait, except to an AckNone consumer,
+// which only a rewind brings it back to. The pipeline asks when nothing
+// arrived for a flush interval, twice in a row before it rewinds, so that a
+// message merely still on its way is not taken for lost.
+//
+// It compares delivery sequences: the stream sequence a consumer reports
+// as delivered is how far it looked, which for a filtered consumer (a
+// shard) runs past its last message.
+func (s *JetStreamSource) lostTail(ctx context.Context) (uint64, bool) {
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	info, err := s.Consumer.Info(ictx)
+	if err != nil {
+		return 0, false // a missing consumer shows at the next fetch
+	}
+	// With messages still pending, the next delivery would show the gap.
+	return info.Delivered.Consumer, info.NumPending == 0 && info.Delivered.Consumer > s.lastDelivery
+}
+
 // gapError is a delivery sequence that does not follow the previous one.
+// With tail set, got is the last delivery the server made and want the
+// last one received (lostTail).
 type gapError struct {
 	got, want uint64
 	consumer  string
+	tail      bool
 }
 
 func (e *gapError) Error() string {
+	if e.tail {
+		return fmt.Sprintf("the server made %d deliveries and the last to arrive was delivery %d: a message was lost between NATS and mcptrail "+
+			"(or another process consumes the durable consumer %s)", e.got, e.want, e.consumer)
+	}
 	return fmt.Sprintf("delivery %d arrived where %d was expected: a message was lost between NATS and mcptrail "+
 		"(or another process consumes the durable consumer %s)", e.got, e.want, e.consumer)
 }
@@ -497,6 +547,7 @@ func (s *JetStreamSource) prepare(msgs []jetstream.Msg) (fetched, error) {
 			return b, &gapError{got: got, want: want, consumer: s.CheckpointKey}
 		}
 		s.nextDelivery = md.Sequence.Consumer + 1
+		s.lastDelivery = md.Sequence.Consumer
 		b.in = appendMessages(b.in, m.Data(), m.Subject(), md.Sequence.Stream, m.Headers())
 		b.pending = md.NumPending
 		if md.Sequence.Stream >= b.maxSeq {
@@ -518,7 +569,7 @@ func (s *JetStreamSource) store(ctx context.Context, f *filling, cp uint64) bool
 
 	defer f.staged.Release()
 	rep := f.rep
-	rep.Messages, rep.Seq, rep.Dead = f.msgs, f.maxSeq, f.dead
+	rep.Messages, rep.Seq, rep.Dead, rep.Checkpoint = f.msgs, f.maxSeq, f.dead, max(cp, f.maxSeq)
 	batch := batchOf(f.staged, f.dead)
 	if f.maxSeq > cp {
 		batch.Checkpoint = &Checkpoint{Consumer: s.CheckpointKey, Seq: f.maxSeq}
@@ -543,7 +594,7 @@ func (s *JetStreamSource) store(ctx context.Context, f *filling, cp uint64) bool
 	}
 
 	t0 := time.Now()
-	s.ack(wctx, f.acks, f.last)
+	s.ack(wctx, f)
 	rep.Ack = time.Since(t0)
 	s.Log.Debug("batch stored", "messages", rep.Messages, "last_seq", f.maxSeq, "ingested", rep.Result.Ingested,
 		"duplicates", rep.Result.Duplicates+rep.Redelivered, "rejected", rep.Result.Rejected,
@@ -554,12 +605,23 @@ func (s *JetStreamSource) store(ctx context.Context, f *filling, cp uint64) bool
 	return true
 }
 
-// ack acknowledges a stored batch. A lost acknowledgement only causes a
-// redelivery, which the checkpoint then skips, so failures are logged, not
-// retried.
-func (s *JetStreamSource) ack(ctx context.Context, msgs []jetstream.Msg, last jetstream.Msg) {
-	if s.AckEach {
-		for _, m := range msgs {
+// acks is the ack policy of the consumer in use.
+func (s *JetStreamSource) acks() Acks {
+	if info := s.Consumer.CachedInfo(); info != nil {
+		return acksOf(info.Config.AckPolicy)
+	}
+	return AcksBatch
+}
+
+// ack acknowledges a stored batch as its consumer's policy asks. A lost
+// acknowledgement only causes a redelivery, which the checkpoint then
+// skips, so failures are logged, not retried.
+func (s *JetStreamSource) ack(ctx context.Context, f *filling) {
+	switch f.acks {
+	case AcksNone: // the checkpoint committed with the batch is the record
+		return
+	case AcksEach:
+		for _, m := range f.each {
 			if err := m.Ack(); err != nil {
 				s.fail("ack", err)
 				return
@@ -567,6 +629,7 @@ func (s *JetStreamSource) ack(ctx context.Context, msgs []jetstream.Msg, last je
 		}
 		return
 	}
+	last := f.last
 	// AckAll: acknowledging the highest sequence acknowledges the whole batch.
 	// The double ack waits for the server's confirmation, so a clean shutdown
 	// never leaves the last batch to be redelivered.

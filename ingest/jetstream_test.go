@@ -76,12 +76,18 @@ func jsEvent(i int, server string) []byte {
 	return fmt.Appendf(nil, `{"id":"e%06d","ts":"2026-01-02T03:04:05.%09dZ","server":%q,"tool":"vm_list","decision":"allowed"}`, i, i, server)
 }
 
+// jsSetup creates the stream and the consumer as serve does (on the test
+// server, a limits stream on 2.14 or later: AckNone).
 func jsSetup(t *testing.T, js jetstream.JetStream, ackWait time.Duration) jetstream.Consumer {
+	return jsSetupAcks(t, js, ackWait, AcksAuto)
+}
+
+func jsSetupAcks(t *testing.T, js jetstream.JetStream, ackWait time.Duration, acks Acks) jetstream.Consumer {
 	t.Helper()
 	ctx := context.Background()
 	_, err := EnsureStream(ctx, js, StreamSpec{Name: "MCP_AUDIT", Subjects: []string{"mcp.audit.>"}})
 	require.NoError(t, err)
-	c, err := EnsureConsumer(ctx, js, ConsumerSpec{Stream: "MCP_AUDIT", Durable: "mcptrail", BatchSize: 50, AckWait: ackWait})
+	c, err := EnsureConsumer(ctx, js, ConsumerSpec{Stream: "MCP_AUDIT", Durable: "mcptrail", BatchSize: 50, AckWait: ackWait, Acks: acks})
 	require.NoError(t, err)
 	return c
 }
@@ -188,11 +194,13 @@ func waitDrained(t *testing.T, c jetstream.Consumer) {
 func TestJetStreamRedeliveryAfterCommitWithoutAck(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
+		acks        Acks
 		rewind      bool
 		redelivered int
 	}{
-		{"rewound past the checkpoint", true, 0},
-		{"redelivered after the ack wait", false, 100},
+		{"acknowledging nothing, rewound past the checkpoint", AcksNone, true, 0},
+		{"AckAll, rewound past the checkpoint", AcksBatch, true, 0},
+		{"AckAll, redelivered after the ack wait", AcksBatch, false, 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, js := jsServer(t)
@@ -200,7 +208,7 @@ func TestJetStreamRedeliveryAfterCommitWithoutAck(t *testing.T) {
 			if !tc.rewind {
 				ackWait = time.Second
 			}
-			c := jsSetup(t, js, ackWait)
+			c := jsSetupAcks(t, js, ackWait, tc.acks)
 			jsPublish(t, js, 0, 100)
 			sink := &memSink{}
 
@@ -251,14 +259,20 @@ func TestJetStreamRedeliveryAfterCommitWithoutAck(t *testing.T) {
 
 // A database error: nothing is acknowledged until the batch is stored.
 func TestJetStreamDatabaseErrorIsRetriedWithoutAck(t *testing.T) {
+	for _, acks := range []Acks{AcksNone, AcksBatch} {
+		t.Run(acks.String(), func(t *testing.T) { testDatabaseErrorIsRetried(t, acks) })
+	}
+}
+
+func testDatabaseErrorIsRetried(t *testing.T, acks Acks) {
 	_, js := jsServer(t)
-	c := jsSetup(t, js, time.Minute)
+	c := jsSetupAcks(t, js, time.Minute, acks)
 	jsPublish(t, js, 0, 40)
 	sink := &memSink{failN: 3}
 	var mu sync.Mutex
 	var stages []string
 	runSource(t, &JetStreamSource{
-		Consumer: c, Sink: sink, BatchSize: 50, MaxWait: 200 * time.Millisecond,
+		Consumer: c, JS: js, Sink: sink, BatchSize: 50, MaxWait: 200 * time.Millisecond,
 		OnError: func(stage string, err error) {
 			mu.Lock()
 			stages = append(stages, stage)
@@ -271,9 +285,11 @@ func TestJetStreamDatabaseErrorIsRetriedWithoutAck(t *testing.T) {
 		defer mu.Unlock()
 		return len(stages) >= 1
 	}, 5*time.Second, 10*time.Millisecond)
-	info, err := c.Info(context.Background())
-	require.NoError(t, err)
-	assert.Equal(t, 40, info.NumAckPending)
+	if acks == AcksBatch {
+		info, err := c.Info(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, 40, info.NumAckPending)
+	}
 
 	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 40 }, 10*time.Second, 20*time.Millisecond)
 	waitDrained(t, c)
@@ -299,7 +315,7 @@ func TestJetStreamDeadLettersAreAcked(t *testing.T) {
 	}
 	sink := &memSink{}
 	runSource(t, &JetStreamSource{
-		Consumer: c, Sink: sink, BatchSize: 50, MaxWait: 200 * time.Millisecond,
+		Consumer: c, JS: js, Sink: sink, BatchSize: 50, MaxWait: 200 * time.Millisecond,
 		Decode: audit.Options{MaxEventBytes: 512},
 	})
 	require.Eventually(t, func() bool { e, d := sink.count(); return e == 3 && d == 3 }, 10*time.Second, 20*time.Millisecond)
@@ -329,7 +345,7 @@ func TestJetStreamSubjectMismatchIsDeadLettered(t *testing.T) {
 		require.NoError(t, err)
 	}
 	sink := &memSink{}
-	runSource(t, &JetStreamSource{Consumer: c, Sink: sink, BatchSize: 50, MaxWait: 100 * time.Millisecond})
+	runSource(t, &JetStreamSource{Consumer: c, JS: js, Sink: sink, BatchSize: 50, MaxWait: 100 * time.Millisecond})
 	require.Eventually(t, func() bool { e, d := sink.count(); return e+d == 4 }, 10*time.Second, 20*time.Millisecond)
 	waitDrained(t, c)
 	sink.mu.Lock()
@@ -350,7 +366,7 @@ func TestJetStreamRecreatedStreamIgnoresOldCheckpoint(t *testing.T) {
 	st, err := js.Stream(context.Background(), "MCP_AUDIT")
 	require.NoError(t, err)
 	sink := &memSink{cp: map[string]uint64{"MCP_AUDIT/mcptrail": 1000}}
-	runSource(t, &JetStreamSource{Consumer: c, Stream: st, Sink: sink, BatchSize: 50, MaxWait: 200 * time.Millisecond})
+	runSource(t, &JetStreamSource{Consumer: c, JS: js, Stream: st, Sink: sink, BatchSize: 50, MaxWait: 200 * time.Millisecond})
 	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 5 }, 10*time.Second, 20*time.Millisecond)
 	waitDrained(t, c)
 }
@@ -398,12 +414,30 @@ func (c *droppingConsumer) Consume(handler jetstream.MessageHandler, opts ...jet
 // A delivery that never reaches the source must not be acknowledged by a
 // later AckAll or passed over by the checkpoint: the source notices the gap
 // in delivery sequences, drops what it holds unstored and rewinds the
-// consumer, which delivers the lost message again.
+// consumer, which delivers the lost message again. The last delivery lost,
+// with nothing after it to show a gap, comes back after the ack wait to an
+// AckAll consumer, and to one that acknowledges nothing because the source
+// asks the server what it delivered once nothing arrived for two flush
+// intervals.
 func TestJetStreamLostDeliveryRewinds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		acks Acks
+		lost uint64
+	}{
+		{"acknowledging nothing", AcksNone, 8},
+		{"AckAll", AcksBatch, 8},
+		{"acknowledging nothing, the last delivery", AcksNone, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testLostDelivery(t, tc.acks, tc.lost) })
+	}
+}
+
+func testLostDelivery(t *testing.T, acks Acks, lost uint64) {
 	_, js := jsServer(t)
-	c := jsSetup(t, js, time.Hour)
+	c := jsSetupAcks(t, js, time.Hour, acks)
 	jsPublish(t, js, 0, 20)
-	lossy := &droppingConsumer{Consumer: c, seq: 8}
+	lossy := &droppingConsumer{Consumer: c, seq: lost}
 	sink := &memSink{}
 	var errs sync.Map
 	runSource(t, &JetStreamSource{
@@ -668,22 +702,30 @@ func (s *firstFailSink) Append(ctx context.Context, b Batch) (Result, error) {
 // not be stored either, or its checkpoint would pass over the abandoned
 // messages and they would be skipped on redelivery.
 func TestJetStreamShutdownStoresNothingAfterAnAbandonedBatch(t *testing.T) {
-	_, js := jsServer(t)
-	c := jsSetup(t, js, time.Hour)
-	jsPublish(t, js, 0, 10)
-	sink := &firstFailSink{first: "e000000"}
-	stop := runSource(t, &JetStreamSource{Consumer: c, JS: js, Sink: sink, BatchSize: 5, MaxWait: time.Second,
-		ShutdownGrace: 100 * time.Millisecond})
-	require.Eventually(t, func() bool {
-		info, err := c.Info(context.Background())
-		return err == nil && info.NumAckPending == 10 && sink.attempts.Load() >= 2
-	}, 5*time.Second, 10*time.Millisecond)
-	stop()
-	n, _ := sink.count()
-	assert.Zero(t, n, "nothing may be stored after an abandoned batch")
-	info, err := c.Info(context.Background())
-	require.NoError(t, err)
-	assert.Equal(t, uint64(0), info.AckFloor.Stream, "nothing may be acknowledged")
+	for _, acks := range []Acks{AcksNone, AcksBatch} {
+		t.Run(acks.String(), func(t *testing.T) {
+			_, js := jsServer(t)
+			c := jsSetupAcks(t, js, time.Hour, acks)
+			jsPublish(t, js, 0, 10)
+			sink := &firstFailSink{first: "e000000"}
+			stop := runSource(t, &JetStreamSource{Consumer: c, JS: js, Sink: sink, BatchSize: 5, MaxWait: time.Second,
+				ShutdownGrace: 100 * time.Millisecond})
+			require.Eventually(t, func() bool {
+				info, err := c.Info(context.Background())
+				return err == nil && info.NumPending == 0 && info.Delivered.Stream == 10 && sink.attempts.Load() >= 2
+			}, 5*time.Second, 10*time.Millisecond)
+			stop()
+			n, _ := sink.count()
+			assert.Zero(t, n, "nothing may be stored after an abandoned batch")
+			cp, _ := sink.Checkpoint(context.Background(), "MCP_AUDIT/mcptrail")
+			assert.Zero(t, cp, "the checkpoint may not pass over the abandoned batch")
+			if acks == AcksBatch {
+				info, err := c.Info(context.Background())
+				require.NoError(t, err)
+				assert.Equal(t, uint64(0), info.AckFloor.Stream, "nothing may be acknowledged")
+			}
+		})
+	}
 }
 
 // consumerMissing knows the server's answer for a missing consumer however

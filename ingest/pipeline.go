@@ -43,8 +43,9 @@ type filling struct {
 	deadline time.Time // flush_interval after its first message
 	lastFull bool      // the last fetch added was a full FetchSize: a backlog
 	msgs     int
-	acks     []jetstream.Msg // what ack needs: every message with AckEach, else the last one
-	last     jetstream.Msg
+	acks     Acks            // the consumer's policy when the batch began
+	each     []jetstream.Msg // every message, for AcksEach
+	last     jetstream.Msg   // the message with maxSeq, for AcksBatch
 	maxSeq   uint64
 	staged   Staging // the events to store
 	dead     []DeadLetter
@@ -57,6 +58,15 @@ type filling struct {
 func (p *pipeline) fill(ctx context.Context, fetches <-chan fetchResult) error {
 	flush := time.NewTimer(time.Hour)
 	defer flush.Stop()
+	// An AckNone consumer checks for a lost last delivery when idle
+	// (JetStreamSource.lostTail).
+	var idle <-chan time.Time
+	idleCheck := time.NewTicker(p.src.MaxWait)
+	defer idleCheck.Stop()
+	if p.src.acks() == AcksNone {
+		idle = idleCheck.C
+	}
+	suspect := false // the last idle check found a delivery not received
 	for {
 		var due <-chan time.Time
 		if p.filling != nil {
@@ -70,7 +80,15 @@ func (p *pipeline) fill(ctx context.Context, fetches <-chan fetchResult) error {
 			if !p.flush(ctx) {
 				return nil
 			}
+		case <-idle:
+			delivered, lost := p.src.lostTail(ctx)
+			if lost && suspect {
+				return &gapError{consumer: p.src.CheckpointKey, tail: true, got: delivered, want: p.src.lastDelivery}
+			}
+			suspect = lost
 		case fr := <-fetches:
+			idleCheck.Reset(p.src.MaxWait)
+			suspect = false
 			// A fetch that would overfill the batch is split: a batch of
 			// exactly BatchSize events is whole row groups, which DuckDB
 			// writes once, while a remainder left behind each batch became
@@ -134,7 +152,7 @@ func (p *pipeline) add(ctx context.Context, fr fetchResult) error {
 			// once instead of growing it fetch by fetch.
 			capacity = p.src.BatchSize
 		}
-		f = &filling{deadline: time.Now().Add(p.src.MaxWait), staged: newStaging(p.src.Sink, capacity)}
+		f = &filling{deadline: time.Now().Add(p.src.MaxWait), staged: newStaging(p.src.Sink, capacity), acks: p.src.acks()}
 		p.filling = f
 	}
 	f.rep.Fetch += fr.took
@@ -174,8 +192,8 @@ func (p *pipeline) add(ctx context.Context, fr fetchResult) error {
 	p.added++
 	p.pending = fb.pending
 	// Keep only what acknowledging needs: the raw payloads are decoded.
-	if p.src.AckEach {
-		f.acks = append(f.acks, fb.msgs...)
+	if f.acks == AcksEach {
+		f.each = append(f.each, fb.msgs...)
 	}
 	if fb.maxSeq >= f.maxSeq {
 		f.maxSeq, f.last = fb.maxSeq, fb.last

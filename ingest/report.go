@@ -10,6 +10,10 @@ import (
 type BatchReport struct {
 	Messages int    // messages in the batch (fetched or received)
 	Seq      uint64 // highest stream sequence of the batch (0 for core NATS)
+	// Checkpoint is the highest stream sequence stored once the batch is
+	// (JetStream only): what a consumer that acknowledges nothing has
+	// instead of an ack floor.
+	Checkpoint uint64
 	// Labels counts the batch's decoded events by input format and server;
 	// Result says how many of the handed-over ones were new.
 	Labels  map[EventLabel]*LabelCount

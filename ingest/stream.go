@@ -146,9 +146,10 @@ type ConsumerSpec struct {
 	BatchSize      int      // sizes MaxAckPending so that two full batches are always deliverable
 	FetchSize      int
 	AckWait        time.Duration
-	// AckEach makes the consumer AckExplicit and the source acknowledge every
-	// message; the default (AckAll) acknowledges a whole batch with one ack.
-	AckEach bool
+	// Acks is how deliveries are acknowledged; AcksAuto (the default) is
+	// resolved by ChooseAcks from the stream's retention and the server's
+	// version. The source follows the consumer's policy.
+	Acks Acks
 }
 
 // ConsumerDescription marks the durable consumers of mcptrail daemons on
@@ -170,15 +171,19 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSp
 	if ackWait <= 0 {
 		ackWait = DefaultAckWait
 	}
-	ackPolicy := jetstream.AckAllPolicy
-	if spec.AckEach {
-		ackPolicy = jetstream.AckExplicitPolicy
+	acks := spec.Acks
+	if acks == AcksAuto {
+		retention, err := streamRetention(ctx, js, spec.Stream)
+		if err != nil {
+			return nil, err
+		}
+		acks = ChooseAcks(acks, retention, js.Conn().ConnectedServerVersion())
 	}
 	cfg := jetstream.ConsumerConfig{
 		Durable:       spec.Durable,
 		Description:   ConsumerDescription,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     ackPolicy,
+		AckPolicy:     acks.policy(),
 		AckWait:       ackWait,
 		MaxDeliver:    -1, // never give up on a message: dropping one would lose an event
 		// The default (1000) would cap every fetch at 1000 messages; the
@@ -205,11 +210,15 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSp
 	default:
 		cfg.FilterSubjects = spec.FilterSubjects
 	}
+	if acks == AcksNone {
+		cfg.MaxAckPending = 0 // nothing is pending acknowledgement
+	}
 	c, err := js.CreateOrUpdateConsumer(ctx, spec.Stream, cfg)
-	if err != nil && strings.Contains(err.Error(), "storage type can not be updated") {
-		// A consumer of an earlier mcptrail, its state on disk: the server
-		// cannot move it to memory. Ours (by its description) is replaced;
-		// the checkpoint tells where the new one starts.
+	if err != nil && (strings.Contains(err.Error(), "storage type can not be updated") || strings.Contains(err.Error(), "ack policy can not be updated")) {
+		// A consumer of an earlier mcptrail (its state on disk, or another
+		// ack policy: the stream's retention or the server changed): the
+		// server cannot change it in place. Ours (by its description) is
+		// replaced; the checkpoint tells where the new one starts.
 		c, err = replaceConsumer(ctx, js, spec.Stream, cfg)
 	}
 	if err != nil {
@@ -230,17 +239,18 @@ func replaceConsumer(ctx context.Context, js jetstream.JetStream, stream string,
 		return nil, fmt.Errorf("read consumer %s: %w", cfg.Durable, err)
 	}
 	if desc := old.CachedInfo().Config.Description; desc != ConsumerDescription {
-		return nil, fmt.Errorf("consumer %s keeps its state on disk and is not an mcptrail daemon's (its description is %q): give this daemon another nats.consumer, or delete it with `nats consumer rm %s %s`",
-			cfg.Durable, desc, stream, cfg.Durable)
+		return nil, fmt.Errorf("consumer %s cannot be changed in place (its state on disk, or another ack policy than %s) and is not an mcptrail daemon's (its description is %q): give this daemon another nats.consumer, or delete it with `nats consumer rm %s %s`",
+			cfg.Durable, acksOf(cfg.AckPolicy), desc, stream, cfg.Durable)
 	}
 	if err := js.DeleteConsumer(ctx, stream, cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil, fmt.Errorf("replace consumer %s (its state on disk) with one whose state is in memory: %w", cfg.Durable, err)
+		return nil, fmt.Errorf("replace consumer %s with one whose state is in memory and whose ack policy is %s: %w", cfg.Durable, acksOf(cfg.AckPolicy), err)
 	}
 	return js.CreateOrUpdateConsumer(ctx, stream, cfg)
 }
 
 // Rewind positions the consumer after both its ack floor and the
-// checkpoint (the highest stream sequence stored): what a previous run
+// checkpoint (the highest stream sequence stored; an AckNone consumer, whose
+// ack floor is what it delivered, after the checkpoint alone, every time): what a previous run
 // fetched and never acknowledged comes back at once instead of after the
 // ack wait, while what it stored and never acknowledged (a crash between
 // commit and ack), or what a consumer that lost its state in memory would
@@ -255,10 +265,18 @@ func Rewind(ctx context.Context, js jetstream.JetStream, c jetstream.Consumer, c
 	if err != nil {
 		return 0, fmt.Errorf("consumer info: %w", err)
 	}
-	if info.NumAckPending == 0 && info.AckFloor.Stream >= checkpoint {
+	floor := info.AckFloor.Stream
+	if info.Config.AckPolicy == jetstream.AckNonePolicy {
+		// Its ack floor is what it delivered, and nothing tells what it
+		// delivered from what the source received: only the checkpoint
+		// says what is stored, so it is always rewound to it. The reset
+		// also restarts its delivery sequences at 1, which the source's
+		// check for a lost last delivery counts on (lostTail).
+		floor = 0
+	} else if info.NumAckPending == 0 && floor >= checkpoint {
 		return 0, nil
 	}
-	next := max(info.AckFloor.Stream, checkpoint) + 1
+	next := max(floor, checkpoint) + 1
 	if _, err := js.ResetConsumerToSequence(ctx, info.Stream, info.Name, next); err != nil {
 		return 0, fmt.Errorf("reset consumer %s to stream sequence %d (after its ack floor %d and the checkpoint %d): %w",
 			info.Name, next, info.AckFloor.Stream, checkpoint, err)

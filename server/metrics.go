@@ -31,6 +31,7 @@ type metrics struct {
 
 	pending    prometheus.Gauge
 	ackPending prometheus.Gauge
+	storedSeq  prometheus.Gauge
 
 	connected     prometheus.Gauge
 	reconnects    prometheus.Counter
@@ -85,9 +86,13 @@ func newMetrics(dbSize func() float64) *metrics {
 			Name: "mcptrail_consumer_pending_messages",
 			Help: "Messages in the stream not yet delivered to the durable consumer (polled).",
 		}),
+		storedSeq: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mcptrail_stored_stream_sequence",
+			Help: "Highest stream sequence stored (the checkpoint), as of the last batch; the stream's last sequence minus it is what is left to store.",
+		}),
 		ackPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "mcptrail_consumer_ack_pending_messages",
-			Help: "Messages delivered to the durable consumer and not yet acknowledged (polled).",
+			Help: "Messages delivered to the durable consumer and not yet acknowledged (polled; always 0 where it acknowledges nothing, on a limits stream).",
 		}),
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "mcptrail_nats_connected",
@@ -115,7 +120,7 @@ func newMetrics(dbSize func() float64) *metrics {
 		}),
 	}
 	m.reg.MustRegister(m.ingested, m.duplicates, m.rejected, m.skipped, m.redelivered, m.batchSize, m.commit,
-		m.errors, m.pending, m.ackPending, m.connected, m.reconnects, m.slowConsumers, m.dropped, m.recreated, m.ready,
+		m.errors, m.pending, m.ackPending, m.storedSeq, m.connected, m.reconnects, m.slowConsumers, m.dropped, m.recreated, m.ready,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "mcptrail_database_size_bytes",
 			Help: "Size of the DuckDB file and its write-ahead log.",
@@ -155,6 +160,9 @@ func (m *metrics) server(s string) string {
 // Nats-Msg-Id and the checkpoint catch almost all redelivery first).
 func (m *metrics) observe(rep ingest.BatchReport, subjectPrefix string) {
 	m.batchSize.Observe(float64(rep.Messages))
+	if rep.Checkpoint > 0 {
+		m.storedSeq.Set(float64(rep.Checkpoint))
+	}
 	if rep.Commit > 0 {
 		m.commit.Observe(rep.Commit.Seconds())
 	}

@@ -122,9 +122,9 @@ type Options struct {
 	// Not a config key: tests shorten it.
 	HTTPReadTimeout time.Duration
 
-	// AckEach acknowledges every message instead of one AckAll per batch
-	// (slower; kept for measurements). Not a config key.
-	AckEach bool
+	// Acks overrides how the consumer acknowledges (ingest.ChooseAcks picks
+	// by default). Not a config key: tests and measurements set it.
+	Acks ingest.Acks
 }
 
 func (o Options) withDefaults() Options {

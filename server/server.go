@@ -253,7 +253,7 @@ func runJetStream(ctx context.Context, nc *nats.Conn, store *analytics.Store, op
 		Durable:   opts.Consumer,
 		BatchSize: opts.BatchSize,
 		FetchSize: opts.FetchSize,
-		AckEach:   opts.AckEach,
+		Acks:      opts.Acks,
 	}
 	if len(opts.Servers) > 0 {
 		cspec.FilterSubjects = opts.subjects()
@@ -264,7 +264,7 @@ func runJetStream(ctx context.Context, nc *nats.Conn, store *analytics.Store, op
 		return err
 	}
 	log.Info("stream and consumer ready", "stream", opts.Stream, "subjects", opts.Subject,
-		"consumer", opts.Consumer, "filter", cspec.FilterSubjects)
+		"consumer", opts.Consumer, "filter", cspec.FilterSubjects, "ack_policy", cons.CachedInfo().Config.AckPolicy.String())
 
 	pctx, stopPoll := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -285,7 +285,6 @@ func runJetStream(ctx context.Context, nc *nats.Conn, store *analytics.Store, op
 		MaxWait:         opts.FlushInterval,
 		Decode:          opts.Decode,
 		Workers:         ingest.DefaultDecodeWorkers,
-		AckEach:         opts.AckEach,
 		Log:             log.With("component", "ingest"),
 		Started:         markReady,
 		OnBatch:         func(r ingest.BatchReport) { m.observe(r, prefix); opts.stored(r) },
