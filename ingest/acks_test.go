@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -134,4 +135,41 @@ func TestJetStreamIdleShardLosesNothingAndRewindsNever(t *testing.T) {
 	time.Sleep(20 * 50 * time.Millisecond)
 	assert.Zero(t, errs.Load(), "a restarted idle shard reported a loss")
 	assert.Len(t, sink.storedOnce(t), 5)
+}
+
+// failingResets is the real JetStream context with its first consumer
+// resets refused, as a server busy electing a leader would.
+type failingResets struct {
+	jetstream.JetStream
+	fails atomic.Int64
+}
+
+func (j *failingResets) ResetConsumerToSequence(ctx context.Context, stream, consumer string, seq uint64) (*jetstream.ConsumerResetResponse, error) {
+	if j.fails.Add(-1) >= 0 {
+		return nil, errors.New("nats: timeout")
+	}
+	return j.JetStream.ResetConsumerToSequence(ctx, stream, consumer, seq)
+}
+
+// Only a rewind brings back what an AckNone consumer delivered and the
+// source did not store: a rewind that fails is tried again, where an AckAll
+// consumer could fall back on the ack wait.
+func TestJetStreamAckNoneRetriesAFailedRewind(t *testing.T) {
+	_, js := jsServer(t)
+	c := jsSetupAcks(t, js, time.Hour, AcksNone)
+	jsPublish(t, js, 0, 40)
+	// A crashed run: 25 delivered, none stored.
+	b, err := c.Fetch(25, jetstream.FetchMaxWait(2*time.Second))
+	require.NoError(t, err)
+	for range b.Messages() {
+	}
+	flaky := &failingResets{JetStream: js}
+	flaky.fails.Store(2)
+	sink := &memSink{}
+	var failed atomic.Int64
+	runSource(t, &JetStreamSource{Consumer: c, JS: flaky, Sink: sink, CheckpointKey: "MCP_AUDIT/mcptrail", BatchSize: 50, MaxWait: 100 * time.Millisecond,
+		OnError: func(stage string, err error) { failed.Add(1) }})
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 40 }, 10*time.Second, 10*time.Millisecond)
+	assert.Len(t, sink.storedOnce(t), 40)
+	assert.Equal(t, int64(2), failed.Load(), "each failed rewind is reported")
 }
