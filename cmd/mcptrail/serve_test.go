@@ -112,7 +112,7 @@ func TestServeSurvivesSIGKILL(t *testing.T) {
 	require.Equal(t, uint64(n), last, "the stream holds each published event once")
 	// The consumer acknowledges nothing (a limits stream): what the daemon
 	// stored is its checkpoint, which /metrics shows.
-	require.Eventually(t, func() bool { return metricValue(httpAddr, "mcptrail_stored_stream_sequence") == float64(last) },
+	require.Eventually(t, func() bool { return metricSum(httpAddr, "mcptrail_stored_stream_sequence") == float64(last) },
 		60*time.Second, 50*time.Millisecond, "the restarted daemon did not store the whole stream")
 	nc.Close()
 
@@ -202,28 +202,9 @@ func httpStatus(addr, path string) int {
 	return resp.StatusCode
 }
 
-// ingestedSoFar sums mcptrail_events_ingested_total from /metrics.
-// metricValue reads an unlabelled metric from /metrics (-1 when absent).
-func metricValue(addr, name string) float64 {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return -1
-			}
-			return f
-		}
-	}
-	return -1
-}
-
-func ingestedSoFar(addr string) int {
+// metricSum reads a metric from /metrics: the sum of its samples, every
+// label set of it (0 when the daemon does not answer or has none).
+func metricSum(addr, name string) float64 {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return 0
@@ -232,15 +213,21 @@ func ingestedSoFar(addr string) int {
 	total := 0.0
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if line := sc.Text(); strings.HasPrefix(line, "mcptrail_events_ingested_total{") {
-			if i := strings.LastIndexByte(line, ' '); i > 0 {
-				v, _ := strconv.ParseFloat(line[i+1:], 64)
-				total += v
-			}
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (!strings.HasPrefix(rest, "{") && !strings.HasPrefix(rest, " ")) {
+			continue // another metric whose name starts with this one
+		}
+		if i := strings.LastIndexByte(line, ' '); i > 0 {
+			v, _ := strconv.ParseFloat(line[i+1:], 64)
+			total += v
 		}
 	}
-	return int(total)
+	return total
 }
+
+// ingestedSoFar sums mcptrail_events_ingested_total from /metrics.
+func ingestedSoFar(addr string) int { return int(metricSum(addr, "mcptrail_events_ingested_total")) }
 
 // TestSimulateSendsOTLPToServe: simulate --otlp sends its traffic as OTLP/HTTP
 // to serve's receiver with the token from http.token_file, and every event is
