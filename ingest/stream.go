@@ -278,8 +278,11 @@ func Rewind(ctx context.Context, js jetstream.JetStream, c jetstream.Consumer, c
 	}
 	next := max(floor, checkpoint) + 1
 	if _, err := js.ResetConsumerToSequence(ctx, info.Stream, info.Name, next); err != nil {
-		return 0, fmt.Errorf("reset consumer %s to stream sequence %d (after its ack floor %d and the checkpoint %d): %w",
-			info.Name, next, info.AckFloor.Stream, checkpoint, err)
+		after := fmt.Sprintf("after its ack floor %d and the checkpoint %d", info.AckFloor.Stream, checkpoint)
+		if info.Config.AckPolicy == jetstream.AckNonePolicy {
+			after = fmt.Sprintf("after the checkpoint %d", checkpoint) // its ack floor is only what it delivered
+		}
+		return 0, fmt.Errorf("reset consumer %s to stream sequence %d (%s): %w", info.Name, next, after, err)
 	}
 	return next, nil
 }
