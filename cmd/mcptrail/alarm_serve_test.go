@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -91,12 +90,9 @@ func TestServeAlertsRunawayLoop(t *testing.T) {
 	assert.Equal(t, 8.0, ended["polls"])
 	assert.Equal(t, running["id"], ended["id"])
 	assert.Contains(t, log.String(), "alarm: runaway_loop running")
-	resp, err := http.Get("http://" + httpAddr + "/metrics")
-	require.NoError(t, err)
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	assert.Contains(t, string(body), `mcptrail_alerts_total{kind="runaway_loop",state="ended"} 1`)
-	assert.Contains(t, string(body), `mcptrail_alerts_total{kind="runaway_loop",state="running"} 1`)
+	metrics := metricsText(t, httpAddr)
+	assert.Contains(t, metrics, `mcptrail_alerts_total{kind="runaway_loop",state="ended"} 1`)
+	assert.Contains(t, metrics, `mcptrail_alerts_total{kind="runaway_loop",state="running"} 1`)
 	select {
 	case a := <-alerts:
 		t.Errorf("one alert too many: %v", a)

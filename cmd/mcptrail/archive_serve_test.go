@@ -1,8 +1,6 @@
 package main
 
 import (
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -26,15 +24,12 @@ func TestServeReportsArchiveMetrics(t *testing.T) {
 			env = append(env, "MCPTRAIL_STORAGE_ARCHIVE="+dir, "MCPTRAIL_STORAGE_RETENTION=90d")
 		}
 		addr := startDaemon(t, tmp, filepath.Join(tmp, "mcptrail.duckdb"), env...)
-		resp, err := http.Get("http://" + addr + "/metrics")
-		require.NoError(t, err)
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		metrics := metricsText(t, addr)
 		for _, m := range []string{"mcptrail_archive_errors_total 0", "mcptrail_archive_rows_total 0", "mcptrail_archive_deleted_rows_total 0"} {
 			if archived {
-				assert.Contains(t, string(body), m)
+				assert.Contains(t, metrics, m)
 			} else {
-				assert.NotContains(t, string(body), m)
+				assert.NotContains(t, metrics, m)
 			}
 		}
 	}

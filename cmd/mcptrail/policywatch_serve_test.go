@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -110,11 +109,7 @@ func TestServeRaisesARegressionAfterAPolicyChange(t *testing.T) {
 	assert.Nil(t, a["revert"], "no policy is recorded: no patch")
 	// stderr reaches the buffer through a pipe: it may trail the alert.
 	assert.Eventually(t, func() bool { return strings.Contains(log.String(), "policywatch: regression") }, 5*time.Second, 20*time.Millisecond)
-	resp, err := http.Get("http://" + httpAddr + "/metrics")
-	require.NoError(t, err)
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	assert.Contains(t, string(body), "mcptrail_regressions_total 1")
+	assert.Contains(t, metricsText(t, httpAddr), "mcptrail_regressions_total 1")
 
 	// A restarted daemon remembers: no second alert.
 	stop(serve)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -200,6 +201,18 @@ func httpStatus(addr, path string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// metricsText is the daemon's /metrics page.
+func metricsText(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "/metrics: %s", body)
+	return string(body)
 }
 
 // metricSum reads a metric from /metrics: the sum of its samples, every
