@@ -161,6 +161,9 @@ func (s *Store) RestoreDay(ctx context.Context, server string, day time.Time, fi
 		if err := recordToolDays(ctx, conn, dayWhere(server, day)); err != nil {
 			return 0, err
 		}
+		if err := recountToolDayUse(ctx, conn, server, day); err != nil {
+			return 0, err
+		}
 		if own == 0 {
 			if err := recordRuns(ctx, conn, &s.tails, dayWhere(server, day)); err != nil {
 				return 0, err

@@ -199,6 +199,9 @@ CREATE TABLE tool_days (
 CREATE TABLE calls_clustered (clustered_until TIMESTAMPTZ NOT NULL);
 `, nil},
 	{9, "runs of sessions by conversation and trace", rekeyedGatewaysSQL, rebuildRekeyedRuns},
+	{10, "tool day use", toolDayUseSchema, func(ctx context.Context, tx execQuerier) error {
+		return recordToolDayUse(ctx, tx, "true")
+	}},
 }
 
 // rekeyedGatewaysSQL lists the gateways of the calls whose session is

@@ -92,13 +92,10 @@ func TestMigrationRebuildsRunsFiledUnderGateways(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, ids)
-	all := migrations
-	migrations = migrations[:8]
-	s, err := Open(ctx, path, Options{})
-	migrations = all
-	require.NoError(t, err)
+	s := openBefore(t, path, 8)
 	_, err = s.Append(ctx, ingest.Batch{Events: evs})
 	require.NoError(t, err)
+	dropStandIn(t, s)
 	_, err = s.DB().ExecContext(ctx, `UPDATE calls SET session = k.key, session_source = split_part(k.key, ':', 1), agent = k.agent
 		FROM (SELECT unnest($1::VARCHAR[]) AS id, unnest($2::VARCHAR[]) AS key, unnest($3::VARCHAR[]) AS agent) k WHERE calls.id = k.id`,
 		ids, keys, agents)

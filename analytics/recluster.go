@@ -151,6 +151,9 @@ SELECT * FROM calls WHERE ts >= ? AND ts < ? ORDER BY server, "grant", ts, id`, 
 	if _, err := conn.ExecContext(ctx, `DELETE FROM calls WHERE rowid <= ? AND ts >= ? AND ts < ?`, last.Int64, start, end); err != nil {
 		return span{}, fmt.Errorf("recluster: delete: %w", err)
 	}
+	if err := compactToolDayUse(ctx, conn, start, end); err != nil {
+		return span{}, fmt.Errorf("recluster: %w", err)
+	}
 	if _, err := conn.ExecContext(ctx, `DELETE FROM calls_clustered`); err != nil {
 		return span{}, fmt.Errorf("recluster: watermark: %w", err)
 	}

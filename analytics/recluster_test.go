@@ -45,9 +45,28 @@ func TestReclusterSortsSealedDaysByGrant(t *testing.T) {
 	const content = `SELECT string_agg(concat_ws('|', id, ts, server, tool, decision, "grant", session, ingested_at, session_source), ',' ORDER BY id) FROM calls`
 	today := `SELECT string_agg(concat_ws('|', rowid, id), ',' ORDER BY rowid) FROM calls WHERE ts >= ?`
 	stored, todays := read(content), read(today, now.Truncate(24*time.Hour))
+	// tool_day_use: a row per batch that stored calls of a key, each
+	// sealed day's merged into one by the recluster, today's left alone.
+	repeated := func(op string) int {
+		return count(t, s, `SELECT count(*) FROM (SELECT 1 FROM tool_day_use WHERE day `+op+` `+fmt.Sprint(now.UnixMilli()/86_400_000)+`
+			GROUP BY server, "grant", tool, day HAVING count(*) > 1)`)
+	}
+	use := `SELECT string_agg(r, ',' ORDER BY r) FROM (SELECT concat_ws('|', server, "grant", tool, day, sum(calls), sum(allowed), count(*)) AS r
+		FROM tool_day_use GROUP BY server, "grant", tool, day)`
+	require.Positive(t, repeated("<"))
+	require.Positive(t, repeated("="))
+	uses := read(use)
 
 	res, err := s.recluster(ctx, now, 100, ReclusterMaxCalls)
 	require.NoError(t, err)
+	assert.Zero(t, repeated("<"), "a row per key of the sealed days")
+	assert.Positive(t, repeated("="), "today's rows as they were")
+	assert.NotEqual(t, uses, read(use))
+	assert.Equal(t, read(`SELECT string_agg(r, ',' ORDER BY r) FROM (SELECT concat_ws('|', server, "grant", tool, day, sum(calls), sum(allowed)) AS r
+		FROM tool_day_use GROUP BY server, "grant", tool, day)`),
+		read(`SELECT string_agg(r, ',' ORDER BY r) FROM (SELECT concat_ws('|', server, coalesce("grant", ''), tool, epoch_ms(ts) // 86400000, count(*),
+		count(*) FILTER (decision = 'allowed')) AS r FROM calls GROUP BY server, "grant", tool, epoch_ms(ts) // 86400000)`),
+		"the same counts")
 	assert.Equal(t, now.Truncate(24*time.Hour), res.Until)
 	assert.Equal(t, 3, res.Spans, "20 sealed days: two weeks and six days")
 	assert.Equal(t, stored, read(content), "the same calls")

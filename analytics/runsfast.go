@@ -28,6 +28,7 @@ type runCall struct {
 	tool    string
 	args    string // "" without arguments: never in a run
 	err     bool
+	allowed bool // the gateway allowed it (for tool_day_use's sets)
 }
 
 // batchCalls is a staged batch's calls of tools, sorted by session, time,
@@ -41,12 +42,13 @@ type batchCalls struct {
 	runStarts []int
 	tails     []runTail
 	tied      []bool
-	// days are the batch's tool days (addToolDay), for tool_days.
+	// days are the batch's tool days (addToolDay), for tool_days, each
+	// with its tool_day_use row.
 	days map[toolDayKey]*toolDay
 }
 
 // collectCalls gathers the staged calls of tools, sorts them and finds
-// their runs (findRuns), and counts their tool days.
+// their runs (findRuns), and counts their tool days and tool day use.
 func collectCalls(c *columns) *batchCalls {
 	b := &batchCalls{days: map[toolDayKey]*toolDay{}}
 	index := map[runSession]int32{}
@@ -62,8 +64,10 @@ func collectCalls(c *columns) *batchCalls {
 				continue
 			}
 			rs := runSession{server: s[2].value(j), grant: s[8].value(j), key: ch.sessionKey(j)}
-			addToolDay(b.days, toolDayKey{server: rs.server, grant: rs.grant, tool: s[3].value(j), day: ch.ts[j] / 1000 / 86_400_000},
-				ch.ts[j], s[5].value(j) == "allowed")
+			dk := toolDayKey{server: rs.server, grant: rs.grant, tool: s[3].value(j), day: ch.ts[j] / 1000 / 86_400_000}
+			decision := s[5].value(j)
+			d := addToolDay(b.days, dk, ch.ts[j], decision == "allowed")
+			d.use.add(countCall(decision, s[10].value(j) != "", s[9].value(j) != "", ch.ts[j]))
 			i, ok := index[rs]
 			if !ok {
 				i = int32(len(b.sessions))
@@ -91,7 +95,8 @@ func collectCalls(c *columns) *batchCalls {
 				continue
 			}
 			us := ch.ts[j]
-			b.calls[next[i]] = runCall{session: i, ms: us / 1000, us: us, tool: s[3].value(j), args: s[16].value(j), err: s[6].value(j) == "error"}
+			b.calls[next[i]] = runCall{session: i, ms: us / 1000, us: us, tool: s[3].value(j), args: s[16].value(j), err: s[6].value(j) == "error",
+				allowed: s[5].value(j) == "allowed"}
 			next[i]++
 		}
 	}
@@ -99,8 +104,45 @@ func collectCalls(c *columns) *batchCalls {
 	for i := range b.sessions {
 		slices.SortFunc(b.calls[b.starts[i]:b.starts[i+1]], compareCalls)
 	}
+	b.addSessionSets()
 	b.findRuns()
 	return b
+}
+
+// addSessionSets adds each session to the sets of the tools and days of
+// its calls (days' use): once per session, tool and day, not per call.
+func (b *batchCalls) addSessionSets() {
+	type toolDay struct {
+		tool    string
+		day     int64
+		allowed bool
+	}
+	var seen []toolDay
+	for i, rs := range b.sessions {
+		if rs.key == "" {
+			continue
+		}
+		seen = seen[:0]
+	calls:
+		for _, c := range b.calls[b.starts[i]:b.starts[i+1]] {
+			day := c.us / 1000 / 86_400_000
+			for k := range seen {
+				if seen[k].day == day && seen[k].tool == c.tool {
+					seen[k].allowed = seen[k].allowed || c.allowed
+					continue calls
+				}
+			}
+			seen = append(seen, toolDay{tool: c.tool, day: day, allowed: c.allowed})
+		}
+		h := SessionHash(rs.key)
+		for _, s := range seen {
+			u := &b.days[toolDayKey{server: rs.server, grant: rs.grant, tool: s.tool, day: s.day}].use
+			u.Sessions = append(u.Sessions, h)
+			if s.allowed {
+				u.AllowedSessions = append(u.AllowedSessions, h)
+			}
+		}
+	}
 }
 
 // compareCalls orders calls by session, time, tool and arguments.

@@ -400,10 +400,16 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 			// staged calls are not the batch's.
 			err = recordToolDays(ctx, conn, "ingested_at = ?", now)
 			if err == nil {
+				err = recordToolDayUse(ctx, conn, "ingested_at = ?", now)
+			}
+			if err == nil {
 				err = recordRuns(ctx, conn, &s.tails, "ingested_at = ?", now)
 			}
 		default:
 			err = recordBatchToolDays(ctx, conn, collected().days)
+			if err == nil {
+				err = mergeToolDayUse(ctx, conn, collected().useOfDays())
+			}
 			if err == nil {
 				err = recordBatchRuns(ctx, conn, &s.tails, collected(), "ingested_at = ?", now)
 			}

@@ -72,10 +72,13 @@ type toolDayKey struct {
 type toolDay struct {
 	first, firstAllowed, lastAllowed, lastRefused int64
 	allowed, refused                              bool
+	// use is the day's tool_day_use row of the batch (found with the
+	// tool day: one map lookup a call).
+	use DayUse
 }
 
-// addToolDay counts a staged call of a tool in days.
-func addToolDay(days map[toolDayKey]*toolDay, k toolDayKey, us int64, allowed bool) {
+// addToolDay counts a staged call of a tool in days, and returns its day.
+func addToolDay(days map[toolDayKey]*toolDay, k toolDayKey, us int64, allowed bool) *toolDay {
 	d := days[k]
 	if d == nil {
 		d = &toolDay{first: us}
@@ -92,6 +95,7 @@ func addToolDay(days map[toolDayKey]*toolDay, k toolDayKey, us int64, allowed bo
 	default:
 		d.lastRefused = max(d.lastRefused, us)
 	}
+	return d
 }
 
 // recordBatchToolDays merges a batch's tool days, counted in Go from its

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,6 +105,19 @@ func TestArchiveWritesVerifiesAndReadsBack(t *testing.T) {
 	assert.NoFileExists(t, filepath.Join(dir, "server=pve", "date=2026-11-21", "calls-2.parquet"))
 }
 
+// dayUse is the whole of tool_day_use, as text.
+func dayUse(t *testing.T, s *analytics.Store) string {
+	t.Helper()
+	var out *string
+	require.NoError(t, s.DB().QueryRow(`SELECT string_agg(concat_ws('|', server, "grant", tool, day, calls, allowed, denied, hidden,
+		rate_limited, approval, with_session, with_agent, last_allowed, hex(sessions), hex(allowed_sessions)), ',' ORDER BY server, "grant", tool, day)
+		FROM tool_day_use`).Scan(&out))
+	if out == nil {
+		return ""
+	}
+	return *out
+}
+
 func TestRetentionDeletesOnlyVerifiedDays(t *testing.T) {
 	ctx := context.Background()
 	s, dir := setup(t)
@@ -127,6 +141,27 @@ func TestRetentionDeletesOnlyVerifiedDays(t *testing.T) {
 	assert.EqualValues(t, 0, scalar(t, s, `SELECT count(*) FROM calls WHERE server = 'pve' AND ts < '2026-11-22'`))
 	assert.EqualValues(t, 20, scalar(t, s, `SELECT count(*) FROM calls WHERE ts >= '2026-11-22' AND server = 'pve'`))
 	assert.EqualValues(t, 3, scalar(t, s, `SELECT count(DISTINCT (server, "date")) FROM archive_days WHERE deleted_at IS NOT NULL`))
+	// tool_day_use keeps the deleted days, for windows that read the
+	// archive.
+	assert.Equal(t, `git|get_vm_status|20777|10,git|get_vm_status|20778|10,git|get_vm_status|20779|10,git|get_vm_status|20780|10,`+
+		`pve|get_vm_status|20777|10,pve|get_vm_status|20778|10,pve|get_vm_status|20779|10,pve|get_vm_status|20780|10`,
+		strings.Join(rowsOf(t, s, `SELECT server || '|' || tool || '|' || day || '|' || calls FROM tool_day_use ORDER BY ALL`), ","))
+}
+
+// rowsOf is a one-column query's rows.
+func rowsOf(t *testing.T, s *analytics.Store, q string) []string {
+	t.Helper()
+	rows, err := s.DB().Query(q)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		require.NoError(t, rows.Scan(&v))
+		out = append(out, v)
+	}
+	require.NoError(t, rows.Err())
+	return out
 }
 
 func TestReadOnlyArchiveDeletesNothing(t *testing.T) {
@@ -201,9 +236,12 @@ func TestRestoreIntoAnEmptyDatabase(t *testing.T) {
 	var wantDays string
 	require.NoError(t, s.DB().QueryRow(toolDays).Scan(&wantDays))
 	require.NotEmpty(t, wantDays)
+	wantUse := dayUse(t, s)
+	require.NotEmpty(t, wantUse)
 	_, err := Run(ctx, s, Options{Now: day0.Add(5 * day), Retention: time.Hour})
 	require.NoError(t, err)
 	require.EqualValues(t, 0, scalar(t, s, `SELECT count(*) FROM calls`))
+	assert.Equal(t, wantUse, dayUse(t, s), "tool_day_use keeps the days the retention deletes")
 	var keptDays string
 	require.NoError(t, s.DB().QueryRow(toolDays).Scan(&keptDays))
 	assert.Equal(t, wantDays, keptDays, "the retention keeps each tool's days")
@@ -228,6 +266,7 @@ func TestRestoreIntoAnEmptyDatabase(t *testing.T) {
 	var restoredDays string
 	require.NoError(t, fresh.DB().QueryRow(toolDays).Scan(&restoredDays))
 	assert.Equal(t, wantDays, restoredDays, "the restore records the days it restores, once")
+	assert.Equal(t, wantUse, dayUse(t, fresh), "the restore counts the days it restores in tool_day_use, once")
 	assert.EqualValues(t, 6, scalar(t, fresh, `SELECT count(*) FROM archive_days WHERE deleted_at IS NULL`))
 }
 

@@ -33,14 +33,18 @@ type usage struct {
 // none to scan the whole history).
 const usageScope = `server = $server AND ($grant = '' OR "grant" = $grant) AND ts <= $to AND tool IS NOT NULL`
 
-// usageSQL reads every tool's use (in readUsage's columns): the window's
-// figures and, for the history, the calls of the window's first day up to
-// its start, with the days before them from tool_days (the analytics store
-// keeps it as it stores the calls). A tool's calls of one day lie in at
-// most two window-length periods when a period is a day or longer, and the
-// day's first and last allowed calls fall in each of those that holds one:
-// so the periods counted from tool_days are exactly those the calls would
-// give.
+// usageHistorySQL reads, per tool (and grant when byGrant, else under
+// grant ”), what a tool's usage takes from its history and from
+// tool_days: the days with an allowed call in the window, the last
+// allowed call before it, and the window-length periods before it with an
+// allowed call; in_history says whether the tool has calls before the
+// window (a tool of those rows alone has none in it). The calls of the
+// window's first day up to its start are read, with the days before them
+// from tool_days (the analytics store keeps it as it stores the calls). A
+// tool's calls of one day lie in at most two window-length periods when a
+// period is a day or longer, and the day's first and last allowed calls
+// fall in each of those that holds one: so the periods counted from
+// tool_days are exactly those the calls would give.
 //
 // The days with an allowed call in the window come from tool_days too: a
 // day in it counts when its last allowed call is after the window's start
@@ -48,38 +52,13 @@ const usageScope = `server = $server AND ($grant = '' OR "grant" = $grant) AND t
 // first and last days can fail, the window being a day or longer), as a
 // distinct count over the window's calls would give, without that second
 // pass (~0.2 s over 5M calls).
-//
-// The window's figures are counted per tool and session first, then per
-// tool: the sessions become a count of rows instead of two distinct counts
-// of hashes, which DuckDB computes several times more slowly than a
-// grouping (measured: the usage of the largest grant of bench/recommend.sh
-// ~0.45 s against ~0.3 s). byGrant groups every grant of the server at
-// once (grantUsage); otherwise the rows are the scope's, under grant "".
-func usageSQL(byGrant bool) string {
+func usageHistorySQL(byGrant bool) string {
 	g, dayG := `''`, `''`
 	if byGrant {
 		g, dayG = `coalesce("grant", '')`, `"grant"`
 	}
 	return `
-WITH p AS (
-	SELECT ` + g + ` AS g, tool, hash(` + sessionKey + `) AS skh, ` + sessionKey + ` <> '' AS has_s,
-	       count(*) AS calls, count(*) FILTER (decision = 'allowed') AS allowed,
-	       count(*) FILTER (decision <> 'allowed') AS refused,
-	       count(*) FILTER (session_source = 'event') AS with_session, count(*) FILTER (agent IS NOT NULL) AS with_agent,
-	       count(*) FILTER (decision = 'denied') AS denied, count(*) FILTER (decision = 'hidden') AS hidden,
-	       count(*) FILTER (decision = 'rate_limited') AS rate_limited,
-	       count(*) FILTER (decision = 'approval_required') AS approval,
-	       max(ts) FILTER (decision = 'allowed') AS last_allowed
-	FROM calls WHERE ` + usageScope + ` AND ts > $from
-	GROUP BY ALL
-), w AS (
-	SELECT g, tool, sum(calls)::BIGINT AS calls, sum(allowed)::BIGINT AS allowed, sum(refused)::BIGINT AS refused,
-	       count(*) FILTER (has_s) AS sessions, count(*) FILTER (has_s AND allowed > 0) AS allowed_sessions,
-	       sum(with_session)::BIGINT AS with_session, sum(with_agent)::BIGINT AS with_agent,
-	       sum(denied)::BIGINT AS denied, sum(hidden)::BIGINT AS hidden, sum(rate_limited)::BIGINT AS rate_limited,
-	       sum(approval)::BIGINT AS approval, max(last_allowed) AS last_allowed
-	FROM p GROUP BY g, tool
-), d AS (
+WITH d AS (
 	SELECT ` + dayG + ` AS g, tool, count(DISTINCT day) AS allowed_days
 	FROM tool_days
 	WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND day BETWEEN $day0_days AND $to_days
@@ -99,15 +78,78 @@ WITH p AS (
 	SELECT g, tool, max(last_allowed) AS last_allowed, list(DISTINCT p) FILTER (p IS NOT NULL) AS periods
 	FROM hd GROUP BY g, tool
 ), k AS (
-	SELECT g, tool FROM w UNION SELECT g, tool FROM f UNION SELECT g, tool FROM h
+	SELECT g, tool FROM f UNION SELECT g, tool FROM h
 )
-SELECT k.g, k.tool,
-       coalesce(w.calls, 0), coalesce(w.allowed, 0), coalesce(d.allowed_days, 0), coalesce(w.refused, 0),
-       coalesce(w.sessions, 0), coalesce(w.allowed_sessions, 0), coalesce(w.with_session, 0), coalesce(w.with_agent, 0),
-       coalesce(w.denied, 0), coalesce(w.hidden, 0), coalesce(w.rate_limited, 0), coalesce(w.approval, 0),
-       greatest(w.last_allowed, f.last_allowed, h.last_allowed),
+SELECT g, tool, k.tool IS NOT NULL AS in_history, coalesce(d.allowed_days, 0),
+       coalesce(epoch_us(greatest(f.last_allowed, h.last_allowed)), 0),
        len(list_distinct(list_concat(coalesce(f.periods, []), coalesce(h.periods, []))))
-FROM k LEFT JOIN w USING (g, tool) LEFT JOIN d USING (g, tool) LEFT JOIN f USING (g, tool) LEFT JOIN h USING (g, tool)`
+FROM k LEFT JOIN f USING (g, tool) LEFT JOIN h USING (g, tool) FULL JOIN d USING (g, tool)`
+}
+
+// usage reads every tool's use in q's scope's window of a day or longer
+// (by grant when byGrant, else under grant ""): the window's figures from
+// tool_day_use (analytics.WindowUse: a row per tool and day, and the
+// calls of the window's first and last days, instead of every call of the
+// window grouped by tool and session), the history from
+// usageHistorySQL.
+func (q query) usage(ctx context.Context, what string, window time.Duration, byGrant bool) (map[string]map[string]*usage, error) {
+	defer q.timed(what)()
+	inWindow, err := analytics.WindowUse(ctx, q.db, q.server, q.grant, q.from, q.to, byGrant)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	out := map[string]map[string]*usage{}
+	get := func(g, tool string) *usage {
+		if out[g] == nil {
+			out[g] = map[string]*usage{}
+		}
+		u := out[g][tool]
+		if u == nil {
+			u = &usage{Tool: tool}
+			out[g][tool] = u
+		}
+		return u
+	}
+	lastAllowed := map[*usage]int64{}
+	for g, tools := range inWindow {
+		for tool, w := range tools {
+			u := get(g, tool)
+			u.Calls, u.Allowed, u.Refused = w.Calls, w.Allowed, w.Calls-w.Allowed
+			u.Sessions, u.AllowedSessions = w.SessionCount, w.AllowedSessionCount
+			u.WithSession, u.WithAgent = w.WithSession, w.WithAgent
+			u.Denied, u.Hidden, u.RateLimited, u.Approval = w.Denied, w.Hidden, w.RateLimited, w.Approval
+			lastAllowed[u] = w.LastAllowed
+		}
+	}
+	rows, err := q.db.QueryContext(ctx, usageHistorySQL(byGrant), q.args(q.usageArgs(window)...)...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var g, tool string
+		var inHistory bool
+		var days, last, periods int64
+		if err := rows.Scan(&g, &tool, &inHistory, &days, &last, &periods); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		if !inHistory && (out[g] == nil || out[g][tool] == nil) {
+			continue // allowed days of a tool with no call left in the window
+		}
+		u := get(g, tool)
+		u.AllowedDays, u.EarlierPeriods = days, periods
+		lastAllowed[u] = max(lastAllowed[u], last)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	for u, us := range lastAllowed {
+		if us != 0 {
+			t := time.UnixMicro(us).UTC()
+			u.LastAllowed = &t
+		}
+	}
+	return out, nil
 }
 
 // usageScanSQL reads the same from the calls alone, the whole history
@@ -133,11 +175,13 @@ GROUP BY tool`
 
 // toolUsage reads every tool's use in the window and over its history.
 func (q query) toolUsage(ctx context.Context, window time.Duration) (map[string]*usage, error) {
-	text, extra := usageSQL(false), q.usageArgs(window)
+	var byGrant map[string]map[string]*usage
+	var err error
 	if window < 24*time.Hour {
-		text, extra = usageScanSQL, []any{sql.Named("period_ms", window.Milliseconds())}
+		byGrant, err = q.readUsage(ctx, "tool usage", usageScanSQL, sql.Named("period_ms", window.Milliseconds()))
+	} else {
+		byGrant, err = q.usage(ctx, "tool usage", window, false)
 	}
-	byGrant, err := q.readUsage(ctx, "tool usage", text, extra...)
 	if err != nil {
 		return nil, err
 	}
@@ -156,18 +200,17 @@ func grantUsage(ctx context.Context, q query, window time.Duration) (map[string]
 		return nil, nil
 	}
 	q.grant = ""
-	return q.readUsage(ctx, "grant usage", usageSQL(true), q.usageArgs(window)...)
+	return q.usage(ctx, "grant usage", window, true)
 }
 
-// usageArgs are usageSQL's arguments besides the scope's.
+// usageArgs are usageHistorySQL's arguments besides the scope's.
 func (q query) usageArgs(window time.Duration) []any {
 	day0, start := analytics.ToolDay(q.from)
 	last, _ := analytics.ToolDay(q.to)
 	return []any{sql.Named("period_ms", window.Milliseconds()), sql.Named("day0_days", day0), sql.Named("day0", start), sql.Named("to_days", last)}
 }
 
-// readUsage runs a tool usage query (usageSQL or usageScanSQL): the tools'
-// use by grant.
+// readUsage runs usageScanSQL: the tools' use, under grant "".
 func (q query) readUsage(ctx context.Context, what, text string, extra ...any) (map[string]map[string]*usage, error) {
 	rows, err := q.rows(ctx, what, text, extra...)
 	if err != nil {

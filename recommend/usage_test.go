@@ -54,6 +54,26 @@ func TestToolUsageFromToolDays(t *testing.T) {
 		}
 		batch = append(batch, e)
 	}
+	// Calls at the instants where a window's parts meet: each midnight
+	// (where the days read from tool_day_use meet those read from the
+	// calls), and each window's start (not in it) and end (in it).
+	windows := []time.Duration{24 * time.Hour, 36 * time.Hour, 7 * 24 * time.Hour, 30 * 24 * time.Hour}
+	// A window from midnight takes its first day whole from tool_day_use
+	// unless a call is at that very instant (ops-bot's edge calls below).
+	ends := []time.Time{end, end.Add(-17*24*time.Hour - 5*time.Hour - 13*time.Minute), end.Add(-45*24*time.Hour + time.Millisecond), end.Truncate(24 * time.Hour)}
+	var edges []time.Time
+	for d := range 121 {
+		edges = append(edges, end.Truncate(24*time.Hour).Add(-time.Duration(d)*24*time.Hour))
+	}
+	for _, w := range windows {
+		for _, to := range ends {
+			edges = append(edges, to, to.Add(-w))
+		}
+	}
+	for i, ts := range edges {
+		batch = append(batch, audit.Event{ID: fmt.Sprintf("edge-%d", i), TS: ts, Server: "proxmox-mcp", Tool: "get_vm_status",
+			Decision: audit.Allowed, Grant: "ops-bot", Session: fmt.Sprintf("edge-session-%d", i)})
+	}
 	require.NoError(t, flush())
 	var noSession int
 	require.NoError(t, store.DB().QueryRow(`SELECT count(*) FROM calls WHERE `+sessionKey+` = ''`).Scan(&noSession))
@@ -63,8 +83,8 @@ func TestToolUsageFromToolDays(t *testing.T) {
 	require.Greater(t, len(grants), 1)
 
 	history := 0
-	for _, window := range []time.Duration{24 * time.Hour, 36 * time.Hour, 7 * 24 * time.Hour, 30 * 24 * time.Hour} {
-		for _, to := range []time.Time{end, end.Add(-17*24*time.Hour - 5*time.Hour - 13*time.Minute), end.Add(-45*24*time.Hour + time.Millisecond)} {
+	for _, window := range windows {
+		for _, to := range ends {
 			server := query{db: store.DB(), server: "proxmox-mcp", from: to.Add(-window), to: to}
 			byGrant, err := grantUsage(ctx, server, window)
 			require.NoError(t, err)

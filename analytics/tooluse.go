@@ -1,0 +1,562 @@
+package analytics
+
+import (
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/cespare/xxhash/v2"
+)
+
+// tool_day_use holds, per server, grant (” for calls without one), tool
+// and UTC day with a call, what the recommender's tool usage counts of the
+// day's calls: calls by decision, those whose session the event carries
+// and those with an agent, the last allowed call, and the day's sessions
+// and sessions with an allowed call as sets: sessions holds the
+// SessionHash of each session key, sorted, 8 bytes each, little-endian;
+// allowed_sessions one bit per session of sessions, in its order (bit i%8
+// of byte i/8), set for those with an allowed call. A window's usage then reads a
+// row per tool and day and merges sets of sessions in Go, instead of
+// grouping every call of the window by tool and session (~1M groups over
+// 5M calls: the costliest query of a recommendation).
+//
+// It is kept in the transaction that stores the calls; a day the archive
+// restores is counted again from its calls, and a day storage.retention
+// deletes keeps its rows, which a window reaching into the archive reads
+// (a window within the retention never holds such a day). A key may have
+// several rows, one per batch that stored calls of it: readers add them
+// up, and Recluster merges a sealed day's into one. tool_day_use_from
+// holds the first day it covers: migration 10 counted the stored calls,
+// so the days the retention had deleted before it are read from the calls
+// (the archive's, then).
+const toolDayUseSchema = `
+CREATE TABLE tool_day_use (
+	server           VARCHAR NOT NULL,
+	"grant"          VARCHAR NOT NULL,
+	tool             VARCHAR NOT NULL,
+	day              BIGINT NOT NULL,
+	calls            BIGINT NOT NULL,
+	allowed          BIGINT NOT NULL,
+	denied           BIGINT NOT NULL,
+	hidden           BIGINT NOT NULL,
+	rate_limited     BIGINT NOT NULL,
+	approval         BIGINT NOT NULL,
+	with_session     BIGINT NOT NULL,
+	with_agent       BIGINT NOT NULL,
+	last_allowed     TIMESTAMPTZ,
+	sessions         BLOB NOT NULL,
+	allowed_sessions BLOB NOT NULL
+);
+CREATE TABLE tool_day_use_from (day BIGINT NOT NULL);
+INSERT INTO tool_day_use_from
+SELECT coalesce(max("date" - DATE '1970-01-01') + 1, 0) FROM archive_days WHERE deleted_at IS NOT NULL;`
+
+// SessionHash identifies a session key in tool_day_use's sets: a 64-bit
+// hash, as DuckDB's hash() identifies sessions elsewhere (the chance that
+// two of a million sessions share one is about 3 in 100 million).
+func SessionHash(key string) uint64 { return xxhash.Sum64String(key) }
+
+// UseCounts are a tool's calls counted by decision: a tool_day_use row's
+// counts, or some of them.
+type UseCounts struct {
+	Calls, Allowed, Denied, Hidden, RateLimited, Approval int64
+	WithSession, WithAgent                                int64
+	// LastAllowed is the last allowed call's time in microseconds since
+	// the epoch, 0 when none.
+	LastAllowed int64
+}
+
+func (c *UseCounts) add(o UseCounts) {
+	c.Calls += o.Calls
+	c.Allowed += o.Allowed
+	c.Denied += o.Denied
+	c.Hidden += o.Hidden
+	c.RateLimited += o.RateLimited
+	c.Approval += o.Approval
+	c.WithSession += o.WithSession
+	c.WithAgent += o.WithAgent
+	c.LastAllowed = max(c.LastAllowed, o.LastAllowed)
+}
+
+// DayUse is a tool_day_use row's figures: one day's, or, summed with Add,
+// several rows'.
+type DayUse struct {
+	UseCounts
+	// Sessions and AllowedSessions are sets of SessionHash, sorted and
+	// distinct once Normalize has run.
+	Sessions, AllowedSessions []uint64
+}
+
+// count adds calls of one session key, "" for calls without one.
+func (u *DayUse) count(key string, c UseCounts) {
+	u.add(c)
+	if key == "" {
+		return
+	}
+	h := SessionHash(key)
+	u.Sessions = append(u.Sessions, h)
+	if c.Allowed > 0 {
+		u.AllowedSessions = append(u.AllowedSessions, h)
+	}
+}
+
+// Add adds another row's figures (its sets not yet normalized is fine).
+func (u *DayUse) Add(o *DayUse) {
+	u.add(o.UseCounts)
+	u.Sessions = append(u.Sessions, o.Sessions...)
+	u.AllowedSessions = append(u.AllowedSessions, o.AllowedSessions...)
+}
+
+// Normalize sorts the sets and drops repeats.
+func (u *DayUse) Normalize() {
+	slices.Sort(u.Sessions)
+	u.Sessions = slices.Compact(u.Sessions)
+	slices.Sort(u.AllowedSessions)
+	u.AllowedSessions = slices.Compact(u.AllowedSessions)
+}
+
+// countCall counts one call (its decision, whether its event carried its
+// session and whether it has an agent, at µs).
+func countCall(decision string, ownSession, agent bool, us int64) UseCounts {
+	c := UseCounts{Calls: 1}
+	switch decision {
+	case "allowed":
+		c.Allowed, c.LastAllowed = 1, us
+	case "denied":
+		c.Denied = 1
+	case "hidden":
+		c.Hidden = 1
+	case "rate_limited":
+		c.RateLimited = 1
+	case "approval_required":
+		c.Approval = 1
+	}
+	if ownSession {
+		c.WithSession = 1
+	}
+	if agent {
+		c.WithAgent = 1
+	}
+	return c
+}
+
+// useGroupsSQL counts the calls of tools that where selects per server,
+// grant, tool, day and session key, in readUseGroups' columns.
+func useGroupsSQL(where string) string {
+	return `
+SELECT server, coalesce("grant", ''), tool, epoch_ms(ts) // 86400000, ` + SessionKey + `,
+       count(*), count(*) FILTER (decision = 'allowed'), count(*) FILTER (decision = 'denied'),
+       count(*) FILTER (decision = 'hidden'), count(*) FILTER (decision = 'rate_limited'),
+       count(*) FILTER (decision = 'approval_required'), count(*) FILTER (session_source = 'event'),
+       count(*) FILTER (agent IS NOT NULL), coalesce(epoch_us(max(ts) FILTER (decision = 'allowed')), 0)
+FROM calls WHERE tool IS NOT NULL AND (` + where + `)
+GROUP BY ALL`
+}
+
+// readUseGroups counts into uses the calls of tools that where (with args)
+// selects.
+func readUseGroups(ctx context.Context, q execQuerier, uses map[toolDayKey]*DayUse, where string, args ...any) error {
+	rows, err := q.QueryContext(ctx, useGroupsSQL(where), args...)
+	if err != nil {
+		return fmt.Errorf("tool day use: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k toolDayKey
+		var key string
+		var c UseCounts
+		if err := rows.Scan(&k.server, &k.grant, &k.tool, &k.day, &key, &c.Calls, &c.Allowed, &c.Denied, &c.Hidden,
+			&c.RateLimited, &c.Approval, &c.WithSession, &c.WithAgent, &c.LastAllowed); err != nil {
+			return fmt.Errorf("tool day use: %w", err)
+		}
+		u := uses[k]
+		if u == nil {
+			u = &DayUse{}
+			uses[k] = u
+		}
+		u.count(key, c)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("tool day use: %w", err)
+	}
+	return nil
+}
+
+// recordToolDayUse adds to tool_day_use the calls of tools that where
+// (with args) selects, on q, inside the caller's transaction.
+func recordToolDayUse(ctx context.Context, q execQuerier, where string, args ...any) error {
+	uses := map[toolDayKey]*DayUse{}
+	if err := readUseGroups(ctx, q, uses, where, args...); err != nil {
+		return err
+	}
+	return mergeToolDayUse(ctx, q, uses)
+}
+
+// recountToolDayUse counts server's day in tool_day_use again from its
+// calls: after the archive deleted or restored some of them.
+func recountToolDayUse(ctx context.Context, q execQuerier, server string, day time.Time) error {
+	d, _ := ToolDay(day)
+	if _, err := q.ExecContext(ctx, `DELETE FROM tool_day_use WHERE server = ? AND day = ?`, server, d); err != nil {
+		return fmt.Errorf("tool day use: %w", err)
+	}
+	return recordToolDayUse(ctx, q, dayWhere(server, day))
+}
+
+// useOfDays is the batch's tool_day_use rows.
+func (b *batchCalls) useOfDays() map[toolDayKey]*DayUse {
+	uses := make(map[toolDayKey]*DayUse, len(b.days))
+	for k, d := range b.days {
+		uses[k] = &d.use
+	}
+	return uses
+}
+
+// mergeToolDayUse adds uses (a batch's, or whole days counted from their
+// calls) to tool_day_use as rows of their own: a key already stored gets a
+// second row, which readers add up (WindowUse) and Recluster merges into
+// one once its day is sealed (compactToolDayUse). Merging as batches
+// arrive read the stored rows back and rewrote them: ~30–70 ms a batch.
+func mergeToolDayUse(ctx context.Context, q execQuerier, uses map[toolDayKey]*DayUse) error {
+	if len(uses) == 0 {
+		return nil
+	}
+	if conn, ok := q.(*sql.Conn); ok {
+		return writeToolDayUse(ctx, conn, uses)
+	}
+	// Inside a migration's transaction, many rows a statement: one
+	// statement per row cost more than the rest of the upkeep.
+	const perStatement = 200
+	keys := make([]toolDayKey, 0, len(uses))
+	for k := range uses {
+		keys = append(keys, k)
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), perStatement)
+		args := make([]any, 0, n*15)
+		for _, k := range keys[:n] {
+			u := uses[k]
+			u.Normalize()
+			var last any
+			if u.LastAllowed != 0 {
+				last = time.UnixMicro(u.LastAllowed).UTC()
+			}
+			args = append(args, k.server, k.grant, k.tool, k.day, u.Calls, u.Allowed, u.Denied, u.Hidden, u.RateLimited,
+				u.Approval, u.WithSession, u.WithAgent, last, packSessions(u.Sessions), packAllowed(u.Sessions, u.AllowedSessions))
+		}
+		values := strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::TIMESTAMPTZ, ?::BLOB, ?::BLOB), ", n), ", ")
+		if _, err := q.ExecContext(ctx, `INSERT INTO tool_day_use VALUES `+values, args...); err != nil {
+			return fmt.Errorf("tool day use: %w", err)
+		}
+		keys = keys[n:]
+	}
+	return nil
+}
+
+// compactToolDayUse merges the rows of each key with several in the days
+// of [from, to) into one, on conn inside the caller's transaction.
+func compactToolDayUse(ctx context.Context, conn *sql.Conn, from, to time.Time) error {
+	d0, _ := ToolDay(from)
+	d1, _ := ToolDay(to.Add(-time.Microsecond))
+	const repeated = `day BETWEEN $d0 AND $d1 AND (server, "grant", tool, day) IN (
+	SELECT (server, "grant", tool, day) FROM tool_day_use WHERE day BETWEEN $d0 AND $d1 GROUP BY ALL HAVING count(*) > 1)`
+	args := []any{sql.Named("d0", d0), sql.Named("d1", d1)}
+	rows, err := conn.QueryContext(ctx, `SELECT server, "grant", tool, day, `+dayUseColumns+` FROM tool_day_use WHERE `+repeated, args...)
+	if err != nil {
+		return fmt.Errorf("compact tool day use: %w", err)
+	}
+	uses := map[toolDayKey]*DayUse{}
+	for rows.Next() {
+		var k toolDayKey
+		u := &DayUse{}
+		if err := scanDayUse(rows, u, &k.server, &k.grant, &k.tool, &k.day); err != nil {
+			rows.Close()
+			return err
+		}
+		if w := uses[k]; w != nil {
+			w.Add(u)
+		} else {
+			uses[k] = u
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("compact tool day use: %w", err)
+	}
+	if len(uses) == 0 {
+		return nil
+	}
+	if _, err := conn.ExecContext(ctx, `DELETE FROM tool_day_use WHERE `+repeated, args...); err != nil {
+		return fmt.Errorf("compact tool day use: %w", err)
+	}
+	return writeToolDayUse(ctx, conn, uses)
+}
+
+// writeToolDayUse appends uses to tool_day_use through an Arrow view: a
+// statement with a parameter per value took ~0.1 s a batch to bind.
+func writeToolDayUse(ctx context.Context, conn *sql.Conn, uses map[toolDayKey]*DayUse) error {
+	mem := memory.DefaultAllocator
+	strs := [3]*array.StringBuilder{array.NewStringBuilder(mem), array.NewStringBuilder(mem), array.NewStringBuilder(mem)}
+	var ints [9]*array.Int64Builder
+	for i := range ints {
+		ints[i] = array.NewInt64Builder(mem)
+	}
+	last := array.NewTimestampBuilder(mem, tsType)
+	blobs := [2]*array.BinaryBuilder{array.NewBinaryBuilder(mem, arrow.BinaryTypes.Binary), array.NewBinaryBuilder(mem, arrow.BinaryTypes.Binary)}
+	for k, u := range uses {
+		u.Normalize()
+		strs[0].Append(k.server)
+		strs[1].Append(k.grant)
+		strs[2].Append(k.tool)
+		for i, v := range []int64{k.day, u.Calls, u.Allowed, u.Denied, u.Hidden, u.RateLimited, u.Approval, u.WithSession, u.WithAgent} {
+			ints[i].Append(v)
+		}
+		if u.LastAllowed != 0 {
+			last.Append(arrow.Timestamp(u.LastAllowed))
+		} else {
+			last.AppendNull()
+		}
+		blobs[0].Append(packSessions(u.Sessions))
+		blobs[1].Append(packAllowed(u.Sessions, u.AllowedSessions))
+	}
+	fields := []arrow.Field{{Name: "server", Type: arrow.BinaryTypes.String}, {Name: "g", Type: arrow.BinaryTypes.String}, {Name: "tool", Type: arrow.BinaryTypes.String}}
+	builders := []array.Builder{strs[0], strs[1], strs[2]}
+	for i, name := range []string{"day", "calls", "allowed", "denied", "hidden", "rate_limited", "approval", "with_session", "with_agent"} {
+		fields = append(fields, arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Int64})
+		builders = append(builders, ints[i])
+	}
+	fields = append(fields, arrow.Field{Name: "last_allowed", Type: tsType, Nullable: true},
+		arrow.Field{Name: "sessions", Type: arrow.BinaryTypes.Binary}, arrow.Field{Name: "allowed_sessions", Type: arrow.BinaryTypes.Binary})
+	builders = append(builders, last, blobs[0], blobs[1])
+	v := &runViews{ctx: ctx, conn: conn}
+	defer v.close()
+	names, err := v.add(arrow.NewSchema(fields, nil), "tool_day_use_new", 1, builders...)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.ExecContext(ctx, `INSERT INTO tool_day_use SELECT * FROM `+names[0]); err != nil {
+		return fmt.Errorf("tool day use: %w", err)
+	}
+	return nil
+}
+
+// dayUseColumns are tool_day_use's figures, in scanDayUse's order.
+const dayUseColumns = `calls, allowed, denied, hidden, rate_limited, approval, with_session, with_agent,
+       coalesce(epoch_us(last_allowed), 0), sessions, allowed_sessions`
+
+// scanDayUse reads dayUseColumns into u, after the columns given first.
+func scanDayUse(rows *sql.Rows, u *DayUse, first ...any) error {
+	var sessions, allowed []byte
+	if err := rows.Scan(append(first, &u.Calls, &u.Allowed, &u.Denied, &u.Hidden, &u.RateLimited, &u.Approval,
+		&u.WithSession, &u.WithAgent, &u.LastAllowed, &sessions, &allowed)...); err != nil {
+		return fmt.Errorf("tool day use: %w", err)
+	}
+	u.Sessions = unpackSessions(u.Sessions, sessions)
+	for i, h := range u.Sessions {
+		if i/8 < len(allowed) && allowed[i/8]&(1<<(i%8)) != 0 {
+			u.AllowedSessions = append(u.AllowedSessions, h)
+		}
+	}
+	return nil
+}
+
+// packAllowed marks, one bit per session of sessions (both sorted and
+// distinct), those in allowed: a second list of hashes would double what
+// a window's read moves, for sets that are nearly the same.
+func packAllowed(sessions, allowed []uint64) []byte {
+	b := make([]byte, (len(sessions)+7)/8)
+	j := 0
+	for i, h := range sessions {
+		for j < len(allowed) && allowed[j] < h {
+			j++
+		}
+		if j < len(allowed) && allowed[j] == h {
+			b[i/8] |= 1 << (i % 8)
+		}
+	}
+	return b
+}
+
+// packSessions is a set as its blob.
+func packSessions(set []uint64) []byte {
+	b := make([]byte, 8*len(set))
+	for i, h := range set {
+		binary.LittleEndian.PutUint64(b[8*i:], h)
+	}
+	return b
+}
+
+// unpackSessions appends a blob's set to set.
+func unpackSessions(set []uint64, b []byte) []uint64 {
+	for i := 0; i+8 <= len(b); i += 8 {
+		set = append(set, binary.LittleEndian.Uint64(b[i:]))
+	}
+	return set
+}
+
+// ToolUse is one tool's use in a window (WindowUse): a DayUse's counts
+// over its days, and how many distinct sessions used it, and used it
+// allowed (the sets themselves are left out).
+type ToolUse struct {
+	DayUse
+	SessionCount, AllowedSessionCount int64
+}
+
+// WindowUse is every tool's use in the window (from, to] of server (and
+// of grant, unless it is ""), by grant when byGrant is set (else every
+// row under ""): the days wholly inside the window from tool_day_use, the
+// window's first and last days from their calls. A window that starts at
+// midnight takes its first day from tool_day_use too when no call of the
+// scope is at that very instant (the only one of the day outside it).
+func WindowUse(ctx context.Context, q *sql.DB, server, grant string, from, to time.Time, byGrant bool) (map[string]map[string]*ToolUse, error) {
+	type part struct {
+		u                 *DayUse
+		sessions, allowed [][]uint64 // each day's set, counted at the end
+	}
+	parts := map[string]map[string]*part{}
+	add := func(k toolDayKey, u *DayUse) {
+		g := ""
+		if byGrant {
+			g = k.grant
+		}
+		if parts[g] == nil {
+			parts[g] = map[string]*part{}
+		}
+		p := parts[g][k.tool]
+		if p == nil {
+			p = &part{u: &DayUse{}}
+			parts[g][k.tool] = p
+		}
+		p.sessions, p.allowed = append(p.sessions, u.Sessions), append(p.allowed, u.AllowedSessions)
+		u.Sessions, u.AllowedSessions = nil, nil
+		p.u.Add(u)
+	}
+	firstDay, firstStart := ToolDay(from)
+	firstEnd := firstStart.Add(24 * time.Hour)
+	lastDay, lastStart := ToolDay(to)
+	var covered int64
+	if err := q.QueryRowContext(ctx, `SELECT coalesce(max(day), 0) FROM tool_day_use_from`).Scan(&covered); err != nil {
+		return nil, fmt.Errorf("window use: %w", err)
+	}
+	if covered > firstDay+1 {
+		// The days before the table covers are read from the calls, as
+		// the window's first day is.
+		firstDay = min(covered-1, lastDay)
+		firstEnd = time.UnixMilli((firstDay + 1) * 86_400_000).UTC()
+	}
+	scope, scopeArgs := `server = ? AND (? = '' OR "grant" = ?)`, []any{server, grant, grant}
+	wholeFirst := false
+	if from.Equal(firstStart) && firstDay < lastDay && covered <= firstDay {
+		var at int64
+		if err := q.QueryRowContext(ctx, `SELECT count(*) FROM calls WHERE `+scope+` AND tool IS NOT NULL AND ts = ?`,
+			append(scopeArgs, from)...).Scan(&at); err != nil {
+			return nil, fmt.Errorf("window use: %w", err)
+		}
+		wholeFirst = at == 0
+	}
+	tableFrom := firstDay + 1
+	if wholeFirst {
+		tableFrom = firstDay
+	}
+	rows, err := q.QueryContext(ctx, `SELECT "grant", tool, `+dayUseColumns+` FROM tool_day_use
+WHERE `+scope+` AND day >= ? AND day < ?`, append(scopeArgs, tableFrom, lastDay)...)
+	if err != nil {
+		return nil, fmt.Errorf("window use: %w", err)
+	}
+	for rows.Next() {
+		var k toolDayKey
+		u := &DayUse{}
+		if err := scanDayUse(rows, u, &k.grant, &k.tool); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		add(k, u)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("window use: %w", err)
+	}
+	// The first and last days, each in part, from their calls.
+	edges := map[toolDayKey]*DayUse{}
+	var where string
+	var args []any
+	switch {
+	case firstDay == lastDay:
+		where, args = ` AND ts > ? AND ts <= ?`, []any{from, to}
+	case wholeFirst:
+		where, args = ` AND ts >= ? AND ts <= ?`, []any{lastStart, to}
+	default:
+		where, args = ` AND ((ts > ? AND ts < ?) OR (ts >= ? AND ts <= ?))`, []any{from, firstEnd, lastStart, to}
+	}
+	if err := readUseGroups(ctx, q, edges, scope+where, append(scopeArgs, args...)...); err != nil {
+		return nil, err
+	}
+	for k, u := range edges {
+		add(k, u)
+	}
+	out := make(map[string]map[string]*ToolUse, len(parts))
+	var set hashSet
+	for g, tools := range parts {
+		out[g] = make(map[string]*ToolUse, len(tools))
+		for tool, p := range tools {
+			out[g][tool] = &ToolUse{DayUse: *p.u, SessionCount: set.distinct(p.sessions), AllowedSessionCount: set.distinct(p.allowed)}
+		}
+	}
+	return out, nil
+}
+
+// hashSet counts distinct session hashes: open addressing, reused from
+// one count to the next. One tool's sessions over a window fit in the
+// caches, where sorting or merging every day's sets moved each hash
+// several times (measured over 5M calls: ~0.1–0.18 s against ~0.02 s).
+type hashSet struct {
+	slots []uint64 // 0: empty (a hash of 0 is counted apart)
+}
+
+// distinct is the number of distinct values in sets.
+func (h *hashSet) distinct(sets [][]uint64) int64 {
+	n := 0
+	for _, s := range sets {
+		n += len(s)
+	}
+	size := 16
+	for size < 2*n {
+		size *= 2
+	}
+	if cap(h.slots) < size {
+		h.slots = make([]uint64, size)
+	}
+	h.slots = h.slots[:size]
+	clear(h.slots)
+	mask := uint64(size - 1)
+	var count int64
+	zero := false
+	for _, s := range sets {
+		for _, v := range s {
+			if v == 0 {
+				if !zero {
+					zero, count = true, count+1
+				}
+				continue
+			}
+			// The values are hashes already: their low bits index.
+			for i := v & mask; ; i = (i + 1) & mask {
+				if h.slots[i] == v {
+					break
+				}
+				if h.slots[i] == 0 {
+					h.slots[i] = v
+					count++
+					break
+				}
+			}
+		}
+	}
+	return count
+}
