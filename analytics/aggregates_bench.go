@@ -3,6 +3,6 @@
 package analytics
 
 // keepAggregates is off in the benchmark build of bench/aggregates.sh (see
-// aggregates.go): its databases lack tool_days, call_runs and run_tails
+// aggregates.go): its databases lack tool_days, tool_day_use, call_runs and run_tails
 // and must not be analysed.
 const keepAggregates = false
