@@ -112,12 +112,12 @@ func collectCalls(c *columns) *batchCalls {
 // addSessionSets adds each session to the sets of the tools and days of
 // its calls (days' use): once per session, tool and day, not per call.
 func (b *batchCalls) addSessionSets() {
-	type toolDay struct {
+	type usedOn struct {
 		tool    string
 		day     int64
-		allowed bool
+		allowed bool // the session's calls of the tool that day hold an allowed one
 	}
-	var seen []toolDay
+	var seen []usedOn
 	for i, rs := range b.sessions {
 		if rs.key == "" {
 			continue
@@ -125,14 +125,14 @@ func (b *batchCalls) addSessionSets() {
 		seen = seen[:0]
 	calls:
 		for _, c := range b.calls[b.starts[i]:b.starts[i+1]] {
-			day := c.us / 1000 / 86_400_000
+			day := c.ms / 86_400_000
 			for k := range seen {
 				if seen[k].day == day && seen[k].tool == c.tool {
 					seen[k].allowed = seen[k].allowed || c.allowed
 					continue calls
 				}
 			}
-			seen = append(seen, toolDay{tool: c.tool, day: day, allowed: c.allowed})
+			seen = append(seen, usedOn{tool: c.tool, day: day, allowed: c.allowed})
 		}
 		h := SessionHash(rs.key)
 		for _, s := range seen {

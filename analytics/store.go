@@ -408,7 +408,7 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 		default:
 			err = recordBatchToolDays(ctx, conn, collected().days)
 			if err == nil {
-				err = mergeToolDayUse(ctx, conn, collected().useOfDays())
+				err = appendToolDayUse(ctx, conn, collected().useOfDays())
 			}
 			if err == nil {
 				err = recordBatchRuns(ctx, conn, &s.tails, collected(), "ingested_at = ?", now)

@@ -15,7 +15,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// tool_day_use holds, per server, grant (” for calls without one), tool
+// tool_day_use holds, per server, grant (empty for calls without one), tool
 // and UTC day with a call, what the recommender's tool usage counts of the
 // day's calls: calls by decision, those whose session the event carries
 // and those with an agent, the last allowed call, and the day's sessions
@@ -196,11 +196,11 @@ func recordToolDayUse(ctx context.Context, q execQuerier, where string, args ...
 	if err := readUseGroups(ctx, q, uses, where, args...); err != nil {
 		return err
 	}
-	return mergeToolDayUse(ctx, q, uses)
+	return appendToolDayUse(ctx, q, uses)
 }
 
 // recountToolDayUse counts server's day in tool_day_use again from its
-// calls: after the archive deleted or restored some of them.
+// calls: after the archive restored them.
 func recountToolDayUse(ctx context.Context, q execQuerier, server string, day time.Time) error {
 	d, _ := ToolDay(day)
 	if _, err := q.ExecContext(ctx, `DELETE FROM tool_day_use WHERE server = ? AND day = ?`, server, d); err != nil {
@@ -218,12 +218,12 @@ func (b *batchCalls) useOfDays() map[toolDayKey]*DayUse {
 	return uses
 }
 
-// mergeToolDayUse adds uses (a batch's, or whole days counted from their
+// appendToolDayUse adds uses (a batch's, or whole days counted from their
 // calls) to tool_day_use as rows of their own: a key already stored gets a
 // second row, which readers add up (WindowUse) and Recluster merges into
 // one once its day is sealed (compactToolDayUse). Merging as batches
 // arrive read the stored rows back and rewrote them: ~30–70 ms a batch.
-func mergeToolDayUse(ctx context.Context, q execQuerier, uses map[toolDayKey]*DayUse) error {
+func appendToolDayUse(ctx context.Context, q execQuerier, uses map[toolDayKey]*DayUse) error {
 	if len(uses) == 0 {
 		return nil
 	}

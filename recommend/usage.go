@@ -34,7 +34,7 @@ type usage struct {
 const usageScope = `server = $server AND ($grant = '' OR "grant" = $grant) AND ts <= $to AND tool IS NOT NULL`
 
 // usageHistorySQL reads, per tool (and grant when byGrant, else under
-// grant ”), what a tool's usage takes from its history and from
+// the empty grant), what a tool's usage takes from its history and from
 // tool_days: the days with an allowed call in the window, the last
 // allowed call before it, and the window-length periods before it with an
 // allowed call; in_history says whether the tool has calls before the
@@ -110,7 +110,14 @@ func (q query) usage(ctx context.Context, what string, window time.Duration, byG
 		}
 		return u
 	}
-	lastAllowed := map[*usage]int64{}
+	// later keeps u's last allowed call at us (microseconds, 0: none) when
+	// that is later.
+	later := func(u *usage, us int64) {
+		if us != 0 && (u.LastAllowed == nil || us > u.LastAllowed.UnixMicro()) {
+			t := time.UnixMicro(us).UTC()
+			u.LastAllowed = &t
+		}
+	}
 	for g, tools := range inWindow {
 		for tool, w := range tools {
 			u := get(g, tool)
@@ -118,7 +125,7 @@ func (q query) usage(ctx context.Context, what string, window time.Duration, byG
 			u.Sessions, u.AllowedSessions = w.SessionCount, w.AllowedSessionCount
 			u.WithSession, u.WithAgent = w.WithSession, w.WithAgent
 			u.Denied, u.Hidden, u.RateLimited, u.Approval = w.Denied, w.Hidden, w.RateLimited, w.Approval
-			lastAllowed[u] = w.LastAllowed
+			later(u, w.LastAllowed)
 		}
 	}
 	rows, err := q.db.QueryContext(ctx, usageHistorySQL(byGrant), q.args(q.usageArgs(window)...)...)
@@ -138,16 +145,10 @@ func (q query) usage(ctx context.Context, what string, window time.Duration, byG
 		}
 		u := get(g, tool)
 		u.AllowedDays, u.EarlierPeriods = days, periods
-		lastAllowed[u] = max(lastAllowed[u], last)
+		later(u, last)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	for u, us := range lastAllowed {
-		if us != 0 {
-			t := time.UnixMicro(us).UTC()
-			u.LastAllowed = &t
-		}
 	}
 	return out, nil
 }
