@@ -48,21 +48,8 @@ func TestToolDaysIncremental(t *testing.T) {
 	require.NoError(t, err)
 	want := read(one, rows)
 
-	inBatches := func(redeliver bool) *Store {
-		s := openTemp(t)
-		for lo, size := 0, 1; lo < len(evs); lo, size = lo+size, size%97+13 {
-			hi := min(lo+size, len(evs))
-			batch := evs[lo:hi]
-			if redeliver && lo > 50 {
-				batch = append(batch[:hi-lo:hi-lo], evs[lo-50:lo-40]...) // redelivered calls: duplicates
-			}
-			_, err := s.Append(ctx, ingest.Batch{Events: batch})
-			require.NoError(t, err)
-		}
-		return s
-	}
-	assert.Equal(t, want, read(inBatches(false), rows), "each call sent once")
-	many := inBatches(true)
+	assert.Equal(t, want, read(inBatches(t, evs, false), rows), "each call sent once")
+	many := inBatches(t, evs, true)
 	assert.Equal(t, want, read(many, rows), "some calls sent twice")
 
 	_, err = many.wconn.ExecContext(ctx, `DELETE FROM tool_days`)
@@ -74,4 +61,22 @@ func TestToolDaysIncremental(t *testing.T) {
 	assert.Equal(t, count(t, one, `SELECT count(DISTINCT (coalesce("grant", ''), tool, epoch_ms(ts) // 86400000)) FROM calls WHERE tool IS NOT NULL`),
 		count(t, one, `SELECT count(*) FROM tool_days`), "a row per grant, tool and day; none for calls without a tool")
 	assert.Positive(t, count(t, one, `SELECT count(*) FROM tool_days WHERE first_allowed IS NULL`), "days without an allowed call are kept")
+}
+
+// inBatches is a store holding evs appended in batches of 1 to 97 events
+// (a day's calls and a session's spread over many), with, when redeliver
+// is set, ten earlier events sent again in each batch past the first 50.
+func inBatches(t *testing.T, evs []audit.Event, redeliver bool) *Store {
+	t.Helper()
+	s := openTemp(t)
+	for lo, size := 0, 1; lo < len(evs); lo, size = lo+size, size%97+13 {
+		hi := min(lo+size, len(evs))
+		batch := evs[lo:hi]
+		if redeliver && lo > 50 {
+			batch = append(batch[:hi-lo:hi-lo], evs[lo-50:lo-40]...) // redelivered calls: duplicates
+		}
+		_, err := s.Append(context.Background(), ingest.Batch{Events: batch})
+		require.NoError(t, err)
+	}
+	return s
 }

@@ -72,19 +72,6 @@ func TestToolDayUseIncremental(t *testing.T) {
 		require.NoError(t, recordToolDayUse(ctx, s.wconn, "true"))
 		return read(s)
 	}
-	inBatches := func(evs []audit.Event, redeliver bool) *Store {
-		s := openTemp(t)
-		for lo, size := 0, 1; lo < len(evs); lo, size = lo+size, size%97+13 {
-			hi := min(lo+size, len(evs))
-			batch := evs[lo:hi]
-			if redeliver && lo > 50 {
-				batch = append(batch[:hi-lo:hi-lo], evs[lo-50:lo-40]...) // redelivered calls: duplicates
-			}
-			_, err := s.Append(ctx, ingest.Batch{Events: batch})
-			require.NoError(t, err)
-		}
-		return s
-	}
 
 	evs := events(false)
 	one := openTemp(t)
@@ -93,15 +80,15 @@ func TestToolDayUseIncremental(t *testing.T) {
 	want := read(one)
 	require.Zero(t, count(t, one, `SELECT count(*) FROM (SELECT 1 FROM tool_day_use GROUP BY server, "grant", tool, day HAVING count(*) > 1)`),
 		"one batch: a row per key")
-	once := inBatches(evs, false)
+	once := inBatches(t, evs, false)
 	require.Positive(t, count(t, once, `SELECT count(*) FROM (SELECT 1 FROM tool_day_use GROUP BY server, "grant", tool, day HAVING count(*) > 1)`),
 		"a key stored by several batches has a row of each")
 	assert.Equal(t, want, compacted(once), "each call sent once")
-	many := inBatches(evs, true)
+	many := inBatches(t, evs, true)
 	assert.Equal(t, want, compacted(many), "some calls sent twice")
 	assert.Equal(t, want, recounted(many), "from the stored calls at once")
 
-	derived := inBatches(events(true), true)
+	derived := inBatches(t, events(true), true)
 	require.Positive(t, count(t, derived, `SELECT count(*) FROM calls WHERE session_source = 'derived'`))
 	kept := compacted(derived)
 	assert.Equal(t, recounted(derived), kept, "with derived sessions, from its own calls")
