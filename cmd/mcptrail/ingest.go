@@ -23,9 +23,12 @@ import (
 // being stored holds ~110 MB of it (one uncompressed row group); the rest
 // caches table blocks, which grow with the file: 10M events peaked at
 // 616 MiB of RSS at 256 MB, 553 at 192, 504-521 at 160 and 476-482 at
-// 128, no slower. A batch larger than the limit (argument values kept,
-// 2 KB each) is stored all the same: DuckDB spills what does not fit.
-const ingestMemoryLimit = "128MB"
+// 128, no slower; on a later, busier day 510-519 at 128 and 502-503 at 96
+// (1M: 428-438 and 419-435), again no slower. DuckDB's own use beyond the
+// limit (~300 MiB of the peak at 10M, the Go heap ~200) moves little with
+// it. A batch larger than the limit (argument values kept, 2 KB each) is
+// stored all the same: DuckDB spills what does not fit.
+const ingestMemoryLimit = "96MB"
 
 // ingestThreads is DuckDB's thread count while `ingest` appends: the
 // Arrow scan that feeds an insert is one stream, and a second DuckDB thread
