@@ -13,9 +13,10 @@ type migration struct {
 	version int
 	name    string
 	sql     string
-	// build, when set, runs after sql in the same transaction: a step that
-	// fills new tables with Go-built statements.
-	build func(ctx context.Context, tx execQuerier) error
+	// build, when set, runs after sql in the same transaction, on the
+	// connection that holds it: a step that fills new tables with Go-built
+	// statements (or Arrow views, which live on a connection).
+	build func(ctx context.Context, conn *sql.Conn) error
 }
 
 // migrations creates and evolves the schema. The calls table is public (SPEC §3):
@@ -192,15 +193,15 @@ CREATE TABLE tool_days (
 );
 ` + toolDaysSQL("true") + `;
 `, nil},
-	{7, "call runs", runsSchema, func(ctx context.Context, tx execQuerier) error {
-		return recordRuns(ctx, tx, nil, "true")
+	{7, "call runs", runsSchema, func(ctx context.Context, conn *sql.Conn) error {
+		return recordRuns(ctx, conn, nil, "true")
 	}},
 	{8, "calls clustered", `
 CREATE TABLE calls_clustered (clustered_until TIMESTAMPTZ NOT NULL);
 `, nil},
 	{9, "runs of sessions by conversation and trace", rekeyedGatewaysSQL, rebuildRekeyedRuns},
-	{10, "tool day use", toolDayUseSchema, func(ctx context.Context, tx execQuerier) error {
-		return recordToolDayUse(ctx, tx, "true")
+	{10, "tool day use", toolDayUseSchema, func(ctx context.Context, conn *sql.Conn) error {
+		return recordToolDayUse(ctx, conn, "true")
 	}},
 }
 
@@ -226,16 +227,16 @@ const rekeyedSessions = `calls.session_source IN ('conversation', 'trace')
 // rekeyedSessions admits and records them again from their calls; the
 // runs of the other sessions stay as they are. A database without calls
 // by conversation or trace has nothing to rebuild.
-func rebuildRekeyedRuns(ctx context.Context, tx execQuerier) error {
-	defer func() { _, _ = tx.ExecContext(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS rekeyed_gateways`) }()
+func rebuildRekeyedRuns(ctx context.Context, conn *sql.Conn) error {
+	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS rekeyed_gateways`) }()
 	var n int64
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM calls WHERE session_source IN ('conversation', 'trace') LIMIT 1)`).Scan(&n); err != nil {
+	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM calls WHERE session_source IN ('conversation', 'trace') LIMIT 1)`).Scan(&n); err != nil {
 		return err
 	}
 	if n == 0 {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, `
+	if _, err := conn.ExecContext(ctx, `
 CREATE OR REPLACE TEMP TABLE rekeyed_sessions AS
 SELECT DISTINCT `+sessionHash+` AS pk, server, coalesce("grant", '') AS g, hash(`+SessionKey+`) AS skh
 FROM calls WHERE tool IS NOT NULL AND (`+rekeyedSessions+`)
@@ -246,7 +247,7 @@ DELETE FROM run_tails WHERE pk IN (SELECT pk FROM rekeyed_sessions);
 DROP TABLE rekeyed_sessions;`); err != nil {
 		return fmt.Errorf("drop the runs filed under gateways: %w", err)
 	}
-	return recordRunsOf(ctx, tx, nil, "true", rekeyedSessions)
+	return recordRunsOf(ctx, conn, nil, "true", rekeyedSessions)
 }
 
 // backfillSessionSource gives the rows stored before session sources a
@@ -270,31 +271,45 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if current > SchemaVersion() {
 		return fmt.Errorf("database schema version %d is newer than this build knows (%d): upgrade mcptrail", current, SchemaVersion())
 	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer conn.Close()
 	for _, m := range migrations {
 		if m.version <= current {
 			continue
 		}
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("migration %d: %w", m.version, err)
+		if err := applyMigration(ctx, conn, m); err != nil {
+			return err
 		}
-		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-			_ = tx.Rollback()
-			return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
+	}
+	return nil
+}
+
+// applyMigration runs m and records it in one transaction on conn.
+func applyMigration(ctx context.Context, conn *sql.Conn, m migration) error {
+	if _, err := conn.ExecContext(ctx, "BEGIN TRANSACTION"); err != nil {
+		return fmt.Errorf("migration %d: %w", m.version, err)
+	}
+	err := func() error {
+		if _, err := conn.ExecContext(ctx, m.sql); err != nil {
+			return err
 		}
 		if m.build != nil {
-			if err := m.build(ctx, tx); err != nil {
-				_ = tx.Rollback()
-				return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
+			if err := m.build(ctx, conn); err != nil {
+				return err
 			}
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations VALUES (?, ?, ?)`, m.version, m.name, time.Now().UTC()); err != nil {
-			_ = tx.Rollback()
-			return fmt.Errorf("migration %d: record: %w", m.version, err)
+		if _, err := conn.ExecContext(ctx, `INSERT INTO schema_migrations VALUES (?, ?, ?)`, m.version, m.name, time.Now().UTC()); err != nil {
+			return fmt.Errorf("record: %w", err)
 		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("migration %d: commit: %w", m.version, err)
-		}
+		_, err := conn.ExecContext(ctx, "COMMIT")
+		return err
+	}()
+	if err != nil {
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
 	}
 	return nil
 }

@@ -2,7 +2,11 @@ package analytics
 
 import (
 	"context"
+	"database/sql"
+	"errors"
+	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -112,4 +116,56 @@ func TestMigrationRebuildsRunsFiledUnderGateways(t *testing.T) {
 	assert.Equal(t, wantTails, tails, "tails after the migration")
 	assert.Positive(t, count(t, m, `SELECT count(*) FROM call_runs r JOIN calls c ON hash(c.session) = r.skh AND c.session_source = 'conversation'`),
 		"runs of conversations")
+}
+
+// A migration whose build step fails leaves nothing behind: the error
+// names it, its table and its rows are rolled back with its bookkeeping
+// row, and the next open applies it whole once it can succeed. Builds run
+// on the migration's own connection, inside its transaction (the Arrow
+// views tool_day_use is written through live on a connection).
+func TestFailedMigrationLeavesNothingBehind(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "calls.duckdb")
+	s, err := Open(ctx, path, Options{})
+	require.NoError(t, err)
+	_, err = s.Append(ctx, ingest.Batch{Events: []audit.Event{
+		{ID: "a", TS: time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC), Server: "pve", Tool: "get_vm_status", Decision: audit.Allowed, Session: "s1"},
+	}})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+
+	all := migrations
+	defer func() { migrations = all }()
+	fail := true
+	next := migration{SchemaVersion() + 1, "test step", `CREATE TABLE test_step (n BIGINT); INSERT INTO test_step VALUES (1);`,
+		func(ctx context.Context, conn *sql.Conn) error {
+			if err := recordToolDayUse(ctx, conn, "true"); err != nil { // an Arrow view on conn
+				return err
+			}
+			if fail {
+				return errors.New("the step failed")
+			}
+			return nil
+		}}
+	migrations = append(slices.Clone(all), next)
+	_, err = Open(ctx, path, Options{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), fmt.Sprintf("migration %d (test step): the step failed", next.version))
+
+	migrations = all
+	r, err := Open(ctx, path, Options{})
+	require.NoError(t, err)
+	assert.Equal(t, SchemaVersion(), count(t, r, `SELECT max(version) FROM schema_migrations`))
+	assert.Equal(t, 0, count(t, r, `SELECT count(*) FROM duckdb_tables() WHERE table_name = 'test_step'`))
+	assert.Equal(t, 1, count(t, r, `SELECT count(*) FROM tool_day_use`), "the step's rows rolled back")
+	require.NoError(t, r.Close())
+
+	fail = false
+	migrations = append(slices.Clone(all), next)
+	w, err := Open(ctx, path, Options{})
+	require.NoError(t, err)
+	defer w.Close()
+	assert.Equal(t, next.version, count(t, w, `SELECT max(version) FROM schema_migrations`))
+	assert.Equal(t, 1, count(t, w, `SELECT n FROM test_step`))
+	assert.Equal(t, 2, count(t, w, `SELECT count(*) FROM tool_day_use`), "the step's rows, beside the batch's")
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -190,23 +189,23 @@ func readUseGroups(ctx context.Context, q execQuerier, uses map[toolDayKey]*DayU
 }
 
 // recordToolDayUse adds to tool_day_use the calls of tools that where
-// (with args) selects, on q, inside the caller's transaction.
-func recordToolDayUse(ctx context.Context, q execQuerier, where string, args ...any) error {
+// (with args) selects, on conn inside the caller's transaction.
+func recordToolDayUse(ctx context.Context, conn *sql.Conn, where string, args ...any) error {
 	uses := map[toolDayKey]*DayUse{}
-	if err := readUseGroups(ctx, q, uses, where, args...); err != nil {
+	if err := readUseGroups(ctx, conn, uses, where, args...); err != nil {
 		return err
 	}
-	return appendToolDayUse(ctx, q, uses)
+	return appendToolDayUse(ctx, conn, uses)
 }
 
 // recountToolDayUse counts server's day in tool_day_use again from its
 // calls: after the archive restored them.
-func recountToolDayUse(ctx context.Context, q execQuerier, server string, day time.Time) error {
+func recountToolDayUse(ctx context.Context, conn *sql.Conn, server string, day time.Time) error {
 	d, _ := ToolDay(day)
-	if _, err := q.ExecContext(ctx, `DELETE FROM tool_day_use WHERE server = ? AND day = ?`, server, d); err != nil {
+	if _, err := conn.ExecContext(ctx, `DELETE FROM tool_day_use WHERE server = ? AND day = ?`, server, d); err != nil {
 		return fmt.Errorf("tool day use: %w", err)
 	}
-	return recordToolDayUse(ctx, q, dayWhere(server, day))
+	return recordToolDayUse(ctx, conn, dayWhere(server, day))
 }
 
 // useOfDays is the batch's tool_day_use rows.
@@ -219,88 +218,16 @@ func (b *batchCalls) useOfDays() map[toolDayKey]*DayUse {
 }
 
 // appendToolDayUse adds uses (a batch's, or whole days counted from their
-// calls) to tool_day_use as rows of their own: a key already stored gets a
-// second row, which readers add up (WindowUse) and Recluster merges into
-// one once its day is sealed (compactToolDayUse). Merging as batches
-// arrive read the stored rows back and rewrote them: ~30–70 ms a batch.
-func appendToolDayUse(ctx context.Context, q execQuerier, uses map[toolDayKey]*DayUse) error {
+// calls) to tool_day_use as rows of their own, through an Arrow view (a
+// statement with a parameter per value took ~0.1 s a batch to bind): a
+// key already stored gets a second row, which readers add up (WindowUse)
+// and Recluster merges into one once its day is sealed
+// (compactToolDayUse). Merging as batches arrive read the stored rows back
+// and rewrote them: ~30–70 ms a batch.
+func appendToolDayUse(ctx context.Context, conn *sql.Conn, uses map[toolDayKey]*DayUse) error {
 	if len(uses) == 0 {
 		return nil
 	}
-	if conn, ok := q.(*sql.Conn); ok {
-		return writeToolDayUse(ctx, conn, uses)
-	}
-	// Inside a migration's transaction, many rows a statement: one
-	// statement per row cost more than the rest of the upkeep.
-	const perStatement = 200
-	keys := make([]toolDayKey, 0, len(uses))
-	for k := range uses {
-		keys = append(keys, k)
-	}
-	for len(keys) > 0 {
-		n := min(len(keys), perStatement)
-		args := make([]any, 0, n*15)
-		for _, k := range keys[:n] {
-			u := uses[k]
-			u.Normalize()
-			var last any
-			if u.LastAllowed != 0 {
-				last = time.UnixMicro(u.LastAllowed).UTC()
-			}
-			args = append(args, k.server, k.grant, k.tool, k.day, u.Calls, u.Allowed, u.Denied, u.Hidden, u.RateLimited,
-				u.Approval, u.WithSession, u.WithAgent, last, packSessions(u.Sessions), packAllowed(u.Sessions, u.AllowedSessions))
-		}
-		values := strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::TIMESTAMPTZ, ?::BLOB, ?::BLOB), ", n), ", ")
-		if _, err := q.ExecContext(ctx, `INSERT INTO tool_day_use VALUES `+values, args...); err != nil {
-			return fmt.Errorf("tool day use: %w", err)
-		}
-		keys = keys[n:]
-	}
-	return nil
-}
-
-// compactToolDayUse merges the rows of each key with several in the days
-// of [from, to) into one, on conn inside the caller's transaction.
-func compactToolDayUse(ctx context.Context, conn *sql.Conn, from, to time.Time) error {
-	d0, _ := ToolDay(from)
-	d1, _ := ToolDay(to.Add(-time.Microsecond))
-	const repeated = `day BETWEEN $d0 AND $d1 AND (server, "grant", tool, day) IN (
-	SELECT (server, "grant", tool, day) FROM tool_day_use WHERE day BETWEEN $d0 AND $d1 GROUP BY ALL HAVING count(*) > 1)`
-	args := []any{sql.Named("d0", d0), sql.Named("d1", d1)}
-	rows, err := conn.QueryContext(ctx, `SELECT server, "grant", tool, day, `+dayUseColumns+` FROM tool_day_use WHERE `+repeated, args...)
-	if err != nil {
-		return fmt.Errorf("compact tool day use: %w", err)
-	}
-	uses := map[toolDayKey]*DayUse{}
-	for rows.Next() {
-		var k toolDayKey
-		u := &DayUse{}
-		if err := scanDayUse(rows, u, &k.server, &k.grant, &k.tool, &k.day); err != nil {
-			rows.Close()
-			return err
-		}
-		if w := uses[k]; w != nil {
-			w.Add(u)
-		} else {
-			uses[k] = u
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("compact tool day use: %w", err)
-	}
-	if len(uses) == 0 {
-		return nil
-	}
-	if _, err := conn.ExecContext(ctx, `DELETE FROM tool_day_use WHERE `+repeated, args...); err != nil {
-		return fmt.Errorf("compact tool day use: %w", err)
-	}
-	return writeToolDayUse(ctx, conn, uses)
-}
-
-// writeToolDayUse appends uses to tool_day_use through an Arrow view: a
-// statement with a parameter per value took ~0.1 s a batch to bind.
-func writeToolDayUse(ctx context.Context, conn *sql.Conn, uses map[toolDayKey]*DayUse) error {
 	mem := memory.DefaultAllocator
 	strs := [3]*array.StringBuilder{array.NewStringBuilder(mem), array.NewStringBuilder(mem), array.NewStringBuilder(mem)}
 	var ints [9]*array.Int64Builder
@@ -344,6 +271,45 @@ func writeToolDayUse(ctx context.Context, conn *sql.Conn, uses map[toolDayKey]*D
 		return fmt.Errorf("tool day use: %w", err)
 	}
 	return nil
+}
+
+// compactToolDayUse merges the rows of each key with several in the days
+// of [from, to) into one, on conn inside the caller's transaction.
+func compactToolDayUse(ctx context.Context, conn *sql.Conn, from, to time.Time) error {
+	d0, _ := ToolDay(from)
+	d1, _ := ToolDay(to.Add(-time.Microsecond))
+	const repeated = `day BETWEEN $d0 AND $d1 AND (server, "grant", tool, day) IN (
+	SELECT (server, "grant", tool, day) FROM tool_day_use WHERE day BETWEEN $d0 AND $d1 GROUP BY ALL HAVING count(*) > 1)`
+	args := []any{sql.Named("d0", d0), sql.Named("d1", d1)}
+	rows, err := conn.QueryContext(ctx, `SELECT server, "grant", tool, day, `+dayUseColumns+` FROM tool_day_use WHERE `+repeated, args...)
+	if err != nil {
+		return fmt.Errorf("compact tool day use: %w", err)
+	}
+	uses := map[toolDayKey]*DayUse{}
+	for rows.Next() {
+		var k toolDayKey
+		u := &DayUse{}
+		if err := scanDayUse(rows, u, &k.server, &k.grant, &k.tool, &k.day); err != nil {
+			rows.Close()
+			return err
+		}
+		if w := uses[k]; w != nil {
+			w.Add(u)
+		} else {
+			uses[k] = u
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("compact tool day use: %w", err)
+	}
+	if len(uses) == 0 {
+		return nil
+	}
+	if _, err := conn.ExecContext(ctx, `DELETE FROM tool_day_use WHERE `+repeated, args...); err != nil {
+		return fmt.Errorf("compact tool day use: %w", err)
+	}
+	return appendToolDayUse(ctx, conn, uses)
 }
 
 // dayUseColumns are tool_day_use's figures, in scanDayUse's order.
