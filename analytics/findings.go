@@ -3,10 +3,10 @@ package analytics
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 )
 
@@ -71,30 +71,37 @@ func (s *Store) RecordRun(ctx context.Context, run RecommendRun,
 	}
 	s.historyMu.Lock()
 	defer s.historyMu.Unlock()
-	tx, err := s.db.BeginTx(ctx, nil)
+	// A connection of its own, so that the findings go in through DuckDB's
+	// Appender inside the transaction (a statement with a parameter per
+	// value took ~25 ms for a grant's ~290 findings, a run's serial end).
+	conn, err := s.db.Conn(ctx)
 	if err != nil {
+		return fmt.Errorf("record recommend run of %s: %w", run.Server, err)
+	}
+	defer conn.Close()
+	if _, err = conn.ExecContext(ctx, "BEGIN TRANSACTION"); err != nil {
 		return fmt.Errorf("record recommend run of %s: %w", run.Server, err)
 	}
 	defer func() {
 		if err != nil {
-			_ = tx.Rollback()
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 			err = fmt.Errorf("record recommend run of %s: %w", run.Server, err)
 		}
 	}()
 	var h RunHistory
 	var prev sql.NullInt64
-	if err = tx.QueryRowContext(ctx, `SELECT coalesce(max(run_id), 0) + 1,
+	if err = conn.QueryRowContext(ctx, `SELECT coalesce(max(run_id), 0) + 1,
 	(SELECT max(run_id) FROM recommend_runs WHERE server = ? AND "grant" = ?) FROM recommend_runs`,
 		run.Server, run.Grant).Scan(&h.RunID, &prev); err != nil {
 		return err
 	}
 	if h.PreviousRunID = prev.Int64; prev.Valid {
-		if err = tx.QueryRowContext(ctx, `SELECT "at" FROM recommend_runs WHERE run_id = ?`, prev.Int64).Scan(&h.PreviousAt); err != nil {
+		if err = conn.QueryRowContext(ctx, `SELECT "at" FROM recommend_runs WHERE run_id = ?`, prev.Int64).Scan(&h.PreviousAt); err != nil {
 			return err
 		}
 		h.PreviousAt = h.PreviousAt.UTC()
 	}
-	rows, err := tx.QueryContext(ctx, findingColumns+` WHERE server = ? AND "grant" = ? ORDER BY finding_id`, run.Server, run.Grant)
+	rows, err := conn.QueryContext(ctx, findingColumns+` WHERE server = ? AND "grant" = ? ORDER BY finding_id`, run.Server, run.Grant)
 	if err != nil {
 		return err
 	}
@@ -103,45 +110,26 @@ func (s *Store) RecordRun(ctx context.Context, run RecommendRun,
 	}
 	next, log := advance(h)
 	at := run.At.UTC()
-	if _, err = tx.ExecContext(ctx, `INSERT INTO recommend_runs VALUES (?, ?, ?, ?, ?, ?, ?)`, h.RunID, run.Server, run.Grant, at,
+	if _, err = conn.ExecContext(ctx, `INSERT INTO recommend_runs VALUES (?, ?, ?, ?, ?, ?, ?)`, h.RunID, run.Server, run.Grant, at,
 		run.WindowFrom.UTC(), run.WindowTo.UTC(), run.Source); err != nil {
 		return err
 	}
-	if _, err = tx.ExecContext(ctx, `DELETE FROM findings WHERE server = ? AND "grant" = ?`, run.Server, run.Grant); err != nil {
+	if _, err = conn.ExecContext(ctx, `DELETE FROM findings WHERE server = ? AND "grant" = ?`, run.Server, run.Grant); err != nil {
 		return err
 	}
-	if err = insertRows(ctx, tx, "findings", 13, len(next), func(i int) []any {
-		r := next[i]
-		return []any{r.ID, run.Server, run.Grant, r.Kind, nullable(r.Tool), r.FirstSeen.UTC(), r.LastSeen.UTC(), r.State, r.Severity,
+	if err = AppendRows(conn, "", "findings", next, func(r *FindingRecord) []driver.Value {
+		return []driver.Value{r.ID, run.Server, run.Grant, r.Kind, nullable(r.Tool), r.FirstSeen.UTC(), r.LastSeen.UTC(), r.State, r.Severity,
 			nullable(r.Summary), nullable(r.Action), r.LastRunID, r.ChangedAt.UTC()}
-	}); err != nil {
+	}, func(r *FindingRecord) string { return "finding " + r.ID }); err != nil {
 		return err
 	}
-	if err = insertRows(ctx, tx, "finding_log", 5, len(log), func(i int) []any {
-		return []any{at, log[i].FindingID, nullable(log[i].From), log[i].To, h.RunID}
-	}); err != nil {
+	if err = AppendRows(conn, "", "finding_log", log, func(t *FindingTransition) []driver.Value {
+		return []driver.Value{at, t.FindingID, nullable(t.From), t.To, h.RunID}
+	}, func(t *FindingTransition) string { return "transition of " + t.FindingID }); err != nil {
 		return err
 	}
-	return tx.Commit()
-}
-
-// insertRows inserts n rows of width columns into table, many a statement.
-func insertRows(ctx context.Context, tx *sql.Tx, table string, width, n int, row func(int) []any) error {
-	const per = 200
-	placeholder := "(" + strings.TrimSuffix(strings.Repeat("?, ", width), ", ") + ")"
-	for start := 0; start < n; start += per {
-		end := min(start+per, n)
-		args := make([]any, 0, (end-start)*width)
-		values := make([]string, 0, end-start)
-		for i := start; i < end; i++ {
-			args = append(args, row(i)...)
-			values = append(values, placeholder)
-		}
-		if _, err := tx.ExecContext(ctx, "INSERT INTO "+table+" VALUES "+strings.Join(values, ", "), args...); err != nil {
-			return fmt.Errorf("insert into %s: %w", table, err)
-		}
-	}
-	return nil
+	_, err = conn.ExecContext(ctx, "COMMIT")
+	return err
 }
 
 const findingColumns = `SELECT finding_id, server, "grant", kind, coalesce(tool, ''), state, severity, coalesce(summary, ''),

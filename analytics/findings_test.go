@@ -36,8 +36,12 @@ func TestRecordRunRoundTrip(t *testing.T) {
 	record("g", t1, func(h RunHistory) []FindingRecord {
 		return []FindingRecord{rec("b", "open", t1, h.RunID), rec("a", "open", t1, h.RunID)}
 	}, []FindingTransition{{FindingID: "a", To: "open"}, {FindingID: "b", To: "open"}})
-	record("other", t1, func(h RunHistory) []FindingRecord { return []FindingRecord{rec("e", "open", t1, h.RunID)} },
-		[]FindingTransition{{FindingID: "e", To: "open"}})
+	// A finding without a tool, summary or action (stored as NULLs).
+	bare := func(id string, run int64) FindingRecord {
+		return FindingRecord{ID: id, Kind: "k", State: "open", Severity: "info", FirstSeen: t1, LastSeen: t1, ChangedAt: t1, LastRunID: run}
+	}
+	record("other", t1, func(h RunHistory) []FindingRecord { return []FindingRecord{rec("e", "open", t1, h.RunID), bare("f", h.RunID)} },
+		[]FindingTransition{{FindingID: "e", To: "open"}, {FindingID: "f", To: "open"}})
 	t2 := t1.Add(24 * time.Hour)
 	record("g", t2, func(h RunHistory) []FindingRecord {
 		return []FindingRecord{rec("a", "open", t2, h.RunID), rec("b", "resolved", t1, h.Known[1].LastRunID)}
@@ -60,7 +64,17 @@ func TestRecordRunRoundTrip(t *testing.T) {
 	for _, r := range recs {
 		ids = append(ids, r.Grant+"/"+r.ID+":"+r.State)
 	}
-	assert.Equal(t, []string{"g/a:open", "g/b:resolved", "other/e:open"}, ids)
+	assert.Equal(t, []string{"g/a:open", "g/b:resolved", "other/e:open", "other/f:open"}, ids)
+	for _, r := range recs {
+		if r.ID == "f" {
+			want := bare("f", 2)
+			want.Server, want.Grant = "srv", "other"
+			assert.Equal(t, want, r, "a finding's empty fields come back empty")
+		}
+	}
+	var nulls int
+	require.NoError(t, s.DB().QueryRow(`SELECT count(*) FROM findings WHERE finding_id = 'f' AND tool IS NULL AND summary IS NULL AND action IS NULL`).Scan(&nulls))
+	assert.Equal(t, 1, nulls, "stored as NULLs")
 	open, err := s.Findings(ctx, FindingFilter{Server: "srv", Grant: "g", State: "open"})
 	require.NoError(t, err)
 	require.Len(t, open, 1)
@@ -73,7 +87,7 @@ func TestRecordRunRoundTrip(t *testing.T) {
 	for _, e := range log {
 		moves = append(moves, e.FindingID+":"+e.From+">"+e.To)
 	}
-	assert.Equal(t, []string{"a:>open", "b:>open", "e:>open", "b:open>resolved"}, moves)
+	assert.Equal(t, []string{"a:>open", "b:>open", "e:>open", "f:>open", "b:open>resolved"}, moves)
 }
 
 // TestRecordRunReadOnly: a read-only store says it cannot record.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/recommend"
@@ -16,6 +17,10 @@ import (
 // the history silently behind. Any other failure fails the run.
 func (a *app) recordFindings(store *analytics.Store, source string) func(context.Context, []*recommend.Report) error {
 	return func(ctx context.Context, reports []*recommend.Report) error {
+		start := time.Now()
+		defer func() {
+			a.log.Debug("finding history recorded", "runs", len(reports), "took", time.Since(start).Round(time.Millisecond))
+		}()
 		for _, r := range reports {
 			if r == nil {
 				continue
