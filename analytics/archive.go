@@ -227,16 +227,12 @@ func (s *Store) onWriter(ctx context.Context, what string, f func(*sql.Conn) (in
 	if s.closed {
 		return 0, fmt.Errorf("archive: %s: database is closed", what)
 	}
-	conn := s.wconn
-	if _, err := conn.ExecContext(ctx, "BEGIN TRANSACTION"); err != nil {
-		return 0, fmt.Errorf("archive: %s: begin: %w", what, err)
-	}
-	n, err := f(conn)
-	if err == nil {
-		_, err = conn.ExecContext(ctx, "COMMIT")
-	}
+	var n int64
+	err := inTransaction(ctx, s.wconn, func() (err error) {
+		n, err = f(s.wconn)
+		return err
+	})
 	if err != nil {
-		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 		return 0, fmt.Errorf("archive: %s: %w", what, err)
 	}
 	return n, nil

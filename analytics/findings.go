@@ -65,7 +65,7 @@ var ErrNoRuns = errors.New("no recommend run recorded")
 // serialised, so that two runs of one scope (a schedule and an API request
 // in the daemon) never read the same history.
 func (s *Store) RecordRun(ctx context.Context, run RecommendRun,
-	advance func(RunHistory) ([]FindingRecord, []FindingTransition)) (err error) {
+	advance func(RunHistory) ([]FindingRecord, []FindingTransition)) error {
 	if s.readOnly {
 		return ErrReadOnly
 	}
@@ -79,24 +79,23 @@ func (s *Store) RecordRun(ctx context.Context, run RecommendRun,
 		return fmt.Errorf("record recommend run of %s: %w", run.Server, err)
 	}
 	defer conn.Close()
-	if _, err = conn.ExecContext(ctx, "BEGIN TRANSACTION"); err != nil {
+	if err := inTransaction(ctx, conn, func() error { return recordRun(ctx, conn, run, advance) }); err != nil {
 		return fmt.Errorf("record recommend run of %s: %w", run.Server, err)
 	}
-	defer func() {
-		if err != nil {
-			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
-			err = fmt.Errorf("record recommend run of %s: %w", run.Server, err)
-		}
-	}()
+	return nil
+}
+
+// recordRun is RecordRun's work, inside its transaction on conn.
+func recordRun(ctx context.Context, conn *sql.Conn, run RecommendRun, advance func(RunHistory) ([]FindingRecord, []FindingTransition)) error {
 	var h RunHistory
 	var prev sql.NullInt64
-	if err = conn.QueryRowContext(ctx, `SELECT coalesce(max(run_id), 0) + 1,
+	if err := conn.QueryRowContext(ctx, `SELECT coalesce(max(run_id), 0) + 1,
 	(SELECT max(run_id) FROM recommend_runs WHERE server = ? AND "grant" = ?) FROM recommend_runs`,
 		run.Server, run.Grant).Scan(&h.RunID, &prev); err != nil {
 		return err
 	}
 	if h.PreviousRunID = prev.Int64; prev.Valid {
-		if err = conn.QueryRowContext(ctx, `SELECT "at" FROM recommend_runs WHERE run_id = ?`, prev.Int64).Scan(&h.PreviousAt); err != nil {
+		if err := conn.QueryRowContext(ctx, `SELECT "at" FROM recommend_runs WHERE run_id = ?`, prev.Int64).Scan(&h.PreviousAt); err != nil {
 			return err
 		}
 		h.PreviousAt = h.PreviousAt.UTC()
@@ -110,26 +109,22 @@ func (s *Store) RecordRun(ctx context.Context, run RecommendRun,
 	}
 	next, log := advance(h)
 	at := run.At.UTC()
-	if _, err = conn.ExecContext(ctx, `INSERT INTO recommend_runs VALUES (?, ?, ?, ?, ?, ?, ?)`, h.RunID, run.Server, run.Grant, at,
+	if _, err := conn.ExecContext(ctx, `INSERT INTO recommend_runs VALUES (?, ?, ?, ?, ?, ?, ?)`, h.RunID, run.Server, run.Grant, at,
 		run.WindowFrom.UTC(), run.WindowTo.UTC(), run.Source); err != nil {
 		return err
 	}
-	if _, err = conn.ExecContext(ctx, `DELETE FROM findings WHERE server = ? AND "grant" = ?`, run.Server, run.Grant); err != nil {
+	if _, err := conn.ExecContext(ctx, `DELETE FROM findings WHERE server = ? AND "grant" = ?`, run.Server, run.Grant); err != nil {
 		return err
 	}
-	if err = AppendRows(conn, "", "findings", next, func(r *FindingRecord) []driver.Value {
+	if err := AppendRows(conn, "", "findings", next, func(r *FindingRecord) []driver.Value {
 		return []driver.Value{r.ID, run.Server, run.Grant, r.Kind, nullable(r.Tool), r.FirstSeen.UTC(), r.LastSeen.UTC(), r.State, r.Severity,
 			nullable(r.Summary), nullable(r.Action), r.LastRunID, r.ChangedAt.UTC()}
 	}, func(r *FindingRecord) string { return "finding " + r.ID }); err != nil {
 		return err
 	}
-	if err = AppendRows(conn, "", "finding_log", log, func(t *FindingTransition) []driver.Value {
+	return AppendRows(conn, "", "finding_log", log, func(t *FindingTransition) []driver.Value {
 		return []driver.Value{at, t.FindingID, nullable(t.From), t.To, h.RunID}
-	}, func(t *FindingTransition) string { return "transition of " + t.FindingID }); err != nil {
-		return err
-	}
-	_, err = conn.ExecContext(ctx, "COMMIT")
-	return err
+	}, func(t *FindingTransition) string { return "transition of " + t.FindingID })
 }
 
 const findingColumns = `SELECT finding_id, server, "grant", kind, coalesce(tool, ''), state, severity, coalesce(summary, ''),

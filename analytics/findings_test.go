@@ -40,7 +40,9 @@ func TestRecordRunRoundTrip(t *testing.T) {
 	bare := func(id string, run int64) FindingRecord {
 		return FindingRecord{ID: id, Kind: "k", State: "open", Severity: "info", FirstSeen: t1, LastSeen: t1, ChangedAt: t1, LastRunID: run}
 	}
-	record("other", t1, func(h RunHistory) []FindingRecord { return []FindingRecord{rec("e", "open", t1, h.RunID), bare("f", h.RunID)} },
+	record("other", t1, func(h RunHistory) []FindingRecord {
+		return []FindingRecord{rec("e", "open", t1, h.RunID), bare("f", h.RunID)}
+	},
 		[]FindingTransition{{FindingID: "e", To: "open"}, {FindingID: "f", To: "open"}})
 	t2 := t1.Add(24 * time.Hour)
 	record("g", t2, func(h RunHistory) []FindingRecord {

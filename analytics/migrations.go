@@ -289,10 +289,7 @@ func migrate(ctx context.Context, db *sql.DB) error {
 
 // applyMigration runs m and records it in one transaction on conn.
 func applyMigration(ctx context.Context, conn *sql.Conn, m migration) error {
-	if _, err := conn.ExecContext(ctx, "BEGIN TRANSACTION"); err != nil {
-		return fmt.Errorf("migration %d: %w", m.version, err)
-	}
-	err := func() error {
+	err := inTransaction(ctx, conn, func() error {
 		if _, err := conn.ExecContext(ctx, m.sql); err != nil {
 			return err
 		}
@@ -304,11 +301,9 @@ func applyMigration(ctx context.Context, conn *sql.Conn, m migration) error {
 		if _, err := conn.ExecContext(ctx, `INSERT INTO schema_migrations VALUES (?, ?, ?)`, m.version, m.name, time.Now().UTC()); err != nil {
 			return fmt.Errorf("record: %w", err)
 		}
-		_, err := conn.ExecContext(ctx, "COMMIT")
-		return err
-	}()
+		return nil
+	})
 	if err != nil {
-		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 		return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
 	}
 	return nil

@@ -454,6 +454,24 @@ func stagingOf(b ingest.Batch) (*staging, error) {
 	return st, nil
 }
 
+// inTransaction runs f in a transaction on conn: committed when f
+// succeeds, rolled back when f or the commit fails. f's statements all go
+// through conn (Arrow views and the Appender live on a connection, which
+// a sql.Tx does not hand out).
+func inTransaction(ctx context.Context, conn *sql.Conn, f func() error) error {
+	if _, err := conn.ExecContext(ctx, "BEGIN TRANSACTION"); err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	err := f()
+	if err == nil {
+		_, err = conn.ExecContext(ctx, "COMMIT")
+	}
+	if err != nil {
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+	}
+	return err
+}
+
 func nullable(s string) driver.Value {
 	if s == "" {
 		return nil
