@@ -132,6 +132,9 @@ func (s *Store) DeleteArchived(ctx context.Context, server string, day time.Time
 		if err != nil {
 			return 0, err
 		}
+		if err := unlistSessionPeaks(ctx, conn, dayNumber(day), dayNumber(day)); err != nil {
+			return 0, err
+		}
 		return r.RowsAffected()
 	})
 }
@@ -163,6 +166,11 @@ func (s *Store) RestoreDay(ctx context.Context, server string, day time.Time, fi
 		}
 		if err := recountToolDayUse(ctx, conn, server, day); err != nil {
 			return 0, err
+		}
+		if n, _ := r.RowsAffected(); n > 0 {
+			if err := unlistSessionPeaks(ctx, conn, dayNumber(day), dayNumber(day)); err != nil {
+				return 0, err
+			}
 		}
 		if own == 0 {
 			if err := recordRuns(ctx, conn, &s.tails, dayWhere(server, day)); err != nil {

@@ -203,6 +203,8 @@ CREATE TABLE calls_clustered (clustered_until TIMESTAMPTZ NOT NULL);
 	{10, "tool day use", toolDayUseSchema, func(ctx context.Context, conn *sql.Conn) error {
 		return recordToolDayUse(ctx, conn, "true")
 	}},
+	// Counted by Recluster, day by day, as days are sealed.
+	{11, "session peaks", sessionPeaksSchema, nil},
 }
 
 // rekeyedGatewaysSQL lists the gateways of the calls whose session is

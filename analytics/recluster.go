@@ -43,6 +43,9 @@ type ReclusterResult struct {
 	// Waiting are the sealed calls after Until left for a later run: fewer
 	// than ReclusterMinCalls within the last ReclusterSpan.
 	Waiting int64
+	// PeakDays are the sealed days whose busiest minutes per session were
+	// counted into session_peaks (peaks.go).
+	PeakDays int
 }
 
 // Recluster rewrites the calls of sealed UTC days (before now's day) not
@@ -54,6 +57,8 @@ type ReclusterResult struct {
 // ReclusterSpan waits until it holds ReclusterMinCalls calls. Calls that
 // arrive later with an older time stay where they are stored: the layout
 // only speeds queries up, every query reads the same calls either way.
+// Then every sealed day not counted yet has its peaks per session and
+// minute counted (countSealedPeaks), whether its calls were rewritten or not.
 func (s *Store) Recluster(ctx context.Context, now time.Time) (ReclusterResult, error) {
 	return s.recluster(ctx, now, ReclusterMinCalls, ReclusterMaxCalls)
 }
@@ -73,7 +78,8 @@ func (s *Store) recluster(ctx context.Context, now time.Time, minCalls, maxCalls
 		}
 		res.Until, res.Waiting = sp.until, sp.waiting
 		if !sp.done {
-			return res, nil
+			res.PeakDays, err = s.countSealedPeaks(ctx, sealed)
+			return res, err
 		}
 		res.Calls += sp.calls
 		res.Spans++

@@ -383,6 +383,10 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 		if err != nil {
 			return res, fmt.Errorf("append: insert calls: %w", err)
 		}
+		// A late call of a day whose peaks are counted: count it again.
+		if err := unlistSessionPeaks(ctx, conn, dayNumber(st.lo), dayNumber(st.hi)); err != nil {
+			return res, fmt.Errorf("append: %w", err)
+		}
 		if derived {
 			// Only a batch that derived sessions moves derived_sessions.
 			if err := dropBatchSessions(ctx, conn); err != nil {

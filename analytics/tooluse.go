@@ -419,12 +419,11 @@ func WindowUse(ctx context.Context, q *sql.DB, server, grant string, from, to ti
 	scope, scopeArgs := `server = ? AND (? = '' OR "grant" = ?)`, []any{server, grant, grant}
 	wholeFirst := false
 	if from.Equal(firstStart) && firstDay < lastDay && covered <= firstDay {
-		var at int64
-		if err := q.QueryRowContext(ctx, `SELECT count(*) FROM calls WHERE `+scope+` AND tool IS NOT NULL AND ts = ?`,
-			append(scopeArgs, from)...).Scan(&at); err != nil {
+		at, err := callAt(ctx, q, server, grant, from)
+		if err != nil {
 			return nil, fmt.Errorf("window use: %w", err)
 		}
-		wholeFirst = at == 0
+		wholeFirst = !at
 	}
 	tableFrom := firstDay + 1
 	if wholeFirst {

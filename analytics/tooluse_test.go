@@ -195,8 +195,9 @@ func TestMigrationFillsToolDayUse(t *testing.T) {
 }
 
 // openBefore opens path as it was before migration n+1: only the first n
-// migrations applied, with tool_day_use as a stand-in, for this build's
-// Append keeps it (dropStandIn drops it before migration 10 adds it).
+// migrations applied, with tool_day_use and session_peaks as stand-ins,
+// for this build's Append keeps them (dropStandIn drops them before
+// migrations 10 and 11 add them).
 func openBefore(t *testing.T, path string, n int) *Store {
 	t.Helper()
 	all := migrations
@@ -204,14 +205,14 @@ func openBefore(t *testing.T, path string, n int) *Store {
 	s, err := Open(context.Background(), path, Options{})
 	migrations = all
 	require.NoError(t, err)
-	_, err = s.DB().Exec(toolDayUseSchema)
+	_, err = s.DB().Exec(toolDayUseSchema + sessionPeaksSchema)
 	require.NoError(t, err)
 	return s
 }
 
 func dropStandIn(t *testing.T, s *Store) {
 	t.Helper()
-	_, err := s.DB().Exec(`DROP TABLE tool_day_use; DROP TABLE tool_day_use_from`)
+	_, err := s.DB().Exec(`DROP TABLE tool_day_use; DROP TABLE tool_day_use_from; DROP TABLE session_peaks; DROP TABLE session_peaks_days`)
 	require.NoError(t, err)
 }
 

@@ -124,6 +124,11 @@ func TestRetentionDeletesOnlyVerifiedDays(t *testing.T) {
 	appendEvents(t, s, events("e", []string{"pve", "git"}, 4, 10))
 	now := day0.Add(3*day + 12*time.Hour)
 
+	// The sealed days' peaks per session and minute are counted.
+	rc, err := s.Recluster(ctx, now)
+	require.NoError(t, err)
+	require.Equal(t, 3, rc.PeakDays)
+
 	// A damaged file of one day: its day does not verify, so it keeps its rows.
 	res, err := Run(ctx, s, Options{Now: now})
 	require.NoError(t, err)
@@ -141,6 +146,12 @@ func TestRetentionDeletesOnlyVerifiedDays(t *testing.T) {
 	assert.EqualValues(t, 0, scalar(t, s, `SELECT count(*) FROM calls WHERE server = 'pve' AND ts < '2026-11-22'`))
 	assert.EqualValues(t, 20, scalar(t, s, `SELECT count(*) FROM calls WHERE ts >= '2026-11-22' AND server = 'pve'`))
 	assert.EqualValues(t, 3, scalar(t, s, `SELECT count(DISTINCT (server, "date")) FROM archive_days WHERE deleted_at IS NOT NULL`))
+	// A day with calls deleted is left to the calls (the archive's, for a
+	// window that reaches it), and Recluster does not count it again.
+	assert.Equal(t, []string{"20779"}, rowsOf(t, s, `SELECT day::VARCHAR FROM session_peaks_days`))
+	rc, err = s.Recluster(ctx, now)
+	require.NoError(t, err)
+	assert.Zero(t, rc.PeakDays)
 	// tool_day_use keeps the deleted days, for windows that read the
 	// archive.
 	assert.Equal(t, `git|get_vm_status|20777|10,git|get_vm_status|20778|10,git|get_vm_status|20779|10,git|get_vm_status|20780|10,`+
@@ -223,6 +234,36 @@ func TestLateEventsGoToANewFile(t *testing.T) {
 	require.Len(t, m.Files, 2)
 	assert.EqualValues(t, 10, m.Files[0].Rows)
 	assert.EqualValues(t, 4, m.Files[1].Rows)
+}
+
+// TestRestoreTakesADayOffThePeaksList: a day whose restore inserts calls
+// is left to its calls until Recluster counts its peaks per session and
+// minute again; a restore that inserts nothing leaves a counted day alone.
+func TestRestoreTakesADayOffThePeaksList(t *testing.T) {
+	ctx := context.Background()
+	s, dir := setup(t)
+	appendEvents(t, s, events("e", []string{"pve", "git"}, 3, 10))
+	_, err := Run(ctx, s, Options{Now: day0.Add(5 * day), Retention: time.Hour})
+	require.NoError(t, err)
+
+	fresh := open(t, filepath.Join(t.TempDir(), "fresh.duckdb"), dir)
+	_, err = Restore(ctx, fresh, day0.Add(day)) // the last two days
+	require.NoError(t, err)
+	rc, err := fresh.Recluster(ctx, day0.Add(5*day))
+	require.NoError(t, err)
+	require.Equal(t, 2, rc.PeakDays)
+	listed := `SELECT day::VARCHAR FROM session_peaks_days ORDER BY day`
+	require.Equal(t, []string{"20778", "20779"}, rowsOf(t, fresh, listed))
+	_, err = fresh.DB().Exec(`DELETE FROM calls WHERE server = 'pve' AND ts >= ? AND ts < ?`, day0.Add(day), day0.Add(2*day))
+	require.NoError(t, err)
+
+	_, err = Restore(ctx, fresh, day0) // inserts day0's calls and pve's of day0+1
+	require.NoError(t, err)
+	assert.Equal(t, []string{"20779"}, rowsOf(t, fresh, listed))
+	rc, err = fresh.Recluster(ctx, day0.Add(5*day))
+	require.NoError(t, err)
+	assert.Equal(t, 2, rc.PeakDays, "day0 and day0+1")
+	assert.EqualValues(t, 1, scalar(t, fresh, `SELECT max(peak) FROM session_peaks WHERE server = 'pve' AND day = 20778`))
 }
 
 func TestRestoreIntoAnEmptyDatabase(t *testing.T) {

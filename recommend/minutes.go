@@ -1,18 +1,30 @@
 package recommend
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mcptrail/mcptrail/analytics"
 )
 
-// callMinutes are a scope's calls in its window counted per tool, session
-// scope key and one-minute window, in a temporary table on one connection.
-// Two steps of a recommendation group the same calls the same way: the
-// rate-limit peaks per session and minute (detectRateLimits) and the
-// replay's buckets over a per-session, per-minute limit (overflow).
-// Grouping a window's calls into their buckets is the costly part of each
-// (millions of groups); counted once here, the replay reads the table.
+// callMinutes are a scope's calls in its window summed up per tool and
+// session scope key (a session, or the grant for calls without one) from
+// their minutes: the busiest minute's allowed and rate-limited calls
+// (peak), those calls in all (calls) and the busiest minute's calls of any
+// decision (peak_all), in a temporary table (session_keys) on one
+// connection. Two steps of a recommendation read it: the rate-limit peaks
+// per session and minute (detectRateLimits) and the replay's buckets over a
+// per-session, per-minute limit (overflow), which only the keys whose
+// busiest minute is over the limit can have. The days Recluster counted
+// come from session_peaks (a row per tool, day and session), the rest of
+// the window from grouping its calls by tool, session and minute, the
+// costly part (millions of groups) the table saves.
 type callMinutes struct {
 	conn  *sql.Conn
 	scope query // the scope and window the table counts
@@ -31,7 +43,7 @@ func openCallMinutes(ctx context.Context, q query) (*callMinutes, error) {
 
 func (m *callMinutes) close() {
 	if m.built {
-		_, _ = m.conn.ExecContext(context.Background(), `DROP TABLE IF EXISTS call_minutes`)
+		_, _ = m.conn.ExecContext(context.Background(), `DROP TABLE IF EXISTS session_keys; DROP TABLE IF EXISTS session_edge; DROP TABLE IF EXISTS session_merged`)
 	}
 	_ = m.conn.Close()
 }
@@ -42,55 +54,190 @@ func (m *callMinutes) covers(q query) bool {
 		m.scope.from.Equal(q.from) && m.scope.to.Equal(q.to)
 }
 
-// sessionPeaks is query.peaks for the session scope and the minute window:
-// it counts every tool's calls per session key and minute into the table
-// (n: the calls peaks measure, allowed or rate-limited; n_all: every call,
-// what a limit counts), reads the peaks of tools from it, then keeps the
-// buckets of two calls or more: the only ones a limit of at least one call
-// can overflow.
-func (m *callMinutes) sessionPeaks(ctx context.Context, names map[uint64]string, tools []string) (map[string]*peakStats, error) {
+// build counts the scope's window into session_keys and returns the
+// peaks of tools, read from the days session_peaks lists (PeakDays) and
+// the calls of the window's other parts. A row alone in session_peaks is
+// its key's only one, unless the calls read hold the key too: the rows
+// of those keys and the others not alone are merged by key
+// (session_merged); the rest are read as they are, each time for what it
+// is needed: the tools' peaks, as counts of keys per peak (an aggregate
+// over a few groups instead of quantiles over every key), and the keys
+// with two calls in a minute, which the replay's per-session, per-minute
+// limits read (session_keys).
+func (m *callMinutes) build(ctx context.Context, names map[uint64]string, tools []string) (map[string]*peakStats, error) {
 	q := m.scope
-	done := q.timed("peaks session minute")
-	if _, err := m.conn.ExecContext(ctx, `
-CREATE OR REPLACE TEMP TABLE call_minutes AS
-SELECT hash(tool) AS th, `+sessionScopeKey+` AS k, epoch_ms(ts) // 60000 AS w,
-       count(*) FILTER (decision IN ('allowed', 'rate_limited')) AS n, count(*) AS n_all
-FROM calls WHERE `+inWindow+` AND tool IS NOT NULL
-GROUP BY ALL`, q.args()...); err != nil {
-		return nil, fmt.Errorf("peaks: %w", err)
-	}
-	m.built = true
-	rows, err := m.conn.QueryContext(ctx, `
-WITH pk AS (
-	SELECT th, k, max(n) AS peak, sum(n) AS calls FROM call_minutes
-	WHERE n > 0 AND th IN (SELECT hash(unnest($tools::VARCHAR[])))
-	GROUP BY ALL
-)
-SELECT th, quantile_disc(peak, 0.5), quantile_disc(peak, 0.9), quantile_disc(peak, 0.99), max(peak), count(*), sum(calls)
-FROM pk GROUP BY th`, sql.Named("tools", stringList(tools)))
-	if err != nil {
-		return nil, fmt.Errorf("peaks: %w", err)
-	}
-	out, err := scanPeaks(rows, names)
+	days, err := analytics.PeakDays(ctx, m.conn, q.server, q.grant, q.from, q.to)
 	if err != nil {
 		return nil, err
 	}
-	done()
-	if _, err := m.conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE call_minutes AS
-SELECT th, k, w, n_all FROM call_minutes WHERE n_all >= 2`); err != nil {
-		return nil, fmt.Errorf("call minutes: %w", err)
+	edge := []string{`SELECT NULL::VARCHAR AS tool, NULL::VARCHAR AS s, NULL::VARCHAR AS g, 0::BIGINT AS peak, 0::BIGINT AS calls, 0::BIGINT AS peak_all WHERE false`}
+	args := q.args()
+	for i, r := range outsideDays(q.from, q.to, days) {
+		lo, hi := fmt.Sprintf("lo%d", i), fmt.Sprintf("hi%d", i)
+		edge = append(edge, `SELECT tool, s, g, max(n), sum(n), max(n_all) FROM (`+
+			analytics.SessionMinutesSQL(`server = $server AND ($grant = '' OR "grant" = $grant) AND ts > $`+lo+` AND ts <= $`+hi)+
+			`) GROUP BY tool, s, g`)
+		args = append(args, sql.Named(lo, r[0]), sql.Named(hi, r[1]))
+	}
+	stored := `false`
+	if len(days) > 0 {
+		stored = `server = $server AND ($grant = '' OR "grant" = $grant) AND day IN (SELECT unnest($days::BIGINT[]))`
+	}
+	const unseen = `(tool, session) NOT IN (SELECT (tool, s) FROM session_edge WHERE s IS NOT NULL)`
+	steps := []struct{ what, sql string }{
+		{"session_edge", `CREATE OR REPLACE TEMP TABLE session_edge AS ` + strings.Join(edge, "\nUNION ALL\n")},
+		{"session_merged", `CREATE OR REPLACE TEMP TABLE session_merged AS
+WITH d AS (
+	SELECT tool, s, g, peak, calls, peak_all FROM session_edge
+	UNION ALL
+	SELECT tool, session, "grant", peak, calls, peak_all FROM session_peaks
+	WHERE ` + stored + ` AND (NOT alone OR NOT (` + unseen + `))
+)
+SELECT tool, coalesce(s, '') AS s, CASE WHEN s IS NULL THEN g ELSE '' END AS g,
+       max(peak) AS peak, sum(calls) AS calls, max(peak_all) AS peak_all
+FROM d GROUP BY ALL`},
+	}
+	for _, st := range steps {
+		if _, err := m.conn.ExecContext(ctx, st.sql, withDays(args, days)...); err != nil {
+			return nil, fmt.Errorf("session peaks: %s: %w", st.what, err)
+		}
+	}
+	m.built = true
+	rows, err := m.conn.QueryContext(ctx, `
+SELECT hash(tool), peak, count(*), sum(calls) FROM (
+	SELECT tool, peak, calls FROM session_peaks WHERE `+stored+` AND alone AND `+unseen+`
+	UNION ALL
+	SELECT tool, peak, calls FROM session_merged
+) WHERE calls > 0 AND tool IN (SELECT unnest($tools::VARCHAR[]))
+GROUP BY ALL`, withDays(append(args, sql.Named("tools", stringList(tools))), days)...)
+	if err != nil {
+		return nil, fmt.Errorf("peaks: %w", err)
+	}
+	out, err := scanPeakCounts(rows, names)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := m.conn.ExecContext(ctx, `
+CREATE OR REPLACE TEMP TABLE session_keys AS
+SELECT tool, session AS s, '' AS g, peak_all FROM session_peaks WHERE `+stored+` AND alone AND peak_all >= 2 AND `+unseen+`
+UNION ALL
+SELECT tool, s, g, peak_all FROM session_merged WHERE peak_all >= 2`, withDays(args, days)...); err != nil {
+		return nil, fmt.Errorf("session peaks: %w", err)
+	}
+	if _, err := m.conn.ExecContext(ctx, `DROP TABLE session_edge; DROP TABLE session_merged`); err != nil {
+		return nil, fmt.Errorf("session peaks: %w", err)
 	}
 	return out, nil
 }
 
-// overflowBucketsFromMinutesSQL fills overflow_buckets (see query.overflow): the
-// buckets of every limit per session and minute of at least one call from
-// the table, the others' from the calls.
+// withDays adds the days parameter when there are days: a statement
+// without $days refuses it.
+func withDays(args []any, days []int64) []any {
+	if len(days) == 0 {
+		return args
+	}
+	return append(args[:len(args):len(args)], sql.Named("days", days))
+}
+
+// scanPeakCounts reads rows of (tool hash, peak, keys, calls), every
+// peak's keys of a tool, into the tool's peakStats (and closes them): the
+// percentiles as DuckDB's quantile_disc gives them over the keys' peaks.
+func scanPeakCounts(rows *sql.Rows, names map[uint64]string) (map[string]*peakStats, error) {
+	defer rows.Close()
+	type count struct{ peak, keys int64 }
+	counts := map[string][]count{}
+	out := map[string]*peakStats{}
+	for rows.Next() {
+		var th uint64
+		var c count
+		var calls int64
+		if err := rows.Scan(&th, &c.peak, &c.keys, &calls); err != nil {
+			return nil, fmt.Errorf("peaks: %w", err)
+		}
+		tool, ok := names[th]
+		if !ok {
+			return nil, fmt.Errorf("peaks: a tool of the window is missing from its usage")
+		}
+		p := out[tool]
+		if p == nil {
+			p = &peakStats{Tool: tool}
+			out[tool] = p
+		}
+		p.Scopes += c.keys
+		p.Calls += calls
+		counts[tool] = append(counts[tool], c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("peaks: %w", err)
+	}
+	for tool, cs := range counts {
+		slices.SortFunc(cs, func(a, b count) int { return cmp.Compare(a.peak, b.peak) })
+		p := out[tool]
+		p.Max = float64(cs[len(cs)-1].peak)
+		for _, pq := range []struct {
+			v *float64
+			q float64
+		}{{&p.P50, 0.5}, {&p.P90, 0.9}, {&p.P99, 0.99}} {
+			rank := max(int64(math.Ceil(float64(p.Scopes)*pq.q)), 1)
+			for _, c := range cs {
+				if rank <= c.keys {
+					*pq.v = float64(c.peak)
+					break
+				}
+				rank -= c.keys
+			}
+		}
+	}
+	return out, nil
+}
+
+// outsideDays are the parts of the window (from, to] outside the days
+// given (sorted, each wholly inside it), as (lo, hi] pairs.
+func outsideDays(from, to time.Time, days []int64) [][2]time.Time {
+	var out [][2]time.Time
+	at := from
+	for _, d := range days {
+		start := time.UnixMilli(d * 86_400_000).UTC()
+		if before := start.Add(-time.Microsecond); before.After(at) {
+			out = append(out, [2]time.Time{at, before})
+		}
+		at = start.Add(24*time.Hour - time.Microsecond)
+	}
+	if to.After(at) {
+		out = append(out, [2]time.Time{at, to})
+	}
+	return out
+}
+
+// sessionPeaks is query.peaks for the session scope and the minute window:
+// per tool, the percentiles of its session keys' busiest minutes, over the
+// keys with an allowed or rate-limited call; it leaves session_keys for
+// the replay.
+func (m *callMinutes) sessionPeaks(ctx context.Context, names map[uint64]string, tools []string) (map[string]*peakStats, error) {
+	defer m.scope.timed("peaks session minute")()
+	out, err := m.build(ctx, names, tools)
+	if err != nil {
+		return nil, fmt.Errorf("peaks: %w", err)
+	}
+	return out, nil
+}
+
+// overflowBucketsFromMinutesSQL fills overflow_buckets (see query.overflow):
+// the buckets of every limit per session and minute of at least one call
+// from the calls of the tools and session keys session_keys finds over
+// it, the others' from all the calls.
 const overflowBucketsFromMinutesSQL = `
 CREATE OR REPLACE TEMP TABLE overflow_buckets AS
-SELECT lid AS b_lid, k AS b_k, w AS b_w, lim AS b_lim
-FROM call_minutes JOIN replay_limits ON th = hash(limit_tool)
-WHERE ` + fromMinutes + ` AND n_all > lim
+WITH hot AS (
+	SELECT tool AS h_tool, s AS h_s, g AS h_g FROM session_keys JOIN replay_limits ON tool = limit_tool
+	WHERE ` + fromMinutes + ` AND peak_all > lim
+)
+SELECT lid AS b_lid, ` + limitKeyExpr + ` AS b_k, epoch_ms(ts) // bucket_ms AS b_w, any_value(lim) AS b_lim
+FROM calls JOIN replay_limits ON calls.tool = limit_tool
+SEMI JOIN hot ON calls.tool = h_tool AND coalesce(calls.session, '') = h_s
+	AND CASE WHEN coalesce(calls.session, '') = '' THEN coalesce(calls."grant", '') ELSE '' END = h_g
+WHERE ` + inWindow + ` AND ` + fromMinutes + `
+GROUP BY ALL HAVING count(*) > any_value(lim)
 UNION ALL
 SELECT lid, ` + limitKeyExpr + `, epoch_ms(ts) // bucket_ms, any_value(lim)
 FROM calls JOIN replay_limits ON tool = limit_tool

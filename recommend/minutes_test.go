@@ -2,7 +2,9 @@ package recommend
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -17,17 +19,25 @@ import (
 // the call minutes equal those counted from the calls, and a replay whose
 // per-session, per-minute limits take their buckets from the minutes (the
 // others' from the calls) gives the replay counted from the calls alone,
-// for the server and for one grant, with limits of one call a minute (the
-// buckets of two calls the table keeps), of other scopes and of an hour;
-// minutes of another window are not used.
+// for the server and for one grant, with limits of one call a minute, of
+// other scopes and of an hour; minutes of another window are not used.
+// Each holds before Recluster counted the sealed days' peaks (every day
+// from the calls) and after (the days inside the window from
+// session_peaks, the rest from the calls), for a window of whole days and
+// one that starts and ends inside days; the recommendation of each is the
+// same before and after.
 func TestCallMinutesMatchTheCalls(t *testing.T) {
 	ctx := context.Background()
 	end := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
-	db := trafficStore(t, 4, 8000, 3*24*time.Hour, end, func(i int, e *audit.Event) {
+	store := trafficStore(t, 4, 8000, 3*24*time.Hour, end, func(i int, e *audit.Event) {
 		if i%9 == 0 {
 			e.Session, e.Gateway = "", "" // counted under the grant
 		}
-	}).DB()
+		if i%5 == 2 {
+			e.Decision = audit.Denied // counted by a limit, not in the peaks
+		}
+	})
+	db := store.DB()
 	var grant string
 	require.NoError(t, db.QueryRow(`SELECT "grant" FROM calls WHERE "grant" IS NOT NULL GROUP BY ALL ORDER BY count(*) DESC LIMIT 1`).Scan(&grant))
 
@@ -39,47 +49,137 @@ func TestCallMinutesMatchTheCalls(t *testing.T) {
 		{Window: policy.WindowMinute, Max: 2, Scope: policy.ScopeGrant},
 		{Window: policy.WindowMinute, Max: 3, Scope: policy.ScopeSession},
 	}
-	for _, g := range []string{"", grant} {
-		t.Run("grant="+g, func(t *testing.T) {
-			q := query{db: db, server: "proxmox-mcp", grant: g, from: end.Add(-3 * 24 * time.Hour), to: end}
-			tools := queryTools(t, db, `SELECT tool FROM calls WHERE `+inWindow+` AND tool IS NOT NULL GROUP BY ALL ORDER BY count(*) DESC, tool`, q.args()...)
-			require.GreaterOrEqual(t, len(tools), len(variants))
-			names, err := q.toolNames(ctx, tools)
+	windows := [][2]time.Time{
+		{end.Add(-3 * 24 * time.Hour), end},
+		{end.Add(-3*24*time.Hour + 90*time.Minute + 30*time.Second), end.Add(-5*time.Hour - 30*time.Minute)},
+	}
+	recommendations := map[string]string{}
+	for _, counted := range []bool{false, true} {
+		if counted {
+			res, err := store.Recluster(ctx, end)
 			require.NoError(t, err)
-
-			m, err := openCallMinutes(ctx, q)
-			require.NoError(t, err)
-			defer m.close()
-			assert.False(t, m.covers(q), "nothing counted yet")
-			fromMinutes, err := m.sessionPeaks(ctx, names, tools)
-			require.NoError(t, err)
-			fromCalls, err := q.peaks(ctx, names, tools, policy.ScopeSession, policy.WindowMinute)
-			require.NoError(t, err)
-			require.NotEmpty(t, fromCalls)
-			assert.Equal(t, fromCalls, fromMinutes)
-			require.True(t, m.covers(q))
-			other := q
-			other.from = other.from.Add(time.Minute)
-			assert.False(t, m.covers(other), "another window")
-
-			p := &policy.Policy{Version: "1", Default: policy.DefaultAllow, Tools: map[string]*policy.ToolRule{}}
-			for i, l := range variants {
-				l.Counter = fmt.Sprintf("limit_%d", i)
-				p.Tools[tools[i]] = &policy.ToolRule{Limits: []policy.Limit{l}}
+			require.Equal(t, 3, res.PeakDays, "the three sealed days counted")
+		}
+		for wi, w := range windows {
+			for _, g := range []string{"", grant} {
+				name := fmt.Sprintf("counted=%t/window=%d/grant=%s", counted, wi, g)
+				t.Run(name, func(t *testing.T) {
+					q := query{db: db, server: "proxmox-mcp", grant: g, from: w[0], to: w[1]}
+					checkCallMinutes(t, q, variants, counted && wi == 0)
+					params := DefaultParams()
+					params.Window = w[1].Sub(w[0])
+					r, err := Recommend(ctx, db, Options{Server: q.server, Grant: g, Now: w[1], Params: params})
+					require.NoError(t, err)
+					r.GeneratedAt = time.Time{}
+					out, err := json.Marshal(r)
+					require.NoError(t, err)
+					key := fmt.Sprintf("%d/%s", wi, g)
+					if !counted {
+						recommendations[key] = string(out)
+						return
+					}
+					assert.Equal(t, recommendations[key], string(out), "the recommendation with the days counted")
+				})
 			}
-			require.NoError(t, p.Validate())
-			o := ReplayOptions{Server: q.server, Grant: q.grant, From: q.from, To: q.to, Policy: p}
-			plain, err := Run(ctx, db, o)
-			require.NoError(t, err)
-			o.minutes = m
-			withMinutes, err := Run(ctx, db, o)
-			require.NoError(t, err)
-			assert.Positive(t, plain.RateLimited, "the limits bite")
-			assert.Equal(t, plain, withMinutes)
-			var fromTable int
-			require.NoError(t, m.conn.QueryRowContext(ctx, `SELECT count(*) FROM overflow_buckets JOIN replay_limits ON b_lid = lid
-				WHERE limit_scope = 'session' AND bucket_ms = 60000 AND b_lim = 1`).Scan(&fromTable))
-			assert.Positive(t, fromTable, "buckets of two calls over a limit of one came from the minutes")
-		})
+		}
+	}
+}
+
+// checkCallMinutes compares the call minutes of q's window with the calls;
+// wholeDays: its days are counted in session_peaks, which it then proves
+// the peaks come from.
+func checkCallMinutes(t *testing.T, q query, variants []policy.Limit, wholeDays bool) {
+	ctx := context.Background()
+	db := q.db
+	tools := queryTools(t, db, `SELECT tool FROM calls WHERE `+inWindow+` AND tool IS NOT NULL GROUP BY ALL ORDER BY count(*) DESC, tool`, q.args()...)
+	require.GreaterOrEqual(t, len(tools), len(variants))
+	names, err := q.toolNames(ctx, tools)
+	require.NoError(t, err)
+
+	m, err := openCallMinutes(ctx, q)
+	require.NoError(t, err)
+	defer m.close()
+	assert.False(t, m.covers(q), "nothing counted yet")
+	fromMinutes, err := m.sessionPeaks(ctx, names, tools)
+	require.NoError(t, err)
+	fromCalls, err := q.peaks(ctx, names, tools, policy.ScopeSession, policy.WindowMinute)
+	require.NoError(t, err)
+	require.NotEmpty(t, fromCalls)
+	assert.Equal(t, fromCalls, fromMinutes)
+	require.True(t, m.covers(q))
+	other := q
+	other.from = other.from.Add(time.Minute)
+	assert.False(t, m.covers(other), "another window")
+
+	p := &policy.Policy{Version: "1", Default: policy.DefaultAllow, Tools: map[string]*policy.ToolRule{}}
+	for i, l := range variants {
+		l.Counter = fmt.Sprintf("limit_%d", i)
+		p.Tools[tools[i]] = &policy.ToolRule{Limits: []policy.Limit{l}}
+	}
+	require.NoError(t, p.Validate())
+	o := ReplayOptions{Server: q.server, Grant: q.grant, From: q.from, To: q.to, Policy: p}
+	plain, err := Run(ctx, db, o)
+	require.NoError(t, err)
+	o.minutes = m
+	withMinutes, err := Run(ctx, db, o)
+	require.NoError(t, err)
+	assert.Positive(t, plain.RateLimited, "the limits bite")
+	assert.Equal(t, plain, withMinutes)
+	var fromTable int
+	require.NoError(t, m.conn.QueryRowContext(ctx, `SELECT count(*) FROM overflow_buckets JOIN replay_limits ON b_lid = lid
+		WHERE limit_scope = 'session' AND bucket_ms = 60000 AND b_lim = 1`).Scan(&fromTable))
+	assert.Positive(t, fromTable, "buckets of two calls over a limit of one, of the keys session_keys found")
+
+	if !wholeDays {
+		return
+	}
+	// The stored rows are what was read: with their peaks doubled, so are
+	// the window's.
+	_, err = m.conn.ExecContext(ctx, `UPDATE session_peaks SET peak = peak * 2`)
+	require.NoError(t, err)
+	doubled, err := m.sessionPeaks(ctx, names, tools)
+	require.NoError(t, err)
+	_, err = m.conn.ExecContext(ctx, `UPDATE session_peaks SET peak = peak / 2`)
+	require.NoError(t, err)
+	twice := 0
+	for tool, st := range fromCalls {
+		// A peak at the window's last instant is counted from the calls.
+		assert.GreaterOrEqual(t, doubled[tool].Max, st.Max, tool)
+		if doubled[tool].Max == 2*st.Max {
+			twice++
+		}
+	}
+	assert.Greater(t, twice, len(fromCalls)/2, "most tools' busiest minutes read from session_peaks")
+}
+
+// TestPeakCountsGiveDuckDBsPercentiles: the percentiles scanPeakCounts
+// reads from counts of keys per peak are those DuckDB's quantile_disc
+// gives over the keys' peaks, for sets of one key to thousands, with few
+// and many distinct peaks.
+func TestPeakCountsGiveDuckDBsPercentiles(t *testing.T) {
+	ctx := context.Background()
+	db := tempStore(t).DB()
+	_, err := db.ExecContext(ctx, `CREATE TEMP TABLE keys (set_id BIGINT, peak BIGINT, calls BIGINT)`)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(3, 4))
+	const sets = 300
+	for i := range sets {
+		n := 1 + rng.IntN(3000)
+		if i%3 == 0 {
+			n = 1 + rng.IntN(12)
+		}
+		spread := 1 + rng.IntN(200)
+		_, err := db.ExecContext(ctx, `INSERT INTO keys SELECT ?, 1 + (hash(range, ?) % ?)::BIGINT, 1 + range % 7 FROM range(?)`, i, i, spread, n)
+		require.NoError(t, err)
+	}
+	for i := range sets {
+		want := &peakStats{Tool: "t"}
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT quantile_disc(peak, 0.5), quantile_disc(peak, 0.9), quantile_disc(peak, 0.99), max(peak), count(*), sum(calls)
+			FROM keys WHERE set_id = ?`, i).Scan(&want.P50, &want.P90, &want.P99, &want.Max, &want.Scopes, &want.Calls))
+		rows, err := db.QueryContext(ctx, `SELECT 7::UBIGINT, peak, count(*), sum(calls) FROM keys WHERE set_id = ? GROUP BY peak`, i)
+		require.NoError(t, err)
+		got, err := scanPeakCounts(rows, map[uint64]string{7: "t"})
+		require.NoError(t, err)
+		require.Equal(t, want, got["t"], "set %d", i)
 	}
 }

@@ -24,8 +24,10 @@ more than 1,048,576 calls), each span in one transaction.
 Calls are stored as they arrive, every grant's in the same row groups; sorted, a
 query of one grant (each grant's recommendation, report and replay) skips the other
 grants' row groups. The calls stay the same. A span shorter than a week waits until
-it holds 491,520 calls. serve does this every day; run it after ingesting files,
-with the daemon stopped.`,
+it holds 491,520 calls. Then each sealed day not counted yet has the busiest
+minute of each session and tool counted, which recommend reads instead of
+grouping that day's calls again. serve does this every day; run it after
+ingesting files, with the daemon stopped.`,
 		Example: `  mcptrail ingest events.jsonl && mcptrail recluster`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -60,6 +62,13 @@ func reclusterSummary(res analytics.ReclusterResult) string {
 	if res.Waiting > 0 {
 		out += fmt.Sprintf("; %d calls of sealed days wait for a full week or %d calls", res.Waiting, analytics.ReclusterMinCalls)
 	}
+	if res.PeakDays > 0 {
+		days := "days"
+		if res.PeakDays == 1 {
+			days = "day"
+		}
+		out += fmt.Sprintf("; peaks per session and minute counted for %d sealed %s", res.PeakDays, days)
+	}
 	return out
 }
 
@@ -85,7 +94,7 @@ func reclusterDaily(ctx context.Context, store *analytics.Store, log *slog.Logge
 			// stopping: the span in hand was rolled back
 		case err != nil:
 			log.Error("recluster", "err", err)
-		case res.Spans > 0:
+		case res.Spans > 0 || res.PeakDays > 0:
 			log.Info(reclusterSummary(res), "took", time.Since(start).Round(time.Millisecond))
 		default:
 			log.Debug(reclusterSummary(res))

@@ -1,0 +1,211 @@
+package analytics
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// session_peaks holds, per server, grant (empty for calls without one),
+// tool, UTC day and session (NULL for calls without one), the busiest
+// minute of the day's calls: peak counts the allowed and rate-limited
+// calls of its busiest minute (what a per-session limit is sized from),
+// calls those calls over the day, peak_all every call of its busiest
+// minute (what a limit counts, and so which sessions a limit would have
+// refused calls of). The recommender's peaks per session and minute then
+// read a row per tool, day and session instead of grouping every call of
+// the window by tool, session and minute (~1M groups over 5M calls).
+//
+// A minute's calls may arrive in several batches, so its count is known
+// only once its day is complete: Recluster counts a sealed day from its
+// calls in one transaction and lists it in session_peaks_days. A batch with
+// calls of a listed day (a late event), an archived day deleted, or one
+// restored take the day off the list until Recluster counts it again;
+// readers take a listed day from the rows and every other day of their
+// window from the calls.
+//
+// Most sessions use a tool on one day only: alone marks a row whose
+// server, tool and session no other row has (on any day, in any grant), so
+// that a reader merges only the other rows by session (grouping ~650,000
+// sessions of one grant over 30 days cost ~0.2 s). It errs one way only: a
+// row stays not alone when the rows it shared its key with are gone.
+const sessionPeaksSchema = `
+CREATE TABLE session_peaks (
+	server   VARCHAR NOT NULL,
+	"grant"  VARCHAR NOT NULL,
+	tool     VARCHAR NOT NULL,
+	day      BIGINT NOT NULL,
+	session  VARCHAR,
+	peak     BIGINT NOT NULL,
+	calls    BIGINT NOT NULL,
+	peak_all BIGINT NOT NULL,
+	alone    BOOLEAN NOT NULL
+);
+CREATE TABLE session_peaks_days (day BIGINT PRIMARY KEY);`
+
+// SessionMinutesSQL groups the calls that where selects per server,
+// grant, tool, session and minute: the columns server, g, tool, s (NULL
+// for a call without a session), w (minutes since the epoch), n (allowed
+// and rate-limited calls) and n_all (every call). Both session_peaks and
+// the recommender's days without rows count minutes this way.
+func SessionMinutesSQL(where string) string {
+	return `
+SELECT server, coalesce("grant", '') AS g, tool, nullif(session, '') AS s, epoch_ms(ts) // 60000 AS w,
+       count(*) FILTER (decision IN ('allowed', 'rate_limited')) AS n, count(*) AS n_all
+FROM calls WHERE tool IS NOT NULL AND (` + where + `)
+GROUP BY ALL`
+}
+
+// countSessionPeaks counts day's calls into session_peaks and lists the
+// day, on conn inside the caller's transaction.
+func countSessionPeaks(ctx context.Context, conn *sql.Conn, day int64) error {
+	start := time.UnixMilli(day * 86_400_000).UTC()
+	if _, err := conn.ExecContext(ctx, `DELETE FROM session_peaks WHERE day = ?`, day); err != nil {
+		return fmt.Errorf("session peaks: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, `
+INSERT INTO session_peaks
+SELECT server, g, tool, w // 1440, s, max(n), sum(n), max(n_all), s IS NOT NULL
+FROM (`+SessionMinutesSQL(`ts >= ? AND ts < ?`)+`)
+GROUP BY ALL`, start, start.Add(24*time.Hour)); err != nil {
+		return fmt.Errorf("session peaks: %w", err)
+	}
+	// The day's sessions that other rows (of other days or grants) share:
+	// none of those rows is alone.
+	if _, err := conn.ExecContext(ctx, `
+UPDATE session_peaks SET alone = false
+FROM (
+	SELECT server AS k_server, tool AS k_tool, session AS k_session FROM session_peaks
+	WHERE session IS NOT NULL AND (server, tool, session) IN (
+		SELECT (server, tool, session) FROM session_peaks WHERE day = $day AND session IS NOT NULL)
+	GROUP BY ALL HAVING count(*) > 1
+) shared
+WHERE alone AND server = k_server AND tool = k_tool AND session = k_session`, sql.Named("day", day)); err != nil {
+		return fmt.Errorf("session peaks: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, `INSERT OR IGNORE INTO session_peaks_days VALUES (?)`, day); err != nil {
+		return fmt.Errorf("session peaks: %w", err)
+	}
+	return nil
+}
+
+// unlistSessionPeaks takes the days from d0 to d1 (UTC days since the
+// epoch) off session_peaks_days: calls of them were stored, deleted or
+// restored since they were counted. Their rows stay until they are counted
+// again; readers ignore them.
+func unlistSessionPeaks(ctx context.Context, conn *sql.Conn, d0, d1 int64) error {
+	if _, err := conn.ExecContext(ctx, `DELETE FROM session_peaks_days WHERE day BETWEEN ? AND ?`, d0, d1); err != nil {
+		return fmt.Errorf("session peaks: %w", err)
+	}
+	return nil
+}
+
+// dayNumber is ToolDay's day alone.
+func dayNumber(t time.Time) int64 {
+	d, _ := ToolDay(t)
+	return d
+}
+
+// countSealedPeaks counts into session_peaks every day before until (a
+// midnight) with calls and not listed yet, a day per transaction that
+// holds the store's writer, and returns how many it counted.
+func (s *Store) countSealedPeaks(ctx context.Context, until time.Time) (int, error) {
+	last := dayNumber(until.Add(-time.Microsecond))
+	n := 0
+	for {
+		day, ok, err := s.nextUncountedDay(ctx, last)
+		if err != nil || !ok {
+			return n, err
+		}
+		if err := s.countDayPeaks(ctx, day); err != nil {
+			return n, err
+		}
+		n++
+	}
+}
+
+// nextUncountedDay is the first day up to last with calls (by tool_days,
+// which every stored call of a tool is in), none of them deleted by the
+// archive (a window over such a day reads the archived calls), and without
+// its peaks counted.
+func (s *Store) nextUncountedDay(ctx context.Context, last int64) (int64, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, false, errors.New("session peaks: database is closed")
+	}
+	var day sql.NullInt64
+	if err := s.wconn.QueryRowContext(ctx, `SELECT min(day) FROM tool_days
+WHERE day <= ? AND day NOT IN (SELECT day FROM session_peaks_days)
+  AND day NOT IN (SELECT "date" - DATE '1970-01-01' FROM archive_days WHERE deleted_at IS NOT NULL)`, last).Scan(&day); err != nil {
+		return 0, false, fmt.Errorf("session peaks: %w", err)
+	}
+	return day.Int64, day.Valid, nil
+}
+
+func (s *Store) countDayPeaks(ctx context.Context, day int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("session peaks: database is closed")
+	}
+	if err := inTransaction(ctx, s.wconn, func() error { return countSessionPeaks(ctx, s.wconn, day) }); err != nil {
+		return fmt.Errorf("session peaks of day %d: %w", day, err)
+	}
+	return nil
+}
+
+// querier is a connection or a database.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// callAt says whether server (and grant, unless "") has a call of a tool
+// at that very instant: the only one of a day starting a window at its
+// midnight that the window leaves out.
+func callAt(ctx context.Context, q querier, server, grant string, at time.Time) (bool, error) {
+	var n int64
+	err := q.QueryRowContext(ctx, `SELECT count(*) FROM calls WHERE server = ? AND (? = '' OR "grant" = ?) AND tool IS NOT NULL AND ts = ?`,
+		server, grant, grant, at).Scan(&n)
+	return n > 0, err
+}
+
+// PeakDays are the days wholly inside the window (from, to] whose
+// session_peaks rows count all their calls, in order; the window's first
+// day is wholly inside when from is its midnight and no call of server
+// (and grant, unless "") is at that very instant.
+func PeakDays(ctx context.Context, q querier, server, grant string, from, to time.Time) ([]int64, error) {
+	firstDay, firstStart := ToolDay(from)
+	lastDay := dayNumber(to)
+	if !from.Equal(firstStart) {
+		firstDay++
+	} else if firstDay < lastDay {
+		at, err := callAt(ctx, q, server, grant, from)
+		if err != nil {
+			return nil, fmt.Errorf("peak days: %w", err)
+		}
+		if at {
+			firstDay++
+		}
+	}
+	rows, err := q.QueryContext(ctx, `SELECT day FROM session_peaks_days WHERE day >= ? AND day < ? ORDER BY day`, firstDay, lastDay)
+	if err != nil {
+		return nil, fmt.Errorf("peak days: %w", err)
+	}
+	defer rows.Close()
+	var days []int64
+	for rows.Next() {
+		var d int64
+		if err := rows.Scan(&d); err != nil {
+			return nil, fmt.Errorf("peak days: %w", err)
+		}
+		days = append(days, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("peak days: %w", err)
+	}
+	return days, nil
+}
