@@ -1,12 +1,14 @@
 package recommend
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -353,32 +355,63 @@ WITH c AS (
 ), pk AS (
 	SELECT th, k, max(n) AS peak, sum(n) AS calls FROM per GROUP BY ALL
 )
-SELECT th, quantile_disc(peak, 0.5), quantile_disc(peak, 0.9), quantile_disc(peak, 0.99), max(peak), count(*), sum(calls)
-FROM pk GROUP BY th`, sql.Named("bucket_ms", bucketMillis(window)), sql.Named("tools", stringList(tools)))
+SELECT th, peak, count(*), sum(calls) FROM pk GROUP BY ALL`, sql.Named("bucket_ms", bucketMillis(window)), sql.Named("tools", stringList(tools)))
 	if err != nil {
 		return nil, err
 	}
-	return scanPeaks(rows, names)
+	return scanPeakCounts(rows, names)
 }
 
-// scanPeaks reads peaks' rows (and closes them): per tool hash, the
-// quantiles and maximum of its scope keys' peaks, their number and calls.
-func scanPeaks(rows *sql.Rows, names map[uint64]string) (map[string]*peakStats, error) {
+// scanPeakCounts reads rows of (tool hash, peak, keys, calls), every
+// peak's keys of a tool, into the tool's peakStats (and closes them): the
+// percentiles as DuckDB's quantile_disc gives them over the keys' peaks.
+func scanPeakCounts(rows *sql.Rows, names map[uint64]string) (map[string]*peakStats, error) {
 	defer rows.Close()
+	type count struct{ peak, keys int64 }
+	counts := map[string][]count{}
 	out := map[string]*peakStats{}
 	for rows.Next() {
-		p := &peakStats{}
 		var th uint64
-		if err := rows.Scan(&th, &p.P50, &p.P90, &p.P99, &p.Max, &p.Scopes, &p.Calls); err != nil {
+		var c count
+		var calls int64
+		if err := rows.Scan(&th, &c.peak, &c.keys, &calls); err != nil {
 			return nil, fmt.Errorf("peaks: %w", err)
 		}
-		var ok bool
-		if p.Tool, ok = names[th]; !ok {
+		tool, ok := names[th]
+		if !ok {
 			return nil, fmt.Errorf("peaks: a tool of the window is missing from its usage")
 		}
-		out[p.Tool] = p
+		p := out[tool]
+		if p == nil {
+			p = &peakStats{Tool: tool}
+			out[tool] = p
+		}
+		p.Scopes += c.keys
+		p.Calls += calls
+		counts[tool] = append(counts[tool], c)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("peaks: %w", err)
+	}
+	for tool, cs := range counts {
+		slices.SortFunc(cs, func(a, b count) int { return cmp.Compare(a.peak, b.peak) })
+		p := out[tool]
+		p.Max = float64(cs[len(cs)-1].peak)
+		for _, pq := range []struct {
+			v *float64
+			q float64
+		}{{&p.P50, 0.5}, {&p.P90, 0.9}, {&p.P99, 0.99}} {
+			rank := max(int64(math.Ceil(float64(p.Scopes)*pq.q)), 1)
+			for _, c := range cs {
+				if rank <= c.keys {
+					*pq.v = float64(c.peak)
+					break
+				}
+				rank -= c.keys
+			}
+		}
+	}
+	return out, nil
 }
 
 // pollPeaks is peaks for one polled tool and several windows, leaving out
@@ -424,23 +457,25 @@ FROM per LEFT JOIN in_loops USING (k, m)`,
 	cuts := map[string]windowBuckets{}
 	for _, window := range windows {
 		args := []any{sql.Named("minutes", bucketMillis(window)/60000)}
-		st := &peakStats{Tool: tool}
 		// Buckets with no call left (all inside loops) are no peak.
-		err := conn.QueryRowContext(ctx, `
+		rows, err := conn.QueryContext(ctx, `
 WITH per AS (
 	SELECT k, m // $minutes AS w, sum(n)::BIGINT AS n FROM poll_minutes WHERE n > 0 GROUP BY ALL
 ), pk AS (
 	SELECT k, max(n) AS peak, sum(n) AS calls FROM per GROUP BY k
 )
-SELECT quantile_disc(peak, 0.5), quantile_disc(peak, 0.9), quantile_disc(peak, 0.99), max(peak), count(*), sum(calls)
-FROM pk HAVING count(*) > 0`, args...).Scan(&st.P50, &st.P90, &st.P99, &st.Max, &st.Scopes, &st.Calls)
-		switch {
-		case err == sql.ErrNoRows:
-			continue
-		case err != nil:
+SELECT 0::UBIGINT, peak, count(*), sum(calls) FROM pk GROUP BY peak`, args...)
+		if err != nil {
 			return nil, nil, fmt.Errorf("peaks: %w", err)
 		}
-		stats[window] = st
+		st, err := scanPeakCounts(rows, map[uint64]string{0: tool})
+		if err != nil {
+			return nil, nil, err
+		}
+		if st[tool] == nil {
+			continue
+		}
+		stats[window] = st[tool]
 		b := windowBuckets{Runaway: bucketCounts{}, Normal: bucketCounts{}}
 		for col, into := range map[string]bucketCounts{"n_loop": b.Runaway, "n": b.Normal} {
 			if err := countBuckets(ctx, conn, col, args, into); err != nil {

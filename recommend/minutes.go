@@ -1,12 +1,9 @@
 package recommend
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
-	"math"
-	"slices"
 	"strings"
 	"time"
 
@@ -137,58 +134,6 @@ func withDays(args []any, days []int64) []any {
 		return args
 	}
 	return append(args[:len(args):len(args)], sql.Named("days", days))
-}
-
-// scanPeakCounts reads rows of (tool hash, peak, keys, calls), every
-// peak's keys of a tool, into the tool's peakStats (and closes them): the
-// percentiles as DuckDB's quantile_disc gives them over the keys' peaks.
-func scanPeakCounts(rows *sql.Rows, names map[uint64]string) (map[string]*peakStats, error) {
-	defer rows.Close()
-	type count struct{ peak, keys int64 }
-	counts := map[string][]count{}
-	out := map[string]*peakStats{}
-	for rows.Next() {
-		var th uint64
-		var c count
-		var calls int64
-		if err := rows.Scan(&th, &c.peak, &c.keys, &calls); err != nil {
-			return nil, fmt.Errorf("peaks: %w", err)
-		}
-		tool, ok := names[th]
-		if !ok {
-			return nil, fmt.Errorf("peaks: a tool of the window is missing from its usage")
-		}
-		p := out[tool]
-		if p == nil {
-			p = &peakStats{Tool: tool}
-			out[tool] = p
-		}
-		p.Scopes += c.keys
-		p.Calls += calls
-		counts[tool] = append(counts[tool], c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("peaks: %w", err)
-	}
-	for tool, cs := range counts {
-		slices.SortFunc(cs, func(a, b count) int { return cmp.Compare(a.peak, b.peak) })
-		p := out[tool]
-		p.Max = float64(cs[len(cs)-1].peak)
-		for _, pq := range []struct {
-			v *float64
-			q float64
-		}{{&p.P50, 0.5}, {&p.P90, 0.9}, {&p.P99, 0.99}} {
-			rank := max(int64(math.Ceil(float64(p.Scopes)*pq.q)), 1)
-			for _, c := range cs {
-				if rank <= c.keys {
-					*pq.v = float64(c.peak)
-					break
-				}
-				rank -= c.keys
-			}
-		}
-	}
-	return out, nil
 }
 
 // outsideDays are the parts of the window (from, to] outside the days
