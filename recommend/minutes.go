@@ -189,5 +189,6 @@ FROM calls JOIN replay_limits ON tool = limit_tool
 WHERE ` + inWindow + ` AND NOT (` + fromMinutes + `)
 GROUP BY ALL HAVING count(*) > any_value(lim)`
 
-// fromMinutes are the limits whose buckets call_minutes holds.
+// fromMinutes are the limits per session and minute: their buckets are
+// looked for among the session keys session_keys holds.
 const fromMinutes = `limit_scope = 'session' AND bucket_ms = 60000 AND lim >= 1`
