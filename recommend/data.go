@@ -240,18 +240,38 @@ func (q query) readRuns(ctx context.Context, names map[uint64]string, text strin
 		return nil, err
 	}
 	defer rows.Close()
-	var out []run
+	// A window can hold millions of runs: they are read in chunks and
+	// copied once into a slice of their number, instead of a slice grown
+	// by appending (each growth copies every run read so far; measured
+	// 0.28 s of a 5M-call recommendation's 4.5 CPU-seconds).
+	var chunks [][]run
+	n := 0
 	for rows.Next() {
-		var r run
+		if len(chunks) == 0 || len(chunks[len(chunks)-1]) == cap(chunks[len(chunks)-1]) {
+			chunks = append(chunks, make([]run, 0, 4096))
+		}
+		last := &chunks[len(chunks)-1]
+		*last = append(*last, run{})
+		r := &(*last)[len(*last)-1]
 		var th, prev uint64
 		if err := rows.Scan(&r.SessionHash, &th, &prev, &r.StartGap, &r.Polls, &r.SpanS, &r.MeanGap,
 			&r.SDGap, &r.MedianGap, &r.Errors, &r.LastErr, &r.FirstMS, &r.LastMS); err != nil {
 			return nil, fmt.Errorf("call sequences: %w", err)
 		}
 		r.Tool, r.StartTool = names[th], names[prev]
-		out = append(out, r)
+		n++
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("call sequences: %w", err)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	out := make([]run, 0, n)
+	for _, c := range chunks {
+		out = append(out, c...)
+	}
+	return out, nil
 }
 
 // runsSQL is the common table expressions that end in runs: every run of at
