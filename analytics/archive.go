@@ -161,13 +161,17 @@ func (s *Store) RestoreDay(ctx context.Context, server string, day time.Time, fi
 		if err != nil {
 			return 0, err
 		}
+		inserted, err := r.RowsAffected()
+		if err != nil {
+			return 0, err
+		}
 		if err := recordToolDays(ctx, conn, dayWhere(server, day)); err != nil {
 			return 0, err
 		}
 		if err := recountToolDayUse(ctx, conn, server, day); err != nil {
 			return 0, err
 		}
-		if n, _ := r.RowsAffected(); n > 0 {
+		if inserted > 0 {
 			if err := unlistSessionPeaks(ctx, conn, dayNumber(day), dayNumber(day)); err != nil {
 				return 0, err
 			}
@@ -177,7 +181,7 @@ func (s *Store) RestoreDay(ctx context.Context, server string, day time.Time, fi
 				return 0, err
 			}
 		}
-		return r.RowsAffected()
+		return inserted, nil
 	})
 }
 

@@ -115,46 +115,37 @@ func (s *Store) countSealedPeaks(ctx context.Context, until time.Time) (int, err
 	last := dayNumber(until.Add(-time.Microsecond))
 	n := 0
 	for {
-		day, ok, err := s.nextUncountedDay(ctx, last)
-		if err != nil || !ok {
-			return n, err
-		}
-		if err := s.countDayPeaks(ctx, day); err != nil {
+		counted, err := s.countNextDay(ctx, last)
+		if err != nil || !counted {
 			return n, err
 		}
 		n++
 	}
 }
 
-// nextUncountedDay is the first day up to last with calls (by tool_days,
+// countNextDay counts the first day up to last with calls (by tool_days,
 // which every stored call of a tool is in), none of them deleted by the
 // archive (a window over such a day reads the archived calls), and without
-// its peaks counted.
-func (s *Store) nextUncountedDay(ctx context.Context, last int64) (int64, bool, error) {
+// its peaks counted, holding the writer; false when no day is left.
+func (s *Store) countNextDay(ctx context.Context, last int64) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return 0, false, errors.New("session peaks: database is closed")
+		return false, errors.New("session peaks: database is closed")
 	}
 	var day sql.NullInt64
 	if err := s.wconn.QueryRowContext(ctx, `SELECT min(day) FROM tool_days
 WHERE day <= ? AND day NOT IN (SELECT day FROM session_peaks_days)
   AND day NOT IN (SELECT "date" - DATE '1970-01-01' FROM archive_days WHERE deleted_at IS NOT NULL)`, last).Scan(&day); err != nil {
-		return 0, false, fmt.Errorf("session peaks: %w", err)
+		return false, fmt.Errorf("session peaks: %w", err)
 	}
-	return day.Int64, day.Valid, nil
-}
-
-func (s *Store) countDayPeaks(ctx context.Context, day int64) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return errors.New("session peaks: database is closed")
+	if !day.Valid {
+		return false, nil
 	}
-	if err := inTransaction(ctx, s.wconn, func() error { return countSessionPeaks(ctx, s.wconn, day) }); err != nil {
-		return fmt.Errorf("session peaks of day %d: %w", day, err)
+	if err := inTransaction(ctx, s.wconn, func() error { return countSessionPeaks(ctx, s.wconn, day.Int64) }); err != nil {
+		return false, fmt.Errorf("session peaks of day %d: %w", day.Int64, err)
 	}
-	return nil
+	return true, nil
 }
 
 // querier is a connection or a database.

@@ -29,8 +29,12 @@ const sessionKey = analytics.SessionKey
 // (runaway sessions, affected sessions): the hash of the session key, as text.
 const sessionID = `hash(` + sessionKey + `)::VARCHAR`
 
+// inScope selects the calls (or aggregate rows) of the analysis scope: its
+// server, and its grant unless that is "" (every grant).
+const inScope = `server = $server AND ($grant = '' OR "grant" = $grant)`
+
 // inWindow is the WHERE clause shared by every detector.
-const inWindow = `server = $server AND ($grant = '' OR "grant" = $grant) AND ts > $from AND ts <= $to`
+const inWindow = inScope + ` AND ts > $from AND ts <= $to`
 
 // query binds the analysis scope and any extra named arguments.
 type query struct {
@@ -139,8 +143,8 @@ func (q query) dates(ctx context.Context, w *Window) error {
 	var first sql.NullTime
 	_, day0 := analytics.ToolDay(q.from)
 	err := q.db.QueryRowContext(ctx, `
-SELECT coalesce((SELECT ts FROM calls WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND ts < $day0 LIMIT 1),
-                (SELECT min(ts) FROM calls WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND ts >= $day0 AND ts <= $to))`,
+SELECT coalesce((SELECT ts FROM calls WHERE `+inScope+` AND ts < $day0 LIMIT 1),
+                (SELECT min(ts) FROM calls WHERE `+inScope+` AND ts >= $day0 AND ts <= $to))`,
 		q.args(sql.Named("day0", day0))...).Scan(&first)
 	if err != nil {
 		return fmt.Errorf("window statistics: %w", err)

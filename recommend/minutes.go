@@ -72,13 +72,13 @@ func (m *callMinutes) build(ctx context.Context, names map[uint64]string, tools 
 	for i, r := range outsideDays(q.from, q.to, days) {
 		lo, hi := fmt.Sprintf("lo%d", i), fmt.Sprintf("hi%d", i)
 		edge = append(edge, `SELECT tool, s, g, max(n), sum(n), max(n_all) FROM (`+
-			analytics.SessionMinutesSQL(`server = $server AND ($grant = '' OR "grant" = $grant) AND ts > $`+lo+` AND ts <= $`+hi)+
+			analytics.SessionMinutesSQL(inScope+` AND ts > $`+lo+` AND ts <= $`+hi)+
 			`) GROUP BY tool, s, g`)
 		args = append(args, sql.Named(lo, r[0]), sql.Named(hi, r[1]))
 	}
 	stored := `false`
 	if len(days) > 0 {
-		stored = `server = $server AND ($grant = '' OR "grant" = $grant) AND day IN (SELECT unnest($days::BIGINT[]))`
+		stored = inScope + ` AND day IN (SELECT unnest($days::BIGINT[]))`
 	}
 	const unseen = `(tool, session) NOT IN (SELECT (tool, s) FROM session_edge WHERE s IS NOT NULL)`
 	steps := []struct{ what, sql string }{

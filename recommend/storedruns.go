@@ -52,7 +52,7 @@ func (q query) storedRunsUsable(ctx context.Context, minCalls int, maxInterval t
 	(SELECT count(*) FROM archive_days WHERE server = $server AND deleted_at IS NOT NULL
 		AND "date" BETWEEN make_date(1970, 1, 1) + $day_from::INTEGER AND make_date(1970, 1, 1) + $day_to::INTEGER),
 	(SELECT count(*) FROM duckdb_views() WHERE view_name = 'calls' AND temporary),
-	(SELECT count(*) FROM (SELECT 1 FROM calls WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND ts > $to LIMIT 1))`,
+	(SELECT count(*) FROM (SELECT 1 FROM calls WHERE `+inScope+` AND ts > $to LIMIT 1))`,
 		q.args(sql.Named("day_from", dayFrom), sql.Named("day_to", dayTo))...).Scan(&granted, &deleted, &view, &after)
 	if err != nil {
 		return false, false, fmt.Errorf("stored runs: %w", err)

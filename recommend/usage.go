@@ -31,7 +31,7 @@ type usage struct {
 // usageScope is the analysis scope's calls of tools up to the window's end;
 // each query bounds their start (the window, its first day from $day0, or
 // none to scan the whole history).
-const usageScope = `server = $server AND ($grant = '' OR "grant" = $grant) AND ts <= $to AND tool IS NOT NULL`
+const usageScope = inScope + ` AND ts <= $to AND tool IS NOT NULL`
 
 // usageHistorySQL reads, per tool (and grant when byGrant, else under
 // the empty grant), what a tool's usage takes from its history and from
@@ -61,7 +61,7 @@ func usageHistorySQL(byGrant bool) string {
 WITH d AS (
 	SELECT ` + dayG + ` AS g, tool, count(DISTINCT day) AS allowed_days
 	FROM tool_days
-	WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND day BETWEEN $day0_days AND $to_days
+	WHERE ` + inScope + ` AND day BETWEEN $day0_days AND $to_days
 	  AND last_allowed > $from AND first_allowed <= $to
 	GROUP BY ALL
 ), f AS (
@@ -73,7 +73,7 @@ WITH d AS (
 	SELECT ` + dayG + ` AS g, tool, last_allowed,
 	       unnest([(epoch_ms($from) - epoch_ms(first_allowed)) // $period_ms, (epoch_ms($from) - epoch_ms(last_allowed)) // $period_ms]) AS p
 	FROM tool_days
-	WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND day < $day0_days
+	WHERE ` + inScope + ` AND day < $day0_days
 ), h AS (
 	SELECT g, tool, max(last_allowed) AS last_allowed, list(DISTINCT p) FILTER (p IS NOT NULL) AS periods
 	FROM hd GROUP BY g, tool
