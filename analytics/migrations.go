@@ -205,6 +205,9 @@ CREATE TABLE calls_clustered (clustered_until TIMESTAMPTZ NOT NULL);
 	}},
 	// Counted by Recluster, day by day, as days are sealed.
 	{11, "session peaks", sessionPeaksSchema, nil},
+	// Counted with session_peaks from then on; the days it lists already
+	// are counted here.
+	{12, "grant days", grantDaysSchema, countListedGrantDays},
 }
 
 // rekeyedGatewaysSQL lists the gateways of the calls whose session is

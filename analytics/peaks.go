@@ -58,8 +58,8 @@ FROM calls WHERE tool IS NOT NULL AND (` + where + `)
 GROUP BY ALL`
 }
 
-// countSessionPeaks counts day's calls into session_peaks and lists the
-// day, on conn inside the caller's transaction.
+// countSessionPeaks counts day's calls into session_peaks, on conn inside
+// the caller's transaction.
 func countSessionPeaks(ctx context.Context, conn *sql.Conn, day int64) error {
 	start := time.UnixMilli(day * 86_400_000).UTC()
 	if _, err := conn.ExecContext(ctx, `DELETE FROM session_peaks WHERE day = ?`, day); err != nil {
@@ -85,6 +85,18 @@ FROM (
 WHERE alone AND server = k_server AND tool = k_tool AND session = k_session`, sql.Named("day", day)); err != nil {
 		return fmt.Errorf("session peaks: %w", err)
 	}
+	return nil
+}
+
+// countSealedDay counts day's calls into session_peaks and grant_days and
+// lists the day, on conn inside the caller's transaction.
+func countSealedDay(ctx context.Context, conn *sql.Conn, day int64) error {
+	if err := countSessionPeaks(ctx, conn, day); err != nil {
+		return err
+	}
+	if err := countGrantDays(ctx, conn, day); err != nil {
+		return err
+	}
 	if _, err := conn.ExecContext(ctx, `INSERT OR IGNORE INTO session_peaks_days VALUES (?)`, day); err != nil {
 		return fmt.Errorf("session peaks: %w", err)
 	}
@@ -108,9 +120,10 @@ func dayNumber(t time.Time) int64 {
 	return d
 }
 
-// countSealedPeaks counts into session_peaks every day before until (a
-// midnight) with calls and not listed yet, a day per transaction that
-// holds the store's writer, and returns how many it counted.
+// countSealedPeaks counts into session_peaks and grant_days every day
+// before until (a midnight) with calls and not listed yet, a day per
+// transaction that holds the store's writer, and returns how many it
+// counted.
 func (s *Store) countSealedPeaks(ctx context.Context, until time.Time) (int, error) {
 	last := dayNumber(until.Add(-time.Microsecond))
 	n := 0
@@ -123,10 +136,11 @@ func (s *Store) countSealedPeaks(ctx context.Context, until time.Time) (int, err
 	}
 }
 
-// countNextDay counts the first day up to last with calls (by tool_days,
-// which every stored call of a tool is in), none of them deleted by the
-// archive (a window over such a day reads the archived calls), and without
-// its peaks counted, holding the writer; false when no day is left.
+// countNextDay counts the first day up to last with calls of tools (by
+// tool_days, which every stored call of a tool is in; a day of calls of no
+// tool only is left to its calls), none of them deleted by the archive (a
+// window over such a day reads the archived calls), and not listed,
+// holding the writer; false when no day is left.
 func (s *Store) countNextDay(ctx context.Context, last int64) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -142,7 +156,7 @@ WHERE day <= ? AND day NOT IN (SELECT day FROM session_peaks_days)
 	if !day.Valid {
 		return false, nil
 	}
-	if err := inTransaction(ctx, s.wconn, func() error { return countSessionPeaks(ctx, s.wconn, day.Int64) }); err != nil {
+	if err := inTransaction(ctx, s.wconn, func() error { return countSealedDay(ctx, s.wconn, day.Int64) }); err != nil {
 		return false, fmt.Errorf("session peaks of day %d: %w", day.Int64, err)
 	}
 	return true, nil
@@ -154,27 +168,34 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// callAt says whether server (and grant, unless "") has a call of a tool
-// at that very instant: the only one of a day starting a window at its
-// midnight that the window leaves out.
-func callAt(ctx context.Context, q querier, server, grant string, at time.Time) (bool, error) {
+// callAt says whether server (and grant, unless "") has a call that which
+// admits (a predicate on calls) at that very instant: the only one of a
+// day starting a window at its midnight that the window leaves out.
+func callAt(ctx context.Context, q querier, server, grant, which string, at time.Time) (bool, error) {
 	var n int64
-	err := q.QueryRowContext(ctx, `SELECT count(*) FROM calls WHERE server = ? AND (? = '' OR "grant" = ?) AND tool IS NOT NULL AND ts = ?`,
+	err := q.QueryRowContext(ctx, `SELECT count(*) FROM calls WHERE server = ? AND (? = '' OR "grant" = ?) AND `+which+` AND ts = ?`,
 		server, grant, grant, at).Scan(&n)
 	return n > 0, err
 }
 
 // PeakDays are the days wholly inside the window (from, to] whose
 // session_peaks rows count all their calls, in order; the window's first
-// day is wholly inside when from is its midnight and no call of server
-// (and grant, unless "") is at that very instant.
+// day is wholly inside when from is its midnight and no call of a tool of
+// server (and grant, unless "") is at that very instant.
 func PeakDays(ctx context.Context, q querier, server, grant string, from, to time.Time) ([]int64, error) {
+	return sealedDays(ctx, q, server, grant, from, to, `tool IS NOT NULL`)
+}
+
+// sealedDays are the days session_peaks_days lists wholly inside the
+// window (from, to], in order: its first day only when from is its
+// midnight and no call that which admits is at that instant.
+func sealedDays(ctx context.Context, q querier, server, grant string, from, to time.Time, which string) ([]int64, error) {
 	firstDay, firstStart := ToolDay(from)
 	lastDay := dayNumber(to)
 	if !from.Equal(firstStart) {
 		firstDay++
 	} else if firstDay < lastDay {
-		at, err := callAt(ctx, q, server, grant, from)
+		at, err := callAt(ctx, q, server, grant, which, from)
 		if err != nil {
 			return nil, fmt.Errorf("peak days: %w", err)
 		}

@@ -47,10 +47,7 @@ func TestSessionPeaksCountSealedDays(t *testing.T) {
 		evs = append(evs, e)
 	}
 	s := openTemp(t)
-	for lo := 0; lo < len(evs); lo += 250 {
-		_, err := s.Append(ctx, ingest.Batch{Events: evs[lo:min(lo+250, len(evs))]})
-		require.NoError(t, err)
-	}
+	appendInBatches(t, s, evs, 250)
 	const stored = `SELECT coalesce(string_agg(r, ',' ORDER BY r), '') FROM (
 		SELECT concat_ws('|', server, "grant", tool, day, coalesce(session, '-'), peak, calls, peak_all) AS r
 		FROM session_peaks WHERE day IN (SELECT day FROM session_peaks_days))`
@@ -59,11 +56,7 @@ func TestSessionPeaksCountSealedDays(t *testing.T) {
 		FROM (SELECT server, coalesce("grant", '') AS g, tool, nullif(session, '') AS s, epoch_ms(ts) // 60000 AS w,
 			count(*) FILTER (decision IN ('allowed', 'rate_limited')) AS n, count(*) AS n_all
 			FROM calls WHERE ts < ? GROUP BY ALL) GROUP BY server, g, tool, w // 1440, s)`
-	read := func(q string, args ...any) string {
-		var out string
-		require.NoError(t, s.DB().QueryRowContext(ctx, q, args...).Scan(&out))
-		return out
-	}
+	read := func(q string, args ...any) string { return readString(t, s, q, args...) }
 	require.Equal(t, "", read(stored), "nothing counted before Recluster")
 	require.Positive(t, count(t, s, `SELECT count(*) FROM (SELECT server, tool, session, epoch_ms(ts) // 60000 FROM calls
 		GROUP BY ALL HAVING count(DISTINCT ingested_at) > 1)`), "minutes whose calls came in several batches")

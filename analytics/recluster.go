@@ -43,8 +43,9 @@ type ReclusterResult struct {
 	// Waiting are the sealed calls after Until left for a later run: fewer
 	// than ReclusterMinCalls within the last ReclusterSpan.
 	Waiting int64
-	// PeakDays are the sealed days whose busiest minutes per session were
-	// counted into session_peaks (peaks.go).
+	// PeakDays are the sealed days counted into session_peaks (their
+	// busiest minutes per session, peaks.go) and grant_days (their window
+	// figures, grantdays.go).
 	PeakDays int
 }
 
@@ -58,7 +59,8 @@ type ReclusterResult struct {
 // arrive later with an older time stay where they are stored: the layout
 // only speeds queries up, every query reads the same calls either way.
 // Then every sealed day not counted yet has its peaks per session and
-// minute counted (countSealedPeaks), whether its calls were rewritten or not.
+// minute and its window figures counted (countSealedPeaks), whether its
+// calls were rewritten or not.
 func (s *Store) Recluster(ctx context.Context, now time.Time) (ReclusterResult, error) {
 	return s.recluster(ctx, now, ReclusterMinCalls, ReclusterMaxCalls)
 }

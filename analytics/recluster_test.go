@@ -33,15 +33,8 @@ func TestReclusterSortsSealedDaysByGrant(t *testing.T) {
 	require.True(t, evs[len(evs)-1].TS.After(now.Truncate(24*time.Hour)))
 	rand.New(rand.NewPCG(5, 6)).Shuffle(len(evs), func(i, j int) { evs[i], evs[j] = evs[j], evs[i] })
 	s := openTemp(t)
-	for lo := 0; lo < len(evs); lo += 700 {
-		_, err := s.Append(ctx, ingest.Batch{Events: evs[lo:min(lo+700, len(evs))]})
-		require.NoError(t, err)
-	}
-	read := func(q string, args ...any) string {
-		var out string
-		require.NoError(t, s.DB().QueryRowContext(ctx, q, args...).Scan(&out))
-		return out
-	}
+	appendInBatches(t, s, evs, 700)
+	read := func(q string, args ...any) string { return readString(t, s, q, args...) }
 	const content = `SELECT string_agg(concat_ws('|', id, ts, server, tool, decision, "grant", session, ingested_at, session_source), ',' ORDER BY id) FROM calls`
 	today := `SELECT string_agg(concat_ws('|', rowid, id), ',' ORDER BY rowid) FROM calls WHERE ts >= ?`
 	stored, todays := read(content), read(today, now.Truncate(24*time.Hour))

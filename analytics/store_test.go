@@ -54,6 +54,23 @@ func count(t *testing.T, s *Store, q string) int {
 	return n
 }
 
+// appendInBatches stores evs in batches of size, in order.
+func appendInBatches(t *testing.T, s *Store, evs []audit.Event, size int) {
+	t.Helper()
+	for lo := 0; lo < len(evs); lo += size {
+		_, err := s.Append(context.Background(), ingest.Batch{Events: evs[lo:min(lo+size, len(evs))]})
+		require.NoError(t, err)
+	}
+}
+
+// readString is the one string q (with args) selects.
+func readString(t *testing.T, s *Store, q string, args ...any) string {
+	t.Helper()
+	var out string
+	require.NoError(t, s.DB().QueryRow(q, args...).Scan(&out))
+	return out
+}
+
 func TestOpenMigratesAndReopens(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "m.duckdb")
 	s, err := Open(context.Background(), path, Options{})

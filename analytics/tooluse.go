@@ -419,7 +419,7 @@ func WindowUse(ctx context.Context, q *sql.DB, server, grant string, from, to ti
 	scope, scopeArgs := `server = ? AND (? = '' OR "grant" = ?)`, []any{server, grant, grant}
 	wholeFirst := false
 	if from.Equal(firstStart) && firstDay < lastDay && covered <= firstDay {
-		at, err := callAt(ctx, q, server, grant, from)
+		at, err := callAt(ctx, q, server, grant, `tool IS NOT NULL`, from)
 		if err != nil {
 			return nil, fmt.Errorf("window use: %w", err)
 		}

@@ -16,6 +16,10 @@
 #   BASE=abc1234 CMD="report --server proxmox-mcp --since 30d --format json" bench/recommend-pairs.sh
 #   BASE=tree RECLUSTER=1 bench/recommend-pairs.sh   # what clustering the calls saves
 #   BASE=abc1234 MIGRATE=1 bench/recommend-pairs.sh  # against a build before a migration
+# MIGRATE=1 runs the working tree on a copy that its `recluster` migrated
+# (and counted); with BASE_RECLUSTER=1 the base side too reads a copy its
+# own `recluster` went over, for a base that counts aggregates at recluster
+# (since migration 11) against a tree that counts more.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE="${SIZE:-5000000}"
@@ -51,6 +55,11 @@ if [ -n "${MIGRATE:-}" ]; then
 	# migration left to it (the sealed days' peaks per session and minute).
 	"$OUT/mcptrail" --db "$WORK/migrated.duckdb" --now 2026-11-29T00:00:00Z recluster >/dev/null
 	tree_db="$WORK/migrated.duckdb"
+fi
+if [ -n "${BASE_RECLUSTER:-}" ]; then
+	cp "$db" "$WORK/base-reclustered.duckdb"
+	"$WORK/mcptrail-base" --db "$WORK/base-reclustered.duckdb" --now 2026-11-29T00:00:00Z recluster >/dev/null
+	db="$WORK/base-reclustered.duckdb"
 fi
 echo "$BASE over $db against the working tree over $tree_db: $CMD"
 

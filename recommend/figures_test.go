@@ -24,7 +24,11 @@ import (
 // random windows, and those counted the plain way (directFigures); calls
 // without a grant count as ungranted, apart from the grants, and in the
 // server's figures; a session shared by two grants counts once for the
-// server; calls without a session key count as calls, not sessions.
+// server; calls without a session key count as calls, not sessions. Each
+// holds before Recluster counted the sealed days into grant_days (every
+// day from the calls) and after (the listed days wholly inside a window
+// from their rows, the rest from the calls), when the rows are read: a
+// window of listed days counts what they hold.
 func TestGrantFiguresMatchEachScope(t *testing.T) {
 	ctx := context.Background()
 	end := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
@@ -46,42 +50,74 @@ func TestGrantFiguresMatchEachScope(t *testing.T) {
 	require.NoError(t, store.DB().QueryRow(`SELECT count(*) FROM calls WHERE `+sessionKey+` = ''`).Scan(&keyless))
 	require.Positive(t, keyless, "calls without a session key")
 
-	rng := rand.New(rand.NewPCG(9, 1))
-	var sawShared, sawUngranted bool
-	for range 25 {
-		from := end.Add(-time.Duration(rng.Int64N(int64(8 * 24 * time.Hour))))
-		to := from.Add(time.Duration(rng.Int64N(int64(5 * 24 * time.Hour))))
-		q := query{db: store.DB(), server: "proxmox-mcp", from: from, to: to}
-		byGrant, all, grants, ungranted, err := grantFigures(ctx, q)
-		require.NoError(t, err)
-		want := directFigures(t, q)
-		got, err := q.scopeFigures(ctx, all)
-		require.NoError(t, err)
-		assert.Equal(t, want, got, "the server's figures, %s to %s", from, to)
-		own, err := q.scopeFigures(ctx, nil)
-		require.NoError(t, err)
-		assert.Equal(t, want, own, "the server's own count, %s to %s", from, to)
-		listed, unlisted, err := Grants(ctx, store.DB(), "proxmox-mcp", from, to)
-		require.NoError(t, err)
-		assert.Equal(t, listed, grants, "the grants, as Grants lists them")
-		assert.Equal(t, unlisted, ungranted, "the ungranted calls, as Grants counts them")
-		sawUngranted = sawUngranted || ungranted > 0
-		sawShared = sawShared || slices.Contains(grants, "shared")
-		for _, g := range grants {
-			scope := q
-			scope.grant = g
-			want := directFigures(t, scope)
-			require.NotNil(t, byGrant[g], "grant %s", g)
-			got, err := scope.scopeFigures(ctx, byGrant[g])
+	var sawShared, sawUngranted, sawListed bool
+	for _, counted := range []bool{false, true} {
+		if counted {
+			res, err := store.Recluster(ctx, end)
 			require.NoError(t, err)
-			assert.Equal(t, want, got, "grant %s, %s to %s", g, from, to)
-			own, err := scope.scopeFigures(ctx, nil)
-			require.NoError(t, err)
-			assert.Equal(t, want, own, "grant %s's own count, %s to %s", g, from, to)
+			require.Equal(t, 6, res.PeakDays, "the six sealed days counted")
 		}
-		assert.Len(t, byGrant, len(grants), "figures for the grants alone")
+		rng := rand.New(rand.NewPCG(9, 1))
+		windows := [][2]time.Time{{end.Add(-4 * 24 * time.Hour), end}, {end.Add(-5 * 24 * time.Hour), end.Add(-2 * 24 * time.Hour)}}
+		for range 25 {
+			from := end.Add(-time.Duration(rng.Int64N(int64(8 * 24 * time.Hour))))
+			windows = append(windows, [2]time.Time{from, from.Add(time.Duration(rng.Int64N(int64(5 * 24 * time.Hour))))})
+		}
+		for _, w := range windows {
+			days, err := analytics.FigureDays(ctx, store.DB(), "proxmox-mcp", "", w[0], w[1])
+			require.NoError(t, err)
+			if !counted {
+				require.Empty(t, days, "no day listed before Recluster")
+			}
+			sawListed = sawListed || len(days) > 0
+			checkGrantFigures(t, store, w[0], w[1], &sawShared, &sawUngranted)
+		}
 	}
-	assert.True(t, sawShared && sawUngranted, "the windows held ungranted calls and the shared grant")
+	assert.True(t, sawShared && sawUngranted && sawListed, "the windows held ungranted calls, the shared grant and listed days")
+
+	// The listed days' rows are what the figures read.
+	_, err := store.DB().Exec(`UPDATE grant_days SET calls = calls + 1000`)
+	require.NoError(t, err)
+	q := query{db: store.DB(), server: "proxmox-mcp", from: end.Add(-4 * 24 * time.Hour), to: end}
+	_, all, _, _, err := grantFigures(ctx, q)
+	require.NoError(t, err)
+	assert.Greater(t, all.window.Calls, directFigures(t, q).window.Calls+3000, "the calls of the listed days, as their rows hold them")
+}
+
+// checkGrantFigures compares, for the window (from, to], the figures of
+// the server and of each grant grantFigures counts with directFigures'.
+func checkGrantFigures(t *testing.T, store *analytics.Store, from, to time.Time, sawShared, sawUngranted *bool) {
+	t.Helper()
+	ctx := context.Background()
+	q := query{db: store.DB(), server: "proxmox-mcp", from: from, to: to}
+	byGrant, all, grants, ungranted, err := grantFigures(ctx, q)
+	require.NoError(t, err)
+	want := directFigures(t, q)
+	got, err := q.scopeFigures(ctx, all)
+	require.NoError(t, err)
+	assert.Equal(t, want, got, "the server's figures, %s to %s", from, to)
+	own, err := q.scopeFigures(ctx, nil)
+	require.NoError(t, err)
+	assert.Equal(t, want, own, "the server's own count, %s to %s", from, to)
+	listed, unlisted, err := Grants(ctx, store.DB(), "proxmox-mcp", from, to)
+	require.NoError(t, err)
+	assert.Equal(t, listed, grants, "the grants, as Grants lists them")
+	assert.Equal(t, unlisted, ungranted, "the ungranted calls, as Grants counts them")
+	*sawUngranted = *sawUngranted || ungranted > 0
+	*sawShared = *sawShared || slices.Contains(grants, "shared")
+	for _, g := range grants {
+		scope := q
+		scope.grant = g
+		want := directFigures(t, scope)
+		require.NotNil(t, byGrant[g], "grant %s", g)
+		got, err := scope.scopeFigures(ctx, byGrant[g])
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "grant %s, %s to %s", g, from, to)
+		own, err := scope.scopeFigures(ctx, nil)
+		require.NoError(t, err)
+		assert.Equal(t, want, own, "grant %s's own count, %s to %s", g, from, to)
+	}
+	assert.Len(t, byGrant, len(grants), "figures for the grants alone")
 }
 
 // directFigures counts a scope's figures the plain way, each a count

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/render"
 	"golang.org/x/sync/errgroup"
 )
@@ -50,7 +51,16 @@ SELECT coalesce("grant", ''), count(*) FROM calls WHERE `+inWindow+` GROUP BY AL
 // are the grants with calls, sorted, and ungranted the calls without one
 // (as Grants).
 func grantFigures(ctx context.Context, q query) (byGrant map[string]*figures, all *figures, grants []string, ungranted int64, err error) {
-	rows, err := q.rows(ctx, "window figures", figuresSQL)
+	days, err := analytics.FigureDays(ctx, q.db, q.server, q.grant, q.from, q.to)
+	if err != nil {
+		return nil, nil, nil, 0, fmt.Errorf("window figures: %w", err)
+	}
+	edges := outsideDays(q.from, q.to, days)
+	var args []any
+	for i, r := range edges {
+		args = append(args, sql.Named(fmt.Sprintf("lo%d", i), r[0]), sql.Named(fmt.Sprintf("hi%d", i), r[1]))
+	}
+	rows, err := q.rows(ctx, "window figures", figuresSQL(len(edges), len(days) > 0), withDays(args, days)...)
 	if err != nil {
 		return nil, nil, nil, 0, err
 	}

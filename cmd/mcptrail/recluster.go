@@ -67,7 +67,7 @@ func reclusterSummary(res analytics.ReclusterResult) string {
 		if res.PeakDays == 1 {
 			days = "day"
 		}
-		out += fmt.Sprintf("; peaks per session and minute counted for %d sealed %s", res.PeakDays, days)
+		out += fmt.Sprintf("; peaks per session and minute and window figures counted for %d sealed %s", res.PeakDays, days)
 	}
 	return out
 }
