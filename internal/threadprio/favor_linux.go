@@ -1,0 +1,70 @@
+package threadprio
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Favor locks the calling goroutine to its OS thread and lowers every
+// other thread of the process to by steps of niceness below it (to at
+// most 19), now and every Sweep until release is called, so that threads
+// started later are lowered too (most inherit it from the thread that
+// starts them; one started by the favored thread, as a library's own
+// thread may be, does not).
+// Lowering needs no privilege; raising them back would, so release only
+// stops the sweep and unlocks the goroutine: the process's other threads
+// stay lowered, which suits a command whose process ends with its work.
+func Favor(by int) (release func()) {
+	runtime.LockOSThread()
+	me := syscall.Gettid()
+	// The raw getpriority system call gives 20 - niceness.
+	prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, me)
+	if err != nil {
+		return runtime.UnlockOSThread
+	}
+	target := min(20-prio+by, 19)
+	lower(me, target)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(Sweep)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				lower(me, target)
+			}
+		}
+	}()
+	return sync.OnceFunc(func() {
+		close(stop)
+		<-done
+		runtime.UnlockOSThread()
+	})
+}
+
+// lower sets every thread of the process other than except to niceness
+// target, leaving those already lower as they are.
+func lower(except, target int) {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return
+	}
+	for _, task := range tasks {
+		tid, err := strconv.Atoi(task.Name())
+		if err != nil || tid == except {
+			continue
+		}
+		if prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, tid); err == nil && 20-prio < target {
+			// A thread that ended meanwhile is no error.
+			_ = syscall.Setpriority(syscall.PRIO_PROCESS, tid, target)
+		}
+	}
+}
