@@ -114,6 +114,11 @@ type JetStreamSource struct {
 	// the stream or consumer is missing or the Sink refuses batches, true
 	// once it is recreated and the Sink stores again. Called on changes only.
 	OnHealth func(ok bool, reason string)
+	// StoreThread, when set, is called by the goroutine that stores every
+	// batch as it starts, and what it returns as that goroutine ends: the
+	// daemon passes threadprio.Favor's, which gives the storing thread
+	// priority over the others (DuckDB appends on it).
+	StoreThread func() (release func())
 
 	nextDelivery uint64 // the delivery sequence expected next; 0 = start of a new run
 	// lastDelivery is the delivery sequence of the last message received
@@ -199,7 +204,7 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 	opts := s.Decode
 	opts.Borrow = true
 	p := &pipeline{src: s, dec: &Decoder{Opts: opts, Workers: s.Workers, CheckSubject: true}, cp: cp}
-	defer p.wait()
+	defer p.close()
 	var bo backoff
 	lost := false // the consumer is missing and recreating it failed
 	for ctx.Err() == nil {

@@ -20,6 +20,11 @@ type pipeline struct {
 	repeat  []bool  // which of them repeat an id of the batch
 	filling *filling
 	storing *storing
+	// stores hands batches to the goroutine that stores them all (one
+	// goroutine, so that StoreThread applies to every batch), started by
+	// the first flush; storerDone closes when it has ended.
+	stores     chan func()
+	storerDone chan struct{}
 	// cp is the highest stream sequence handed to the Sink (or stored
 	// before this run): messages at or below it are redeliveries.
 	cp uint64
@@ -226,11 +231,39 @@ func (p *pipeline) flush(ctx context.Context) bool {
 	p.storing = st
 	cp := p.cp
 	p.cp = max(p.cp, f.maxSeq)
-	go func() {
+	if p.stores == nil {
+		p.startStorer()
+	}
+	p.stores <- func() {
 		defer close(st.done)
 		st.ok = p.src.store(ctx, f, cp)
-	}()
+	}
 	return true
+}
+
+// startStorer starts the goroutine that stores the batches flush hands it,
+// one at a time (flush waits for the previous batch first).
+func (p *pipeline) startStorer() {
+	p.stores, p.storerDone = make(chan func()), make(chan struct{})
+	go func() {
+		defer close(p.storerDone)
+		if p.src.StoreThread != nil {
+			defer p.src.StoreThread()()
+		}
+		for store := range p.stores {
+			store()
+		}
+	}()
+}
+
+// close waits for the batch being stored and ends the storing goroutine.
+func (p *pipeline) close() {
+	p.wait()
+	if p.stores != nil {
+		close(p.stores)
+		<-p.storerDone
+		p.stores = nil
+	}
 }
 
 // wait waits for the batch being stored; false when it was abandoned.

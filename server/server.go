@@ -295,8 +295,9 @@ func runJetStream(ctx context.Context, nc *nats.Conn, store *analytics.Store, op
 		RecreateStream: func(ctx context.Context) (jetstream.Stream, error) {
 			return ingest.EnsureStream(ctx, js, sspec)
 		},
-		OnRecreate: func(what string) { m.recreated.WithLabelValues(what).Inc() },
-		OnHealth:   onHealth,
+		OnRecreate:  func(what string) { m.recreated.WithLabelValues(what).Inc() },
+		OnHealth:    onHealth,
+		StoreThread: opts.StoreThread,
 	}
 	return src.Run(ctx)
 }

@@ -39,12 +39,13 @@ const ingestMemoryLimit = "96MB"
 // it was staged, chunk by chunk, every time; two interleaved them.
 const ingestThreads = 1
 
-// ingestFavor is how far below the appending thread `ingest` lowers its
-// other threads (threadprio.Favor): on this project's 2 cores, left to fair
-// shares, the decoders and the collector took part of the appending
-// thread's core although they had time to spare (1M events, three
-// alternating pairs: 4.81-5.02 s and 373-380 MiB lowered by 10 against
-// 5.24-5.81 s and 406-443 MiB; by 3 and by 19 alike).
+// ingestFavor is how far below the appending thread `ingest` and `serve`
+// lower their other threads (threadprio.Favor): on this project's 2 cores,
+// left to fair shares, the decoders and the collector (and serve's NATS)
+// took part of the appending thread's core although they had time to
+// spare (1M events, three alternating pairs: 4.81-5.02 s and 373-380 MiB
+// lowered by 10 against 5.24-5.81 s and 406-443 MiB; by 3 and by 19
+// alike).
 const ingestFavor = 10
 
 // ingestGCPercent is Go's GC target while `ingest` runs (GOGC overrides it),

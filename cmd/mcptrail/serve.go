@@ -9,6 +9,7 @@ import (
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/internal/threadprio"
 	"github.com/mcptrail/mcptrail/server"
 )
 
@@ -49,6 +50,10 @@ SIGINT or SIGTERM stops it gracefully.`,
 				}
 			}()
 			opts := a.serverOptions()
+			// The thread that stores every batch (DuckDB appends on it) keeps
+			// its core while NATS, the decoders and the collector share the
+			// rest, as `ingest` does.
+			opts.StoreThread = func() func() { return threadprio.Favor(ingestFavor) }
 			if opts.HTTPToken, err = a.daemonToken(); err != nil {
 				return err
 			}
