@@ -48,6 +48,15 @@ const ingestThreads = 1
 // alike).
 const ingestFavor = 10
 
+// ingestExtraProcs is how many more Ps than cores `ingest` runs Go with
+// (GOMAXPROCS overrides it): DuckDB's Arrow scan calls back into Go for
+// each record of a batch, on the appending thread, and each call waits for
+// a free P; with as many Ps as cores the decoders held them all, and a
+// statement over a few hundred rows took 8-17 ms instead of 2 (1M events,
+// four alternating runs each: 4.86-5.00 s with 2 Ps, 4.57-4.79 with 3,
+// 4.48-4.70 with 4, 6 and 8 alike).
+const ingestExtraProcs = 2
+
 // ingestGCPercent is Go's GC target while `ingest` runs (GOGC overrides it),
 // and ingestSoftLimit its soft memory limit (GOMEMLIMIT overrides it).
 const (
@@ -102,6 +111,8 @@ reported; they fail the command only with --strict.`,
 			// 230 MB at the same rate (bench/ingest.sh runs both).
 			gcPercent(ingestGCPercent)
 			softMemoryLimit(ingestSoftLimit)
+			workers := runtime.GOMAXPROCS(0)
+			extraProcs(ingestExtraProcs)
 			store, closeStore, err := a.openStoreWith(cmd.Context(), analytics.Options{MemoryLimit: ingestMemoryLimit, ReturnMemory: true, IngestThreads: ingestThreads})
 			if err != nil {
 				if errors.Is(err, analytics.ErrLocked) && a.daemonHoldsDB(cmd.Context()) {
@@ -122,7 +133,7 @@ reported; they fail the command only with --strict.`,
 			bar := a.progressBar(files)
 			var tot ingest.Totals
 			for _, name := range files {
-				t, err := ingestOne(cmd, a, name, opts, forceOTLP, store, bar)
+				t, err := ingestOne(cmd, a, name, opts, forceOTLP, store, bar, workers)
 				tot.Result.Add(t.Result)
 				tot.Skipped += t.Skipped
 				tot.Lines += t.Lines
@@ -150,7 +161,7 @@ reported; they fail the command only with --strict.`,
 	return cmd
 }
 
-func ingestOne(cmd *cobra.Command, a *app, name string, opts audit.Options, forceOTLP bool, sink ingest.Sink, bar *progressbar.ProgressBar) (ingest.Totals, error) {
+func ingestOne(cmd *cobra.Command, a *app, name string, opts audit.Options, forceOTLP bool, sink ingest.Sink, bar *progressbar.ProgressBar, workers int) (ingest.Totals, error) {
 	var r io.Reader = a.stdin
 	if name != "-" {
 		f, err := os.Open(name)
@@ -175,7 +186,7 @@ func ingestOne(cmd *cobra.Command, a *app, name string, opts audit.Options, forc
 		gcPercent(ingestGCPercent)
 		softMemoryLimit(ingestSoftLimit)
 	} else {
-		dec := &ingest.Decoder{Opts: opts, Workers: runtime.GOMAXPROCS(0)}
+		dec := &ingest.Decoder{Opts: opts, Workers: workers}
 		tot, err = ingest.ReadStream(cmd.Context(), br, dec, sink, fo)
 	}
 	if err != nil {

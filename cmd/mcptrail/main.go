@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"syscall"
@@ -108,6 +109,14 @@ func exitCode(err error) int {
 func softMemoryLimit(bytes int64) {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(bytes)
+	}
+}
+
+// extraProcs runs Go with n more Ps than it chose (runtime.GOMAXPROCS)
+// unless GOMAXPROCS says otherwise.
+func extraProcs(n int) {
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + n)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 
 	"github.com/spf13/cobra"
@@ -99,7 +100,7 @@ func (a *app) publishFiles(cmd *cobra.Command, files []string, opts audit.Option
 	go func() {
 		defer sink.close()
 		for _, name := range files {
-			if _, err := ingestOne(cmd, a, name, opts, forceOTLP, sink, nil); err != nil {
+			if _, err := ingestOne(cmd, a, name, opts, forceOTLP, sink, nil, runtime.GOMAXPROCS(0)); err != nil {
 				readErr <- err
 				return
 			}
