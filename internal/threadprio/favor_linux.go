@@ -9,15 +9,16 @@ import (
 	"time"
 )
 
-// Favor locks the calling goroutine to its OS thread and lowers every
-// other thread of the process to by steps of niceness below it (to at
-// most 19), now and every Sweep until release is called, so that threads
+// Favor locks the calling goroutine to its OS thread and sets every other
+// thread of the process `by` steps of niceness lower than that one (19 at
+// most), now and every Sweep until release is called, so that threads
 // started later are lowered too (most inherit it from the thread that
 // starts them; one started by the favored thread, as a library's own
-// thread may be, does not).
-// Lowering needs no privilege; raising them back would, so release only
-// stops the sweep and unlocks the goroutine: the process's other threads
-// stay lowered, which suits a command whose process ends with its work.
+// thread may be, does not). Lowering needs no privilege; raising them back
+// would, so release only stops the sweep and unlocks the goroutine: the
+// other threads stay lowered, which suits a goroutine that carries the
+// process's main work for as long as the process runs (`ingest`'s
+// appending, `serve`'s storing).
 func Favor(by int) (release func()) {
 	runtime.LockOSThread()
 	me := syscall.Gettid()
