@@ -45,11 +45,12 @@ SELECT coalesce("grant", ''), count(*) FROM calls WHERE `+inWindow+` GROUP BY AL
 	return grants, ungranted, rows.Err()
 }
 
-// grantFigures counts, in one pass over q's scope's window (the server's
+// grantFigures counts, in one query over q's scope's window (the server's
 // for RecommendGrants), the figures of each grant and of the scope, every
-// grant together (without their dates: scopeFigures adds them); grants
-// are the grants with calls, sorted, and ungranted the calls without one
-// (as Grants).
+// grant together (without their dates: scopeFigures adds them): the days
+// grant_days lists from its rows, the rest of the window from its calls
+// (figuresSQL). grants are the grants with calls, sorted, and ungranted
+// the calls without one (as Grants).
 func grantFigures(ctx context.Context, q query) (byGrant map[string]*figures, all *figures, grants []string, ungranted int64, err error) {
 	days, err := analytics.FigureDays(ctx, q.db, q.server, q.grant, q.from, q.to)
 	if err != nil {
