@@ -132,7 +132,7 @@ func (s *Store) DeleteArchived(ctx context.Context, server string, day time.Time
 		if err != nil {
 			return 0, err
 		}
-		if err := unlistSessionPeaks(ctx, conn, dayNumber(day), dayNumber(day)); err != nil {
+		if err := unlistSealedDays(ctx, conn, dayNumber(day), dayNumber(day)); err != nil {
 			return 0, err
 		}
 		return r.RowsAffected()
@@ -172,7 +172,7 @@ func (s *Store) RestoreDay(ctx context.Context, server string, day time.Time, fi
 			return 0, err
 		}
 		if inserted > 0 {
-			if err := unlistSessionPeaks(ctx, conn, dayNumber(day), dayNumber(day)); err != nil {
+			if err := unlistSealedDays(ctx, conn, dayNumber(day), dayNumber(day)); err != nil {
 				return 0, err
 			}
 		}

@@ -55,12 +55,7 @@ GROUP BY ALL`
 // countGrantDays counts day's calls into grant_days, replacing the rows
 // an earlier count left, on conn inside the caller's transaction.
 func countGrantDays(ctx context.Context, conn *sql.Conn, day int64) error {
-	start := time.UnixMilli(day * 86_400_000).UTC()
-	if _, err := conn.ExecContext(ctx, `DELETE FROM grant_days WHERE day = ?`, day); err != nil {
-		return fmt.Errorf("grant days: %w", err)
-	}
-	if _, err := conn.ExecContext(ctx, `INSERT INTO grant_days `+grantDaysSQL(`ts >= ? AND ts < ?`),
-		start, start.Add(24*time.Hour)); err != nil {
+	if err := recountDay(ctx, conn, "grant_days", grantDaysSQL, day); err != nil {
 		return fmt.Errorf("grant days: %w", err)
 	}
 	return nil

@@ -58,18 +58,32 @@ FROM calls WHERE tool IS NOT NULL AND (` + where + `)
 GROUP BY ALL`
 }
 
+// recountDay replaces table's rows of day (its day column) with those
+// rows(where) selects from the day's calls, where admitting them by two
+// parameters (the day's start and the next day's), on conn inside the
+// caller's transaction.
+func recountDay(ctx context.Context, conn *sql.Conn, table string, rows func(where string) string, day int64) error {
+	start := time.UnixMilli(day * 86_400_000).UTC()
+	if _, err := conn.ExecContext(ctx, `DELETE FROM `+table+` WHERE day = ?`, day); err != nil {
+		return err
+	}
+	_, err := conn.ExecContext(ctx, `INSERT INTO `+table+` `+rows(`ts >= ? AND ts < ?`), start, start.Add(24*time.Hour))
+	return err
+}
+
+// sessionPeaksSQL counts the calls that where selects into session_peaks'
+// rows, each alone until countSessionPeaks finds its key shared.
+func sessionPeaksSQL(where string) string {
+	return `
+SELECT server, g, tool, w // 1440, s, max(n), sum(n), max(n_all), s IS NOT NULL
+FROM (` + SessionMinutesSQL(where) + `)
+GROUP BY ALL`
+}
+
 // countSessionPeaks counts day's calls into session_peaks, on conn inside
 // the caller's transaction.
 func countSessionPeaks(ctx context.Context, conn *sql.Conn, day int64) error {
-	start := time.UnixMilli(day * 86_400_000).UTC()
-	if _, err := conn.ExecContext(ctx, `DELETE FROM session_peaks WHERE day = ?`, day); err != nil {
-		return fmt.Errorf("session peaks: %w", err)
-	}
-	if _, err := conn.ExecContext(ctx, `
-INSERT INTO session_peaks
-SELECT server, g, tool, w // 1440, s, max(n), sum(n), max(n_all), s IS NOT NULL
-FROM (`+SessionMinutesSQL(`ts >= ? AND ts < ?`)+`)
-GROUP BY ALL`, start, start.Add(24*time.Hour)); err != nil {
+	if err := recountDay(ctx, conn, "session_peaks", sessionPeaksSQL, day); err != nil {
 		return fmt.Errorf("session peaks: %w", err)
 	}
 	// The day's sessions that other rows (of other days or grants) share:
@@ -103,11 +117,11 @@ func countSealedDay(ctx context.Context, conn *sql.Conn, day int64) error {
 	return nil
 }
 
-// unlistSessionPeaks takes the days from d0 to d1 (UTC days since the
-// epoch) off session_peaks_days: calls of them were stored, deleted or
-// restored since they were counted. Their rows stay until they are counted
-// again; readers ignore them.
-func unlistSessionPeaks(ctx context.Context, conn *sql.Conn, d0, d1 int64) error {
+// unlistSealedDays takes the days from d0 to d1 (UTC days since the
+// epoch) off session_peaks_days, for session_peaks and grant_days alike:
+// calls of them were stored, deleted or restored since they were counted.
+// Their rows stay until they are counted again; readers ignore them.
+func unlistSealedDays(ctx context.Context, conn *sql.Conn, d0, d1 int64) error {
 	if _, err := conn.ExecContext(ctx, `DELETE FROM session_peaks_days WHERE day BETWEEN ? AND ?`, d0, d1); err != nil {
 		return fmt.Errorf("session peaks: %w", err)
 	}
@@ -120,11 +134,11 @@ func dayNumber(t time.Time) int64 {
 	return d
 }
 
-// countSealedPeaks counts into session_peaks and grant_days every day
+// countSealedDays counts into session_peaks and grant_days every day
 // before until (a midnight) with calls and not listed yet, a day per
 // transaction that holds the store's writer, and returns how many it
 // counted.
-func (s *Store) countSealedPeaks(ctx context.Context, until time.Time) (int, error) {
+func (s *Store) countSealedDays(ctx context.Context, until time.Time) (int, error) {
 	last := dayNumber(until.Add(-time.Microsecond))
 	n := 0
 	for {

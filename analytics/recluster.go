@@ -59,7 +59,7 @@ type ReclusterResult struct {
 // arrive later with an older time stay where they are stored: the layout
 // only speeds queries up, every query reads the same calls either way.
 // Then every sealed day not counted yet has its peaks per session and
-// minute and its window figures counted (countSealedPeaks), whether its
+// minute and its window figures counted (countSealedDays), whether its
 // calls were rewritten or not.
 func (s *Store) Recluster(ctx context.Context, now time.Time) (ReclusterResult, error) {
 	return s.recluster(ctx, now, ReclusterMinCalls, ReclusterMaxCalls)
@@ -80,7 +80,7 @@ func (s *Store) recluster(ctx context.Context, now time.Time, minCalls, maxCalls
 		}
 		res.Until, res.Waiting = sp.until, sp.waiting
 		if !sp.done {
-			res.PeakDays, err = s.countSealedPeaks(ctx, sealed)
+			res.PeakDays, err = s.countSealedDays(ctx, sealed)
 			return res, err
 		}
 		res.Calls += sp.calls

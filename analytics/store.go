@@ -384,7 +384,7 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 			return res, fmt.Errorf("append: insert calls: %w", err)
 		}
 		// A late call of a day whose peaks are counted: count it again.
-		if err := unlistSessionPeaks(ctx, conn, dayNumber(st.lo), dayNumber(st.hi)); err != nil {
+		if err := unlistSealedDays(ctx, conn, dayNumber(st.lo), dayNumber(st.hi)); err != nil {
 			return res, fmt.Errorf("append: %w", err)
 		}
 		if derived {
