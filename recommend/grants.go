@@ -56,12 +56,8 @@ func grantFigures(ctx context.Context, q query) (byGrant map[string]*figures, al
 	if err != nil {
 		return nil, nil, nil, 0, fmt.Errorf("window figures: %w", err)
 	}
-	edges := outsideDays(q.from, q.to, days)
-	var args []any
-	for i, r := range edges {
-		args = append(args, sql.Named(fmt.Sprintf("lo%d", i), r[0]), sql.Named(fmt.Sprintf("hi%d", i), r[1]))
-	}
-	rows, err := q.rows(ctx, "window figures", figuresSQL(len(edges), len(days) > 0), withDays(args, days)...)
+	parts, args := outsideParts(q.from, q.to, days)
+	rows, err := q.rows(ctx, "window figures", figuresSQL(parts, len(days) > 0), withDays(args, days)...)
 	if err != nil {
 		return nil, nil, nil, 0, err
 	}

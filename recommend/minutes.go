@@ -68,17 +68,16 @@ func (m *callMinutes) build(ctx context.Context, names map[uint64]string, tools 
 		return nil, err
 	}
 	edge := []string{`SELECT NULL::VARCHAR AS tool, NULL::VARCHAR AS s, NULL::VARCHAR AS g, 0::BIGINT AS peak, 0::BIGINT AS calls, 0::BIGINT AS peak_all WHERE false`}
-	args := q.args()
-	for i, r := range outsideDays(q.from, q.to, days) {
-		lo, hi := fmt.Sprintf("lo%d", i), fmt.Sprintf("hi%d", i)
+	parts, partArgs := outsideParts(q.from, q.to, days)
+	args := append(q.args(), partArgs...)
+	for _, part := range parts {
 		edge = append(edge, `SELECT tool, s, g, max(n), sum(n), max(n_all) FROM (`+
-			analytics.SessionMinutesSQL(inScope+` AND ts > $`+lo+` AND ts <= $`+hi)+
+			analytics.SessionMinutesSQL(inScope+` AND `+part)+
 			`) GROUP BY tool, s, g`)
-		args = append(args, sql.Named(lo, r[0]), sql.Named(hi, r[1]))
 	}
 	stored := `false`
 	if len(days) > 0 {
-		stored = inScope + ` AND day IN (SELECT unnest($days::BIGINT[]))`
+		stored = inScope + ` AND ` + listedDay
 	}
 	const unseen = `(tool, session) NOT IN (SELECT (tool, s) FROM session_edge WHERE s IS NOT NULL)`
 	steps := []struct{ what, sql string }{
@@ -125,6 +124,22 @@ SELECT tool, s, g, peak_all FROM session_merged WHERE peak_all >= 2`, withDays(a
 		return nil, fmt.Errorf("session peaks: %w", err)
 	}
 	return out, nil
+}
+
+// listedDay admits the rows of an aggregate (its day column) of the days
+// given as $days (withDays).
+const listedDay = `day IN (SELECT unnest($days::BIGINT[]))`
+
+// outsideParts are the window's parts outside the days given (outsideDays)
+// as predicates on the calls' ts, the i-th bounded by the parameters
+// $lo<i> and $hi<i>, with the named arguments of those bounds.
+func outsideParts(from, to time.Time, days []int64) (parts []string, args []any) {
+	for i, r := range outsideDays(from, to, days) {
+		lo, hi := fmt.Sprintf("lo%d", i), fmt.Sprintf("hi%d", i)
+		parts = append(parts, `ts > $`+lo+` AND ts <= $`+hi)
+		args = append(args, sql.Named(lo, r[0]), sql.Named(hi, r[1]))
+	}
+	return parts, args
 }
 
 // withDays adds the days parameter when there are days: a statement
