@@ -113,7 +113,8 @@ for run in $(seq "$RUNS"); do
 	# faster of two runs, so that neither gets all the cold reads; then the
 	# same with one AckAll per fetch, the acknowledgements serve made before
 	# it acknowledged nothing, and the ack-each variant in the first run only.
-	discard() { "$OUT/jetstream" discard -store "$STORE" -listen "$NATS" -count "$MESSAGES" "$@"; }
+	# Each on a port of its own: the one serve listened on may still be held.
+	discard() { "$OUT/jetstream" discard -store "$STORE" -listen "127.0.0.1:$(freeport)" -count "$MESSAGES" "$@"; }
 	read -r t_ceiling policy < <(discard)
 	read -r t_all _ < <(discard -acks all)
 	[ "$run" = 1 ] && read -r t_each _ < <(discard -acks explicit)

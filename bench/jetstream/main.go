@@ -84,8 +84,16 @@ func embedded(store, listen string) (*natsserver.Server, *nats.Conn, jetstream.J
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	// A port still held (by a process that just exited, or taken since as
+	// some connection's local port) makes the server fail to listen, which
+	// it reports only in its log: try the port first to say why.
+	if l, err := net.Listen("tcp", listen); err != nil {
+		return nil, nil, nil, fmt.Errorf("nats server cannot listen: %w", err)
+	} else {
+		l.Close()
+	}
 	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
+	if !ns.ReadyForConnections(60 * time.Second) {
 		return nil, nil, nil, fmt.Errorf("nats server on %s did not start", listen)
 	}
 	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
