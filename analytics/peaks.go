@@ -63,7 +63,7 @@ GROUP BY ALL`
 // parameters (the day's start and the next day's), on conn inside the
 // caller's transaction.
 func recountDay(ctx context.Context, conn *sql.Conn, table string, rows func(where string) string, day int64) error {
-	start := time.UnixMilli(day * 86_400_000).UTC()
+	start := DayStart(day)
 	if _, err := conn.ExecContext(ctx, `DELETE FROM `+table+` WHERE day = ?`, day); err != nil {
 		return err
 	}

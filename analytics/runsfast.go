@@ -64,7 +64,7 @@ func collectCalls(c *columns) *batchCalls {
 				continue
 			}
 			rs := runSession{server: s[2].value(j), grant: s[8].value(j), key: ch.sessionKey(j)}
-			dk := toolDayKey{server: rs.server, grant: rs.grant, tool: s[3].value(j), day: ch.ts[j] / 1000 / 86_400_000}
+			dk := toolDayKey{server: rs.server, grant: rs.grant, tool: s[3].value(j), day: ch.ts[j] / 1000 / dayMillis}
 			decision := s[5].value(j)
 			d := addToolDay(b.days, dk, ch.ts[j], decision == "allowed")
 			d.use.add(countCall(decision, s[10].value(j) != "", s[9].value(j) != "", ch.ts[j]))
@@ -125,7 +125,7 @@ func (b *batchCalls) addSessionSets() {
 		seen = seen[:0]
 	calls:
 		for _, c := range b.calls[b.starts[i]:b.starts[i+1]] {
-			day := c.ms / 86_400_000
+			day := c.ms / dayMillis
 			for k := range seen {
 				if seen[k].day == day && seen[k].tool == c.tool {
 					seen[k].allowed = seen[k].allowed || c.allowed

@@ -56,10 +56,16 @@ func recordToolDays(ctx context.Context, conn *sql.Conn, where string, args ...a
 // start: a reader of a tool's history takes the calls from start on and
 // tool_days for the days before day.
 func ToolDay(t time.Time) (day int64, start time.Time) {
-	const dayMillis = 24 * 60 * 60 * 1000
 	day = t.UnixMilli() / dayMillis
-	return day, time.UnixMilli(day * dayMillis).UTC()
+	return day, DayStart(day)
 }
+
+// dayMillis is a UTC day in milliseconds: the aggregates' day column is
+// epoch_ms(ts) // dayMillis.
+const dayMillis = 24 * 60 * 60 * 1000
+
+// DayStart is the midnight (UTC) that starts day, a day column's value.
+func DayStart(day int64) time.Time { return time.UnixMilli(day * dayMillis).UTC() }
 
 // toolDayKey is a tool_days row's key.
 type toolDayKey struct {

@@ -414,7 +414,7 @@ func WindowUse(ctx context.Context, q *sql.DB, server, grant string, from, to ti
 		// The days before the table covers are read from the calls, as
 		// the window's first day is.
 		firstDay = min(covered-1, lastDay)
-		firstEnd = time.UnixMilli((firstDay + 1) * 86_400_000).UTC()
+		firstEnd = DayStart(firstDay + 1)
 	}
 	scope, scopeArgs := `server = ? AND (? = '' OR "grant" = ?)`, []any{server, grant, grant}
 	wholeFirst := false

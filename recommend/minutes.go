@@ -157,7 +157,7 @@ func outsideDays(from, to time.Time, days []int64) [][2]time.Time {
 	var out [][2]time.Time
 	at := from
 	for _, d := range days {
-		start := time.UnixMilli(d * 86_400_000).UTC()
+		start := analytics.DayStart(d)
 		if before := start.Add(-time.Microsecond); before.After(at) {
 			out = append(out, [2]time.Time{at, before})
 		}
