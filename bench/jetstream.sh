@@ -66,7 +66,7 @@ drain() {
 		env ${SERVE_ENV:-} "$1" serve 2>"$WORK/serve.log" &
 	SERVE=$!
 	pids+=("$SERVE")
-	if ! read -r t_serve rss_kib cpu_serve written_mib < <("$OUT/jetstream" watch -http "$HTTP" -count "$EVENTS" -pid "$SERVE"); then
+	if ! read -r t_serve rss_kib cpu_serve written_mib sys_serve faults < <("$OUT/jetstream" watch -http "$HTTP" -count "$EVENTS" -pid "$SERVE"); then
 		tail -20 "$WORK/serve.log"
 		exit 1
 	fi
@@ -77,8 +77,8 @@ drain() {
 	echo "stored (count, distinct ids): $("$OUT/mcptrail" query --db "$WORK/bench.duckdb" --sql "SELECT count(*) || ', ' || count(DISTINCT id) FROM calls" --format csv | tail -1)"
 }
 serve_line() {
-	printf 'run %d: %-18s: %7.2fs %8s events/s   peak RSS %d MiB   CPU %.2fs   written to disk %d MiB\n' \
-		"$run" "$1" "$t_serve" "$(rate "$t_serve")" $((rss_kib / 1024)) "$cpu_serve" "$written_mib"
+	printf 'run %d: %-18s: %7.2fs %8s events/s   peak RSS %d MiB   CPU %.2fs (system %.2fs, %dk page faults)   written to disk %d MiB\n' \
+		"$run" "$1" "$t_serve" "$(rate "$t_serve")" $((rss_kib / 1024)) "$cpu_serve" "$sys_serve" $((faults / 1000)) "$written_mib"
 }
 if [ -n "${BASE:-}" ]; then
 	source bench/base.sh

@@ -127,7 +127,9 @@ func runNATS(store, listen string) error {
 }
 
 // watch times a serve daemon from /readyz to N stored messages (events and
-// dead letters) from its /metrics, then prints "seconds peak_rss_kib".
+// dead letters) from its /metrics, then prints "seconds peak_rss_kib
+// cpu_seconds written_mib system_cpu_seconds page_faults", the last four
+// while it drained (page faults: minor ones, each a first touch of a page).
 func watch(addr string, n, pid int) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -144,7 +146,7 @@ func watch(addr string, n, pid int) error {
 	}
 	start := time.Now()
 	written := procIO(pid, "write_bytes:")
-	cpu := procCPU(pid)
+	cpu, sys, faults := procCPU(pid), procStat(pid, statSystem), procStat(pid, statMinorFaults)
 	deadline = start.Add(10 * time.Minute)
 	var maxRSS int
 	var maxAt time.Duration
@@ -170,7 +172,8 @@ func watch(addr string, n, pid int) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	secs := time.Since(start).Seconds()
-	fmt.Printf("%.3f %d %.2f %d\n", secs, peakRSS(pid), procCPU(pid)-cpu, (procIO(pid, "write_bytes:")-written)>>20)
+	fmt.Printf("%.3f %d %.2f %d %.2f %.0f\n", secs, peakRSS(pid), procCPU(pid)-cpu, (procIO(pid, "write_bytes:")-written)>>20,
+		(procStat(pid, statSystem)-sys)/100, procStat(pid, statMinorFaults)-faults)
 	return nil
 }
 
@@ -183,22 +186,33 @@ func procIO(pid int, key string) int64 {
 // procCPU reads the user and system CPU seconds of a process from
 // /proc/PID/stat.
 func procCPU(pid int) float64 {
+	return (procStat(pid, statUser) + procStat(pid, statSystem)) / 100 // USER_HZ, 100 on Linux
+}
+
+// Fields of /proc/PID/stat, counted from the one after the command.
+const (
+	statMinorFaults = 7  // minflt
+	statUser        = 11 // utime, in USER_HZ
+	statSystem      = 12 // stime, in USER_HZ
+)
+
+// procStat reads field i (a stat* constant) of /proc/PID/stat.
+func procStat(pid, i int) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
 	}
 	// The fields after the command (which may hold spaces) in parentheses.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
+	j := strings.LastIndexByte(string(b), ')')
+	if j < 0 {
 		return 0
 	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
+	f := strings.Fields(string(b[j+1:]))
+	if len(f) <= i {
 		return 0
 	}
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	return (utime + stime) / 100 // USER_HZ, 100 on Linux
+	v, _ := strconv.ParseFloat(f[i], 64)
+	return v
 }
 
 // stored sums the ingested, duplicate and rejected counters.
