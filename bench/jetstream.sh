@@ -7,7 +7,8 @@
 #   2. how fast a consumer that discards messages drains the same stream with
 #      the same fetch and ack pattern (the transport ceiling), and with one
 #      AckAll per fetch beside it,
-# and print both rates, the ratio and peak RSS.
+# and print both rates, the ratio and peak RSS (and serve's system CPU time and
+# page faults: on this machine the first touch of a page costs ~11 µs).
 #   EVENTS=1000000 bench/jetstream.sh            # one event per message
 #   EVENTS=1000000 BATCH=64 bench/jetstream.sh   # 64 events per message (SPEC §2)
 # Targets: >= 0.5x the ceiling with single events; >= 150k events/s with
