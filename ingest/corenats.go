@@ -53,6 +53,10 @@ type CoreSource struct {
 	// OnHealth reports false with the reason while the Sink refuses batches,
 	// true once it stores again (on changes only).
 	OnHealth func(ok bool, reason string)
+	// StoreThread, when set, is called by Run's goroutine, which stores
+	// every batch, once it is subscribed, and what it returns as Run ends
+	// (JetStreamSource.StoreThread's counterpart).
+	StoreThread func() (release func())
 
 	health Health
 }
@@ -127,6 +131,9 @@ func (s *CoreSource) Run(ctx context.Context) error {
 		"pending_msgs", s.PendingMsgs, "pending_bytes", s.PendingBytes)
 	if s.Started != nil {
 		s.Started()
+	}
+	if s.StoreThread != nil {
+		defer s.StoreThread()()
 	}
 
 	dec := &Decoder{Opts: s.Decode, Workers: s.Workers, CheckSubject: true}

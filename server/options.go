@@ -117,9 +117,10 @@ type Options struct {
 	// (e.g. the live alarm looks at the new calls sooner than its interval).
 	// It runs on the ingest path: it must return at once.
 	Stored func()
-	// StoreThread, when set, is called by the JetStream ingest's storing
-	// goroutine as it starts, and what it returns as it ends
-	// (ingest.JetStreamSource.StoreThread): serve gives that thread priority.
+	// StoreThread, when set, is called by the ingest's storing goroutine
+	// as it starts, and what it returns as it ends (JetStream or core mode:
+	// ingest.JetStreamSource.StoreThread, ingest.CoreSource.StoreThread):
+	// serve gives that thread priority.
 	StoreThread func() (release func())
 
 	// HTTPReadTimeout replaces the HTTP read timeout (a minute) when set.

@@ -339,6 +339,9 @@ func runCore(ctx context.Context, nc *nats.Conn, store *analytics.Store, opts Op
 		OnError:   func(stage string, _ error) { m.errors.WithLabelValues(stage).Inc() },
 		OnDropped: func(n int) { m.dropped.Add(float64(n)) },
 		OnHealth:  onHealth,
+		// Core mode stores on Run's goroutine, which favoring keeps on
+		// its thread.
+		StoreThread: opts.StoreThread,
 	}
 	return src.Run(ctx)
 }

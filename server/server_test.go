@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -386,7 +387,8 @@ func TestServeRedeliveryAfterCommitWithoutAck(t *testing.T) {
 }
 
 // Core mode against an external server: two daemons in one queue group
-// share the traffic, each message stored by exactly one.
+// share the traffic, each message stored by exactly one; each calls its
+// StoreThread once, from the goroutine that stores.
 func TestServeCoreModeQueueGroup(t *testing.T) {
 	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true})
 	require.NoError(t, err)
@@ -395,9 +397,11 @@ func TestServeCoreModeQueueGroup(t *testing.T) {
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
 
 	stores := []*analytics.Store{openStore(t), openStore(t)}
-	for _, s := range stores {
+	var storeThreads [2]atomic.Int32
+	for i, s := range stores {
 		opts := testOptions(t)
 		opts.URL, opts.JetStream, opts.Queue = ns.ClientURL(), false, "mcptrail"
+		opts.StoreThread = func() func() { storeThreads[i].Add(1); return func() {} }
 		start(t, s, opts)
 	}
 	nc, err := nats.Connect(ns.ClientURL())
@@ -419,6 +423,8 @@ func TestServeCoreModeQueueGroup(t *testing.T) {
 	}, 20*time.Second, 20*time.Millisecond)
 	assert.Positive(t, queryInt(t, stores[0], `SELECT count(*) FROM calls`))
 	assert.Positive(t, queryInt(t, stores[1], `SELECT count(*) FROM calls`))
+	assert.Equal(t, int32(1), storeThreads[0].Load())
+	assert.Equal(t, int32(1), storeThreads[1].Load())
 }
 
 // echoBackend answers every request with its type and the database it
