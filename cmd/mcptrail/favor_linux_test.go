@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcptrail/mcptrail/internal/freeport"
+	"github.com/mcptrail/mcptrail/internal/threadprio"
 )
 
 // favoredThreads counts the threads of process pid at the test process's
@@ -22,17 +22,12 @@ import (
 // neither.
 func favoredThreads(pid int) (favored, lowered, others int) {
 	base := selfNice()
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	threads, err := threadprio.Niceness(pid)
 	if err != nil {
 		return 0, 0, 0
 	}
-	for _, task := range tasks {
-		tid, _ := strconv.Atoi(task.Name())
-		prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, tid)
-		if err != nil {
-			continue
-		}
-		switch nice := 20 - prio; {
+	for _, nice := range threads {
+		switch {
 		case nice == base:
 			favored++
 		case nice >= min(base+ingestFavor, 19):

@@ -54,18 +54,39 @@ func Favor(by int) (release func()) {
 // lower sets every thread of the process other than except to niceness
 // target, leaving those already lower as they are.
 func lower(except, target int) {
-	tasks, err := os.ReadDir("/proc/self/task")
+	threads, err := Niceness(0)
 	if err != nil {
 		return
 	}
-	for _, task := range tasks {
-		tid, err := strconv.Atoi(task.Name())
-		if err != nil || tid == except {
-			continue
-		}
-		if prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, tid); err == nil && 20-prio < target {
+	for tid, nice := range threads {
+		if tid != except && nice < target {
 			// A thread that ended meanwhile is no error.
 			_ = syscall.Setpriority(syscall.PRIO_PROCESS, tid, target)
 		}
 	}
+}
+
+// Niceness is the niceness of every thread of process pid (0: this one),
+// by thread id; a thread that ends while it looks is left out.
+func Niceness(pid int) (map[int]int, error) {
+	dir := "/proc/self/task"
+	if pid != 0 {
+		dir = "/proc/" + strconv.Itoa(pid) + "/task"
+	}
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]int, len(tasks))
+	for _, task := range tasks {
+		tid, err := strconv.Atoi(task.Name())
+		if err != nil {
+			continue
+		}
+		// The raw getpriority system call gives 20 - niceness.
+		if prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, tid); err == nil {
+			out[tid] = 20 - prio
+		}
+	}
+	return out, nil
 }

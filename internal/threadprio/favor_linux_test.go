@@ -1,9 +1,7 @@
 package threadprio
 
 import (
-	"os"
 	"runtime"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -15,16 +13,8 @@ import (
 // niceness of every thread of the process, by thread id.
 func niceness(t *testing.T) map[int]int {
 	t.Helper()
-	tasks, err := os.ReadDir("/proc/self/task")
+	out, err := Niceness(0)
 	require.NoError(t, err)
-	out := map[int]int{}
-	for _, task := range tasks {
-		tid, err := strconv.Atoi(task.Name())
-		require.NoError(t, err)
-		if prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, tid); err == nil {
-			out[tid] = 20 - prio
-		}
-	}
 	return out
 }
 
