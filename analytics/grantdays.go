@@ -13,7 +13,7 @@ import (
 // the session keys of its calls with one (DuckDB's hash of SessionKey, as
 // the figures count them), those of the sessions with an allowed call, and
 // its agents. It is counted with session_peaks, in the same transaction,
-// and listed with it in session_peaks_days, so that the write paths that
+// and listed with it in counted_days, so that the write paths that
 // take a day off that list (a late call, an archived day deleted, a
 // restore) do so for both. A window's figures then read a row per grant
 // and day and the hashes in it for its listed days, where grouping every
@@ -62,7 +62,8 @@ func countGrantDays(ctx context.Context, conn *sql.Conn, day int64) error {
 }
 
 // countListedGrantDays is migration 12's: the days session_peaks_days
-// lists already are counted into grant_days from their calls, in one pass.
+// lists already are counted into grant_days from their calls, in one pass
+// (the list's name until migration 13).
 func countListedGrantDays(ctx context.Context, conn *sql.Conn) error {
 	_, err := conn.ExecContext(ctx, `INSERT INTO grant_days `+grantDaysSQL(
 		`epoch_ms(ts) // 86400000 IN (SELECT day FROM session_peaks_days)`))

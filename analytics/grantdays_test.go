@@ -65,7 +65,7 @@ func grantDaysFromCalls(where string) string {
 const grantDaysListed = `SELECT coalesce(string_agg(r, ',' ORDER BY r), '') FROM (
 	SELECT concat_ws('|', server, "grant", day, calls, allowed, event, conversation, trace, derived, gateway,
 		list_sort(sessions)::VARCHAR, list_sort(allowed_sessions)::VARCHAR, list_sort(agents)::VARCHAR) AS r
-	FROM grant_days WHERE day IN (SELECT day FROM session_peaks_days))`
+	FROM grant_days WHERE day IN (SELECT day FROM counted_days))`
 
 // TestGrantDaysCountSealedDays: Recluster counts each sealed day's calls
 // per server and grant into grant_days, as grouping the day's calls does
@@ -126,7 +126,8 @@ func TestGrantDaysCountSealedDays(t *testing.T) {
 
 // A database whose days were counted into session_peaks before grant_days
 // existed (version 11) gets those days' grant_days rows from their calls
-// when it is migrated; the days not listed stay left to the calls.
+// when it is migrated; the days not listed stay left to the calls. The
+// list keeps its days under its new name (migration 13).
 func TestMigrationCountsGrantDaysOfListedDays(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -137,23 +138,28 @@ func TestMigrationCountsGrantDaysOfListedDays(t *testing.T) {
 	s, err := Open(ctx, path, Options{})
 	migrations = all
 	require.NoError(t, err)
-	_, err = s.Append(ctx, ingest.Batch{Events: grantDayEvents(2000, today.Add(-4*24*time.Hour))})
+	// Version 11's Append and Recluster, through stand-ins of the tables
+	// they lack (the list under its later name, its days then moved to the
+	// old one).
+	_, err = s.DB().Exec(grantDaysSchema + `CREATE TABLE counted_days (day BIGINT PRIMARY KEY);`)
 	require.NoError(t, err)
-	// Version 11's Recluster, through a stand-in of the table it lacks.
-	_, err = s.DB().Exec(grantDaysSchema)
+	_, err = s.Append(ctx, ingest.Batch{Events: grantDayEvents(2000, today.Add(-4*24*time.Hour))})
 	require.NoError(t, err)
 	_, err = s.Recluster(ctx, now)
 	require.NoError(t, err)
-	_, err = s.DB().Exec(`DROP TABLE grant_days; DELETE FROM session_peaks_days WHERE day = (SELECT max(day) FROM session_peaks_days)`)
+	_, err = s.DB().Exec(`INSERT INTO session_peaks_days SELECT day FROM counted_days; DROP TABLE counted_days; DROP TABLE grant_days;
+		DELETE FROM session_peaks_days WHERE day = (SELECT max(day) FROM session_peaks_days)`)
 	require.NoError(t, err)
 	require.Equal(t, 3, count(t, s, `SELECT count(*) FROM session_peaks_days`))
+	listed := readString(t, s, `SELECT string_agg(day::VARCHAR, ',' ORDER BY day) FROM session_peaks_days`)
 	require.NoError(t, s.Close())
 
 	m, err := Open(ctx, path, Options{})
 	require.NoError(t, err)
 	defer m.Close()
 	var want, got string
-	require.NoError(t, m.DB().QueryRow(grantDaysFromCalls(`epoch_ms(ts) // 86400000 IN (SELECT day FROM session_peaks_days)`)).Scan(&want))
+	assert.Equal(t, listed, readString(t, m, `SELECT string_agg(day::VARCHAR, ',' ORDER BY day) FROM counted_days`), "the listed days, under the list's new name")
+	require.NoError(t, m.DB().QueryRow(grantDaysFromCalls(`epoch_ms(ts) // 86400000 IN (SELECT day FROM counted_days)`)).Scan(&want))
 	require.NoError(t, m.DB().QueryRow(grantDaysListed).Scan(&got))
 	assert.Equal(t, want, got, "the listed days' rows count their calls")
 	assert.Equal(t, 3*2*3, count(t, m, `SELECT count(*) FROM grant_days`), "the listed days' rows only")

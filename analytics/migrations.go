@@ -208,6 +208,7 @@ CREATE TABLE calls_clustered (clustered_until TIMESTAMPTZ NOT NULL);
 	// Counted with session_peaks from then on; the days it lists already
 	// are counted here.
 	{12, "grant days", grantDaysSchema, countListedGrantDays},
+	{13, "counted days", countedDaysSchema, nil},
 }
 
 // rekeyedGatewaysSQL lists the gateways of the calls whose session is

@@ -20,7 +20,7 @@ import (
 //
 // A minute's calls may arrive in several batches, so its count is known
 // only once its day is complete: Recluster counts a sealed day from its
-// calls in one transaction and lists it in session_peaks_days. A batch with
+// calls in one transaction and lists it in counted_days. A batch with
 // calls of a listed day (a late event), an archived day deleted, or one
 // restored take the day off the list until Recluster counts it again;
 // readers take a listed day from the rows and every other day of their
@@ -44,6 +44,14 @@ CREATE TABLE session_peaks (
 	alone    BOOLEAN NOT NULL
 );
 CREATE TABLE session_peaks_days (day BIGINT PRIMARY KEY);`
+
+// countedDaysSchema is migration 13's: the list of counted days, which
+// migration 11 named for session_peaks alone, under a name for both the
+// tables it serves (session_peaks and grant_days), its days kept.
+const countedDaysSchema = `
+CREATE TABLE counted_days (day BIGINT PRIMARY KEY);
+INSERT INTO counted_days SELECT day FROM session_peaks_days;
+DROP TABLE session_peaks_days;`
 
 // SessionMinutesSQL groups the calls that where selects per server,
 // grant, tool, session and minute: the columns server, g, tool, s (NULL
@@ -111,18 +119,18 @@ func countSealedDay(ctx context.Context, conn *sql.Conn, day int64) error {
 	if err := countGrantDays(ctx, conn, day); err != nil {
 		return err
 	}
-	if _, err := conn.ExecContext(ctx, `INSERT OR IGNORE INTO session_peaks_days VALUES (?)`, day); err != nil {
+	if _, err := conn.ExecContext(ctx, `INSERT OR IGNORE INTO counted_days VALUES (?)`, day); err != nil {
 		return fmt.Errorf("session peaks: %w", err)
 	}
 	return nil
 }
 
 // unlistSealedDays takes the days from d0 to d1 (UTC days since the
-// epoch) off session_peaks_days, for session_peaks and grant_days alike:
+// epoch) off counted_days, for session_peaks and grant_days alike:
 // calls of them were stored, deleted or restored since they were counted.
 // Their rows stay until they are counted again; readers ignore them.
 func unlistSealedDays(ctx context.Context, conn *sql.Conn, d0, d1 int64) error {
-	if _, err := conn.ExecContext(ctx, `DELETE FROM session_peaks_days WHERE day BETWEEN ? AND ?`, d0, d1); err != nil {
+	if _, err := conn.ExecContext(ctx, `DELETE FROM counted_days WHERE day BETWEEN ? AND ?`, d0, d1); err != nil {
 		return fmt.Errorf("session peaks: %w", err)
 	}
 	return nil
@@ -163,7 +171,7 @@ func (s *Store) countNextDay(ctx context.Context, last int64) (bool, error) {
 	}
 	var day sql.NullInt64
 	if err := s.wconn.QueryRowContext(ctx, `SELECT min(day) FROM tool_days
-WHERE day <= ? AND day NOT IN (SELECT day FROM session_peaks_days)
+WHERE day <= ? AND day NOT IN (SELECT day FROM counted_days)
   AND day NOT IN (SELECT "date" - DATE '1970-01-01' FROM archive_days WHERE deleted_at IS NOT NULL)`, last).Scan(&day); err != nil {
 		return false, fmt.Errorf("session peaks: %w", err)
 	}
@@ -200,7 +208,7 @@ func PeakDays(ctx context.Context, q querier, server, grant string, from, to tim
 	return sealedDays(ctx, q, server, grant, from, to, `tool IS NOT NULL`)
 }
 
-// sealedDays are the days session_peaks_days lists wholly inside the
+// sealedDays are the days counted_days lists wholly inside the
 // window (from, to], in order: its first day only when from is its
 // midnight and no call that which admits is at that instant.
 func sealedDays(ctx context.Context, q querier, server, grant string, from, to time.Time, which string) ([]int64, error) {
@@ -217,7 +225,7 @@ func sealedDays(ctx context.Context, q querier, server, grant string, from, to t
 			firstDay++
 		}
 	}
-	rows, err := q.QueryContext(ctx, `SELECT day FROM session_peaks_days WHERE day >= ? AND day < ? ORDER BY day`, firstDay, lastDay)
+	rows, err := q.QueryContext(ctx, `SELECT day FROM counted_days WHERE day >= ? AND day < ? ORDER BY day`, firstDay, lastDay)
 	if err != nil {
 		return nil, fmt.Errorf("peak days: %w", err)
 	}

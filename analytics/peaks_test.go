@@ -50,7 +50,7 @@ func TestSessionPeaksCountSealedDays(t *testing.T) {
 	appendInBatches(t, s, evs, 250)
 	const stored = `SELECT coalesce(string_agg(r, ',' ORDER BY r), '') FROM (
 		SELECT concat_ws('|', server, "grant", tool, day, coalesce(session, '-'), peak, calls, peak_all) AS r
-		FROM session_peaks WHERE day IN (SELECT day FROM session_peaks_days))`
+		FROM session_peaks WHERE day IN (SELECT day FROM counted_days))`
 	const fromCalls = `SELECT coalesce(string_agg(r, ',' ORDER BY r), '') FROM (
 		SELECT concat_ws('|', server, g, tool, w // 1440, coalesce(s, '-'), max(n), sum(n), max(n_all)) AS r
 		FROM (SELECT server, coalesce("grant", '') AS g, tool, nullif(session, '') AS s, epoch_ms(ts) // 60000 AS w,
@@ -79,7 +79,7 @@ func TestSessionPeaksCountSealedDays(t *testing.T) {
 	checkAlone()
 	assert.Positive(t, count(t, s, `SELECT count(*) FROM (SELECT 1 FROM session_peaks WHERE session LIKE 'twice-%' GROUP BY server, tool, session HAVING count(DISTINCT day) > 1)`),
 		"sessions of several days")
-	assert.Zero(t, count(t, s, fmt.Sprintf(`SELECT count(*) FROM session_peaks_days WHERE day >= %d`, dayNumber(today))), "today is not sealed")
+	assert.Zero(t, count(t, s, fmt.Sprintf(`SELECT count(*) FROM counted_days WHERE day >= %d`, dayNumber(today))), "today is not sealed")
 
 	days, err := PeakDays(ctx, s.DB(), "pve", "", start.Add(time.Hour), today)
 	require.NoError(t, err)

@@ -195,9 +195,9 @@ func TestMigrationFillsToolDayUse(t *testing.T) {
 }
 
 // openBefore opens path as it was before migration n+1: only the first n
-// migrations applied, with tool_day_use and session_peaks as stand-ins,
-// for this build's Append keeps them (dropStandIn drops them before
-// migrations 10 and 11 add them).
+// migrations applied, with tool_day_use, session_peaks and the counted days
+// as stand-ins, for this build's Append keeps them (dropStandIn drops them
+// before migrations 10, 11 and 13 add them).
 func openBefore(t *testing.T, path string, n int) *Store {
 	t.Helper()
 	all := migrations
@@ -205,14 +205,14 @@ func openBefore(t *testing.T, path string, n int) *Store {
 	s, err := Open(context.Background(), path, Options{})
 	migrations = all
 	require.NoError(t, err)
-	_, err = s.DB().Exec(toolDayUseSchema + sessionPeaksSchema)
+	_, err = s.DB().Exec(toolDayUseSchema + sessionPeaksSchema + `CREATE TABLE counted_days (day BIGINT PRIMARY KEY);`)
 	require.NoError(t, err)
 	return s
 }
 
 func dropStandIn(t *testing.T, s *Store) {
 	t.Helper()
-	_, err := s.DB().Exec(`DROP TABLE tool_day_use; DROP TABLE tool_day_use_from; DROP TABLE session_peaks; DROP TABLE session_peaks_days`)
+	_, err := s.DB().Exec(`DROP TABLE tool_day_use; DROP TABLE tool_day_use_from; DROP TABLE session_peaks; DROP TABLE session_peaks_days; DROP TABLE counted_days`)
 	require.NoError(t, err)
 }
 

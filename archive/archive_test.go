@@ -148,7 +148,7 @@ func TestRetentionDeletesOnlyVerifiedDays(t *testing.T) {
 	assert.EqualValues(t, 3, scalar(t, s, `SELECT count(DISTINCT (server, "date")) FROM archive_days WHERE deleted_at IS NOT NULL`))
 	// A day with calls deleted is left to the calls (the archive's, for a
 	// window that reaches it), and Recluster does not count it again.
-	assert.Equal(t, []string{"20779"}, rowsOf(t, s, `SELECT day::VARCHAR FROM session_peaks_days`))
+	assert.Equal(t, []string{"20779"}, rowsOf(t, s, `SELECT day::VARCHAR FROM counted_days`))
 	rc, err = s.Recluster(ctx, now)
 	require.NoError(t, err)
 	assert.Zero(t, rc.PeakDays)
@@ -252,7 +252,7 @@ func TestRestoreTakesADayOffThePeaksList(t *testing.T) {
 	rc, err := fresh.Recluster(ctx, day0.Add(5*day))
 	require.NoError(t, err)
 	require.Equal(t, 2, rc.PeakDays)
-	listed := `SELECT day::VARCHAR FROM session_peaks_days ORDER BY day`
+	listed := `SELECT day::VARCHAR FROM counted_days ORDER BY day`
 	require.Equal(t, []string{"20778", "20779"}, rowsOf(t, fresh, listed))
 	_, err = fresh.DB().Exec(`DELETE FROM calls WHERE server = 'pve' AND ts >= ? AND ts < ?`, day0.Add(day), day0.Add(2*day))
 	require.NoError(t, err)
