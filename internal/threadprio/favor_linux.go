@@ -22,12 +22,11 @@ import (
 func Favor(by int) (release func()) {
 	runtime.LockOSThread()
 	me := syscall.Gettid()
-	// The raw getpriority system call gives 20 - niceness.
-	prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, me)
+	nice, err := threadNice(me)
 	if err != nil {
 		return runtime.UnlockOSThread
 	}
-	target := min(20-prio+by, 19)
+	target := min(nice+by, 19)
 	lower(me, target)
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -83,10 +82,16 @@ func Niceness(pid int) (map[int]int, error) {
 		if err != nil {
 			continue
 		}
-		// The raw getpriority system call gives 20 - niceness.
-		if prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, tid); err == nil {
-			out[tid] = 20 - prio
+		if nice, err := threadNice(tid); err == nil {
+			out[tid] = nice
 		}
 	}
 	return out, nil
+}
+
+// threadNice is thread tid's niceness.
+func threadNice(tid int) (int, error) {
+	// The raw getpriority system call gives 20 - niceness.
+	prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, tid)
+	return 20 - prio, err
 }

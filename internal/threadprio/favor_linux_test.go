@@ -30,9 +30,9 @@ func TestFavorLowersEveryOtherThread(t *testing.T) {
 	go func() {
 		release := Favor(3)
 		tid := syscall.Gettid()
-		prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, tid)
+		nice, err := threadNice(tid)
 		assert.NoError(t, err)
-		got <- favored{tid, 20 - prio}
+		got <- favored{tid, nice}
 		<-releaseIt
 		release()
 		close(released)
