@@ -120,7 +120,7 @@ func countSealedDay(ctx context.Context, conn *sql.Conn, day int64) error {
 		return err
 	}
 	if _, err := conn.ExecContext(ctx, `INSERT OR IGNORE INTO counted_days VALUES (?)`, day); err != nil {
-		return fmt.Errorf("session peaks: %w", err)
+		return fmt.Errorf("counted days: %w", err)
 	}
 	return nil
 }
@@ -131,7 +131,7 @@ func countSealedDay(ctx context.Context, conn *sql.Conn, day int64) error {
 // Their rows stay until they are counted again; readers ignore them.
 func unlistSealedDays(ctx context.Context, conn *sql.Conn, d0, d1 int64) error {
 	if _, err := conn.ExecContext(ctx, `DELETE FROM counted_days WHERE day BETWEEN ? AND ?`, d0, d1); err != nil {
-		return fmt.Errorf("session peaks: %w", err)
+		return fmt.Errorf("counted days: %w", err)
 	}
 	return nil
 }
@@ -167,19 +167,19 @@ func (s *Store) countNextDay(ctx context.Context, last int64) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return false, errors.New("session peaks: database is closed")
+		return false, errors.New("sealed days: database is closed")
 	}
 	var day sql.NullInt64
 	if err := s.wconn.QueryRowContext(ctx, `SELECT min(day) FROM tool_days
 WHERE day <= ? AND day NOT IN (SELECT day FROM counted_days)
   AND day NOT IN (SELECT "date" - DATE '1970-01-01' FROM archive_days WHERE deleted_at IS NOT NULL)`, last).Scan(&day); err != nil {
-		return false, fmt.Errorf("session peaks: %w", err)
+		return false, fmt.Errorf("sealed days: %w", err)
 	}
 	if !day.Valid {
 		return false, nil
 	}
 	if err := inTransaction(ctx, s.wconn, func() error { return countSealedDay(ctx, s.wconn, day.Int64) }); err != nil {
-		return false, fmt.Errorf("session peaks of day %d: %w", day.Int64, err)
+		return false, fmt.Errorf("sealed day %d: %w", day.Int64, err)
 	}
 	return true, nil
 }
