@@ -21,19 +21,27 @@ type migration struct {
 
 // migrations creates and evolves the schema. The calls table is public (SPEC §3):
 // its column names are the v1 event names plus ingested_at.
+//
+// The calls' columns of few values declare dictionary compression and id
+// FSST: what DuckDB picks for them anyway, but left to choose it weighs
+// every method for every column of each row group it writes, which made
+// storing a batch cost a third more per such column (1M calls, one column
+// at a time: 150-180 ms of commit against 100-125 ms; id 324 against 173).
+// Only databases created since have them (DuckDB cannot alter a column's
+// compression); migration 2's session_source alike.
 var migrations = []migration{
 	{1, "initial schema", `
 CREATE TABLE calls (
-	id             VARCHAR NOT NULL,
+	id             VARCHAR NOT NULL USING COMPRESSION fsst,
 	ts             TIMESTAMPTZ NOT NULL,
-	server         VARCHAR NOT NULL,
-	tool           VARCHAR,
-	method         VARCHAR NOT NULL,
-	decision       VARCHAR NOT NULL,
-	status         VARCHAR,
-	gateway        VARCHAR,
-	"grant"        VARCHAR,
-	agent          VARCHAR,
+	server         VARCHAR NOT NULL USING COMPRESSION dictionary,
+	tool           VARCHAR USING COMPRESSION dictionary,
+	method         VARCHAR NOT NULL USING COMPRESSION dictionary,
+	decision       VARCHAR NOT NULL USING COMPRESSION dictionary,
+	status         VARCHAR USING COMPRESSION dictionary,
+	gateway        VARCHAR USING COMPRESSION dictionary,
+	"grant"        VARCHAR USING COMPRESSION dictionary,
+	agent          VARCHAR USING COMPRESSION dictionary,
 	session        VARCHAR,
 	request_id     VARCHAR,
 	rule           VARCHAR,
@@ -43,7 +51,7 @@ CREATE TABLE calls (
 	args_hash      VARCHAR,
 	arg_keys       VARCHAR[],
 	args           JSON,
-	policy_version VARCHAR,
+	policy_version VARCHAR USING COMPRESSION dictionary,
 	attrs          MAP(VARCHAR, VARCHAR),
 	ingested_at    TIMESTAMPTZ NOT NULL
 );
@@ -106,7 +114,7 @@ CREATE TABLE suppression_log (
 );
 `, nil},
 	{2, "session sources and derived sessions", `
-ALTER TABLE calls ADD COLUMN session_source VARCHAR;
+ALTER TABLE calls ADD COLUMN session_source VARCHAR USING COMPRESSION dictionary;
 ` + backfillSessionSource + `;
 CREATE TABLE derived_sessions (
 	server  VARCHAR NOT NULL,
