@@ -91,7 +91,7 @@ func TestGrantDaysCountSealedDays(t *testing.T) {
 
 	res, err := s.Recluster(ctx, now)
 	require.NoError(t, err)
-	assert.Equal(t, 4, res.PeakDays, "the four sealed days")
+	assert.Equal(t, 4, res.CountedDays, "the four sealed days")
 	want := read(grantDaysFromCalls(`ts < ?`), today)
 	assert.Equal(t, want, read(grantDaysListed))
 	assert.Equal(t, 4*2*3, count(t, s, `SELECT count(*) FROM grant_days`), "a row per day, server and grant; none of today")
@@ -119,7 +119,7 @@ func TestGrantDaysCountSealedDays(t *testing.T) {
 	assert.NotContains(t, days, dayNumber(late.TS), "the late call's day is left to the calls")
 	res, err = s.Recluster(ctx, now)
 	require.NoError(t, err)
-	assert.Equal(t, 1, res.PeakDays, "the late call's day, again")
+	assert.Equal(t, 1, res.CountedDays, "the late call's day, again")
 	assert.Equal(t, read(grantDaysFromCalls(`ts < ?`), today), read(grantDaysListed))
 	assert.Contains(t, read(grantDaysListed), "late-agent")
 }

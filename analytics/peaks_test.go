@@ -63,7 +63,7 @@ func TestSessionPeaksCountSealedDays(t *testing.T) {
 
 	res, err := s.Recluster(ctx, now)
 	require.NoError(t, err)
-	assert.Equal(t, 4, res.PeakDays, "the four sealed days")
+	assert.Equal(t, 4, res.CountedDays, "the four sealed days")
 	assert.Equal(t, read(fromCalls, today), read(stored))
 	assert.Contains(t, read(stored), "|-|", "calls without a session")
 	// A row is alone when no other row has its server, tool and session.
@@ -105,10 +105,10 @@ func TestSessionPeaksCountSealedDays(t *testing.T) {
 
 	res, err = s.Recluster(ctx, now)
 	require.NoError(t, err)
-	assert.Equal(t, 1, res.PeakDays, "the late call's day, again")
+	assert.Equal(t, 1, res.CountedDays, "the late call's day, again")
 	assert.Equal(t, read(fromCalls, today), read(stored))
 	checkAlone()
 	res, err = s.Recluster(ctx, now)
 	require.NoError(t, err)
-	assert.Zero(t, res.PeakDays, "nothing left to count")
+	assert.Zero(t, res.CountedDays, "nothing left to count")
 }

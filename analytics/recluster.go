@@ -43,10 +43,10 @@ type ReclusterResult struct {
 	// Waiting are the sealed calls after Until left for a later run: fewer
 	// than ReclusterMinCalls within the last ReclusterSpan.
 	Waiting int64
-	// PeakDays are the sealed days counted into session_peaks (their
+	// CountedDays are the sealed days counted into session_peaks (their
 	// busiest minutes per session, peaks.go) and grant_days (their window
 	// figures, grantdays.go).
-	PeakDays int
+	CountedDays int
 }
 
 // Recluster rewrites the calls of sealed UTC days (before now's day) not
@@ -80,7 +80,7 @@ func (s *Store) recluster(ctx context.Context, now time.Time, minCalls, maxCalls
 		}
 		res.Until, res.Waiting = sp.until, sp.waiting
 		if !sp.done {
-			res.PeakDays, err = s.countSealedDays(ctx, sealed)
+			res.CountedDays, err = s.countSealedDays(ctx, sealed)
 			return res, err
 		}
 		res.Calls += sp.calls

@@ -127,7 +127,7 @@ func TestRetentionDeletesOnlyVerifiedDays(t *testing.T) {
 	// The sealed days' peaks per session and minute are counted.
 	rc, err := s.Recluster(ctx, now)
 	require.NoError(t, err)
-	require.Equal(t, 3, rc.PeakDays)
+	require.Equal(t, 3, rc.CountedDays)
 
 	// A damaged file of one day: its day does not verify, so it keeps its rows.
 	res, err := Run(ctx, s, Options{Now: now})
@@ -151,7 +151,7 @@ func TestRetentionDeletesOnlyVerifiedDays(t *testing.T) {
 	assert.Equal(t, []string{"20779"}, rowsOf(t, s, `SELECT day::VARCHAR FROM counted_days`))
 	rc, err = s.Recluster(ctx, now)
 	require.NoError(t, err)
-	assert.Zero(t, rc.PeakDays)
+	assert.Zero(t, rc.CountedDays)
 	// tool_day_use keeps the deleted days, for windows that read the
 	// archive.
 	assert.Equal(t, `git|get_vm_status|20777|10,git|get_vm_status|20778|10,git|get_vm_status|20779|10,git|get_vm_status|20780|10,`+
@@ -251,7 +251,7 @@ func TestRestoreTakesADayOffThePeaksList(t *testing.T) {
 	require.NoError(t, err)
 	rc, err := fresh.Recluster(ctx, day0.Add(5*day))
 	require.NoError(t, err)
-	require.Equal(t, 2, rc.PeakDays)
+	require.Equal(t, 2, rc.CountedDays)
 	listed := `SELECT day::VARCHAR FROM counted_days ORDER BY day`
 	require.Equal(t, []string{"20778", "20779"}, rowsOf(t, fresh, listed))
 	_, err = fresh.DB().Exec(`DELETE FROM calls WHERE server = 'pve' AND ts >= ? AND ts < ?`, day0.Add(day), day0.Add(2*day))
@@ -262,7 +262,7 @@ func TestRestoreTakesADayOffThePeaksList(t *testing.T) {
 	assert.Equal(t, []string{"20779"}, rowsOf(t, fresh, listed))
 	rc, err = fresh.Recluster(ctx, day0.Add(5*day))
 	require.NoError(t, err)
-	assert.Equal(t, 2, rc.PeakDays, "day0 and day0+1")
+	assert.Equal(t, 2, rc.CountedDays, "day0 and day0+1")
 	assert.EqualValues(t, 1, scalar(t, fresh, `SELECT max(peak) FROM session_peaks WHERE server = 'pve' AND day = 20778`))
 }
 

@@ -55,7 +55,7 @@ func TestGrantFiguresMatchEachScope(t *testing.T) {
 		if counted {
 			res, err := store.Recluster(ctx, end)
 			require.NoError(t, err)
-			require.Equal(t, 6, res.PeakDays, "the six sealed days counted")
+			require.Equal(t, 6, res.CountedDays, "the six sealed days counted")
 		}
 		rng := rand.New(rand.NewPCG(9, 1))
 		windows := [][2]time.Time{{end.Add(-4 * 24 * time.Hour), end}, {end.Add(-5 * 24 * time.Hour), end.Add(-2 * 24 * time.Hour)}}

@@ -58,7 +58,7 @@ func TestCallMinutesMatchTheCalls(t *testing.T) {
 		if counted {
 			res, err := store.Recluster(ctx, end)
 			require.NoError(t, err)
-			require.Equal(t, 3, res.PeakDays, "the three sealed days counted")
+			require.Equal(t, 3, res.CountedDays, "the three sealed days counted")
 		}
 		for wi, w := range windows {
 			for _, g := range []string{"", grant} {

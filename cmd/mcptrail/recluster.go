@@ -62,12 +62,12 @@ func reclusterSummary(res analytics.ReclusterResult) string {
 	if res.Waiting > 0 {
 		out += fmt.Sprintf("; %d calls of sealed days wait for a full week or %d calls", res.Waiting, analytics.ReclusterMinCalls)
 	}
-	if res.PeakDays > 0 {
+	if res.CountedDays > 0 {
 		days := "days"
-		if res.PeakDays == 1 {
+		if res.CountedDays == 1 {
 			days = "day"
 		}
-		out += fmt.Sprintf("; peaks per session and minute and window figures counted for %d sealed %s", res.PeakDays, days)
+		out += fmt.Sprintf("; peaks per session and minute and window figures counted for %d sealed %s", res.CountedDays, days)
 	}
 	return out
 }
@@ -94,7 +94,7 @@ func reclusterDaily(ctx context.Context, store *analytics.Store, log *slog.Logge
 			// stopping: the span in hand was rolled back
 		case err != nil:
 			log.Error("recluster", "err", err)
-		case res.Spans > 0 || res.PeakDays > 0:
+		case res.Spans > 0 || res.CountedDays > 0:
 			log.Info(reclusterSummary(res), "took", time.Since(start).Round(time.Millisecond))
 		default:
 			log.Debug(reclusterSummary(res))
