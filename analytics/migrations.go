@@ -26,7 +26,7 @@ type migration struct {
 // FSST: what DuckDB picks for them anyway, but left to choose it weighs
 // every method for every column of each row group it writes, which made
 // storing a batch cost a third more per such column (1M calls, one column
-// at a time: 150-180 ms of commit against 100-125 ms; id 324 against 173).
+// at a time: 140-184 ms of commit against 102-123 ms; id 324 against 173).
 // Only databases created since have them (DuckDB cannot alter a column's
 // compression); migration 2's session_source alike. DuckDB deprecates both
 // methods from storage version v1.3.0 (dict_fsst replaces them) and refuses
