@@ -90,8 +90,9 @@ type figures struct {
 // given as $days when there are any) from its rows, the rest of the window
 // (parts, predicates on ts: outsideParts) from the calls. Sessions, agents
 // and days are counted by their hash (as everywhere here) over the calls
-// grouped by session, agent and day first (e): a session nearly always keeps one agent and one day, so the
-// grouping holds barely more rows than sessions, and a grouping is several
+// grouped by session, agent and day first (e): a session nearly always
+// keeps one agent and one day, so the grouping holds barely more rows than
+// sessions, and a grouping is several
 // times cheaper in DuckDB than distinct counts over every call (measured
 // over 5M calls: ~0.4 s against ~0.65 s for the sessions). The sessions,
 // from those groups and the listed days' hashes, are told apart by a
