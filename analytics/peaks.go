@@ -219,7 +219,7 @@ func sealedDays(ctx context.Context, q querier, server, grant string, from, to t
 	} else if firstDay < lastDay {
 		at, err := callAt(ctx, q, server, grant, which, from)
 		if err != nil {
-			return nil, fmt.Errorf("peak days: %w", err)
+			return nil, fmt.Errorf("counted days: %w", err)
 		}
 		if at {
 			firstDay++
@@ -227,19 +227,19 @@ func sealedDays(ctx context.Context, q querier, server, grant string, from, to t
 	}
 	rows, err := q.QueryContext(ctx, `SELECT day FROM counted_days WHERE day >= ? AND day < ? ORDER BY day`, firstDay, lastDay)
 	if err != nil {
-		return nil, fmt.Errorf("peak days: %w", err)
+		return nil, fmt.Errorf("counted days: %w", err)
 	}
 	defer rows.Close()
 	var days []int64
 	for rows.Next() {
 		var d int64
 		if err := rows.Scan(&d); err != nil {
-			return nil, fmt.Errorf("peak days: %w", err)
+			return nil, fmt.Errorf("counted days: %w", err)
 		}
 		days = append(days, d)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("peak days: %w", err)
+		return nil, fmt.Errorf("counted days: %w", err)
 	}
 	return days, nil
 }

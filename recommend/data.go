@@ -92,13 +92,12 @@ type figures struct {
 // and days are counted by their hash (as everywhere here) over the calls
 // grouped by session, agent and day first (e): a session nearly always
 // keeps one agent and one day, so the grouping holds barely more rows than
-// sessions, and a grouping is several
-// times cheaper in DuckDB than distinct counts over every call (measured
-// over 5M calls: ~0.4 s against ~0.65 s for the sessions). The sessions,
-// from those groups and the listed days' hashes, are told apart by a
-// grouping too (s), per grant and then across grants for the total: four
-// distinct counts over the ~320,000 session rows of 5M calls took 0.29 s,
-// the groupings 0.13 s in all.
+// sessions, and a grouping is several times cheaper in DuckDB than distinct
+// counts over every call (measured over 5M calls: ~0.4 s against ~0.65 s
+// for the sessions). The sessions, from those groups and the listed days'
+// hashes, are told apart by a grouping too (s), per grant and then across
+// grants for the total: four distinct counts over the ~320,000 session rows
+// of 5M calls took 0.29 s, the groupings 0.13 s in all.
 func figuresSQL(parts []string, days bool) string {
 	edge := `false`
 	if len(parts) > 0 {
