@@ -87,11 +87,11 @@ func embedded(store, listen string) (*natsserver.Server, *nats.Conn, jetstream.J
 	// A port still held (by a process that just exited, or taken since as
 	// some connection's local port) makes the server fail to listen, which
 	// it reports only in its log: try the port first to say why.
-	if l, err := net.Listen("tcp", listen); err != nil {
+	l, err := net.Listen("tcp", listen)
+	if err != nil {
 		return nil, nil, nil, fmt.Errorf("nats server cannot listen: %w", err)
-	} else {
-		l.Close()
 	}
+	l.Close()
 	ns.Start()
 	if !ns.ReadyForConnections(60 * time.Second) {
 		return nil, nil, nil, fmt.Errorf("nats server on %s did not start", listen)
