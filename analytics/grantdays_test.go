@@ -151,14 +151,17 @@ func TestMigrationCountsGrantDaysOfListedDays(t *testing.T) {
 		DELETE FROM session_peaks_days WHERE day = (SELECT max(day) FROM session_peaks_days)`)
 	require.NoError(t, err)
 	require.Equal(t, 3, count(t, s, `SELECT count(*) FROM session_peaks_days`))
-	listed := readString(t, s, `SELECT string_agg(day::VARCHAR, ',' ORDER BY day) FROM session_peaks_days`)
+	daysIn := func(s *Store, table string) string {
+		return readString(t, s, `SELECT string_agg(day::VARCHAR, ',' ORDER BY day) FROM `+table)
+	}
+	listed := daysIn(s, "session_peaks_days")
 	require.NoError(t, s.Close())
 
 	m, err := Open(ctx, path, Options{})
 	require.NoError(t, err)
 	defer m.Close()
 	var want, got string
-	assert.Equal(t, listed, readString(t, m, `SELECT string_agg(day::VARCHAR, ',' ORDER BY day) FROM counted_days`), "the listed days, under the list's new name")
+	assert.Equal(t, listed, daysIn(m, "counted_days"), "the listed days, under the list's new name")
 	require.NoError(t, m.DB().QueryRow(grantDaysFromCalls(`epoch_ms(ts) // 86400000 IN (SELECT day FROM counted_days)`)).Scan(&want))
 	require.NoError(t, m.DB().QueryRow(grantDaysListed).Scan(&got))
 	assert.Equal(t, want, got, "the listed days' rows count their calls")
