@@ -141,7 +141,7 @@ func TestMigrationCountsGrantDaysOfListedDays(t *testing.T) {
 	// Version 11's Append and Recluster, through stand-ins of the tables
 	// they lack (the list under its later name, its days then moved to the
 	// old one).
-	_, err = s.DB().Exec(grantDaysSchema + `CREATE TABLE counted_days (day BIGINT PRIMARY KEY);`)
+	_, err = s.DB().Exec(grantDaysSchema + countedDaysTable)
 	require.NoError(t, err)
 	_, err = s.Append(ctx, ingest.Batch{Events: grantDayEvents(2000, today.Add(-4*24*time.Hour))})
 	require.NoError(t, err)

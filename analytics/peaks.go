@@ -48,10 +48,14 @@ CREATE TABLE session_peaks_days (day BIGINT PRIMARY KEY);`
 // countedDaysSchema is migration 13's: the list of counted days, which
 // migration 11 named for session_peaks alone, under a name for both the
 // tables it serves (session_peaks and grant_days), its days kept.
-const countedDaysSchema = `
-CREATE TABLE counted_days (day BIGINT PRIMARY KEY);
+const countedDaysSchema = countedDaysTable + `
 INSERT INTO counted_days SELECT day FROM session_peaks_days;
 DROP TABLE session_peaks_days;`
+
+// countedDaysTable creates the list of counted days (also the stand-in of
+// the tests that fake a version before migration 13).
+const countedDaysTable = `
+CREATE TABLE counted_days (day BIGINT PRIMARY KEY);`
 
 // SessionMinutesSQL groups the calls that where selects per server,
 // grant, tool, session and minute: the columns server, g, tool, s (NULL

@@ -205,7 +205,7 @@ func openBefore(t *testing.T, path string, n int) *Store {
 	s, err := Open(context.Background(), path, Options{})
 	migrations = all
 	require.NoError(t, err)
-	_, err = s.DB().Exec(toolDayUseSchema + sessionPeaksSchema + `CREATE TABLE counted_days (day BIGINT PRIMARY KEY);`)
+	_, err = s.DB().Exec(toolDayUseSchema + sessionPeaksSchema + countedDaysTable)
 	require.NoError(t, err)
 	return s
 }
