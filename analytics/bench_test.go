@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/internal/runtraffic"
 )
 
 // BenchmarkAppend measures the store's batch append (Arrow records
@@ -40,5 +41,22 @@ func BenchmarkAppend(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "events/s")
 		})
+	}
+}
+
+// BenchmarkCollectCalls measures what keeping the aggregates costs a batch
+// in Go beside DuckDB's insert (collectCalls: the calls sorted per session,
+// their runs, tool days and tool day use), for one batch of ingest's size.
+func BenchmarkCollectCalls(b *testing.B) {
+	evs, err := runtraffic.Generate(7, 122880, 36*time.Hour, time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := newStaging(len(evs))
+	st.Add(evs, nil)
+	defer st.Release()
+	b.ReportAllocs()
+	for b.Loop() {
+		collectCalls(st.cols)
 	}
 }

@@ -113,11 +113,11 @@ func addSessionsView(v *runViews, b *batchCalls) (name string, first int64, err 
 		c := b.calls[b.starts[si]]
 		ib.Append(int32(si))
 		sc.add(s)
-		tb.Append(c.tool)
-		if c.args == "" {
+		tb.Append(b.tools[c.tool])
+		if c.args == noArgs {
 			ab.AppendNull()
 		} else {
-			ab.Append(c.args)
+			ab.Append(b.argsOf(c.args))
 		}
 		mb.Append(c.ms)
 		first = min(first, c.ms)
@@ -445,13 +445,15 @@ func openRunCalls(ctx context.Context, v *runViews, b *batchCalls, continuing []
 	out := map[int32][]runCall{}
 	for rows.Next() {
 		var c runCall
-		if err := rows.Scan(&c.session, &c.ms, &c.us, &c.tool, &c.args, &c.err); err != nil {
+		var tool, args string
+		if err := rows.Scan(&c.session, &c.ms, &c.us, &tool, &args, &c.err); err != nil {
 			return nil, fmt.Errorf("record runs: open runs: %w", err)
 		}
+		c.tool, c.args = b.toolID(tool), b.storedArgsRef(args)
 		out[c.session] = append(out[c.session], c)
 	}
 	for _, calls := range out {
-		slices.SortFunc(calls, compareCalls)
+		slices.SortFunc(calls, b.compareCalls)
 	}
 	return out, rows.Err()
 }

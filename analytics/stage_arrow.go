@@ -226,7 +226,7 @@ func (c *chunk) attr(i int, key string) string {
 // The runs' Go path files a call under the session their SQL path finds.
 func (c *chunk) sessionKey(i int) string {
 	s := &c.strs
-	if v := s[10].value(i); v != "" {
+	if v := s[colSession].value(i); v != "" {
 		return v
 	}
 	if v := c.attr(i, audit.AttrConversationID); v != "" {
@@ -235,7 +235,7 @@ func (c *chunk) sessionKey(i int) string {
 	if v := c.attr(i, audit.AttrTraceID); v != "" {
 		return "trace:" + v
 	}
-	if v := s[7].value(i); v != "" {
+	if v := s[colGateway].value(i); v != "" {
 		return "gateway:" + v
 	}
 	return ""

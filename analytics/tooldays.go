@@ -83,13 +83,8 @@ type toolDay struct {
 	use DayUse
 }
 
-// addToolDay counts a staged call of a tool in days, and returns its day.
-func addToolDay(days map[toolDayKey]*toolDay, k toolDayKey, us int64, allowed bool) *toolDay {
-	d := days[k]
-	if d == nil {
-		d = &toolDay{first: us}
-		days[k] = d
-	}
+// add counts a staged call of the tool that day, at us.
+func (d *toolDay) add(us int64, allowed bool) {
 	d.first = min(d.first, us)
 	switch {
 	case allowed && !d.allowed:
@@ -101,7 +96,6 @@ func addToolDay(days map[toolDayKey]*toolDay, k toolDayKey, us int64, allowed bo
 	default:
 		d.lastRefused = max(d.lastRefused, us)
 	}
-	return d
 }
 
 // recordBatchToolDays merges a batch's tool days, counted in Go from its
