@@ -14,18 +14,23 @@ import (
 // session scope key (a session, or the grant for calls without one) from
 // their minutes: the busiest minute's allowed and rate-limited calls
 // (peak), those calls in all (calls) and the busiest minute's calls of any
-// decision (peak_all), in a temporary table (session_keys) on one
-// connection. Two steps of a recommendation read it: the rate-limit peaks
-// per session and minute (detectRateLimits) and the replay's buckets over a
-// per-session, per-minute limit (overflow), which only the keys whose
-// busiest minute is over the limit can have. The days Recluster counted
-// come from session_peaks (a row per tool, day and session), the rest of
-// the window from grouping its calls by tool, session and minute, the
-// costly part (millions of groups) the table saves.
+// decision (peak_all). Two steps of a recommendation read them: the
+// rate-limit peaks per session and minute (detectRateLimits) and the
+// replay's buckets over a per-session, per-minute limit (overflow), which
+// only the keys whose busiest minute is over the limit can have. The days
+// Recluster counted come from session_peaks (a row per tool, day and
+// session), the rest of the window from grouping its calls by tool,
+// session and minute (temporary tables on one connection: session_edge,
+// and session_merged where a key has several rows), the costly part
+// (millions of groups) the table saves.
 type callMinutes struct {
 	conn  *sql.Conn
-	scope query // the scope and window the table counts
+	scope query // the scope and window the tables count
 	built bool
+	// days are the counted days read from session_peaks (PeakDays), and
+	// stored the condition on its rows that admits them.
+	days   []int64
+	stored string
 }
 
 // openCallMinutes holds a connection for q's scope's call minutes; close
@@ -40,7 +45,7 @@ func openCallMinutes(ctx context.Context, q query) (*callMinutes, error) {
 
 func (m *callMinutes) close() {
 	if m.built {
-		_, _ = m.conn.ExecContext(context.Background(), `DROP TABLE IF EXISTS session_keys; DROP TABLE IF EXISTS session_edge; DROP TABLE IF EXISTS session_merged`)
+		_, _ = m.conn.ExecContext(context.Background(), `DROP TABLE IF EXISTS session_edge; DROP TABLE IF EXISTS session_merged`)
 	}
 	_ = m.conn.Close()
 }
@@ -51,16 +56,17 @@ func (m *callMinutes) covers(q query) bool {
 		m.scope.from.Equal(q.from) && m.scope.to.Equal(q.to)
 }
 
-// build counts the scope's window into session_keys and returns the
-// peaks of tools, read from the days session_peaks lists (PeakDays) and
-// the calls of the window's other parts. A row alone in session_peaks is
-// its key's only one, unless the calls read hold the key too: the rows
-// of those keys and the others not alone are merged by key
+// build counts the scope's window and returns the peaks of tools, read
+// from the days session_peaks lists (PeakDays) and the calls of the
+// window's other parts (session_edge). A row alone in session_peaks is its
+// key's only one, unless the calls read hold the key too (unseenKey): the
+// rows of those keys and the others not alone are merged by key
 // (session_merged); the rest are read as they are, each time for what it
-// is needed: the tools' peaks, as counts of keys per peak (an aggregate
-// over a few groups instead of quantiles over every key), and the keys
-// with two calls in a minute, which the replay's per-session, per-minute
-// limits read (session_keys).
+// is needed: the tools' peaks here, as counts of keys per peak (an
+// aggregate over a few groups instead of quantiles over every key), and
+// the keys over a limit per session and minute in the replay
+// (overflowBucketsSQL), which reads these tables again rather than have
+// every key with two calls in a minute kept for it.
 func (m *callMinutes) build(ctx context.Context, names map[uint64]string, tools []string) (map[string]*peakStats, error) {
 	q := m.scope
 	days, err := analytics.PeakDays(ctx, m.conn, q.server, q.grant, q.from, q.to)
@@ -79,7 +85,6 @@ func (m *callMinutes) build(ctx context.Context, names map[uint64]string, tools 
 	if len(days) > 0 {
 		stored = inScope + ` AND ` + listedDay
 	}
-	const unseen = `(tool, session) NOT IN (SELECT (tool, s) FROM session_edge WHERE s IS NOT NULL)`
 	steps := []struct{ what, sql string }{
 		{"session_edge", `CREATE OR REPLACE TEMP TABLE session_edge AS ` + strings.Join(edge, "\nUNION ALL\n")},
 		{"session_merged", `CREATE OR REPLACE TEMP TABLE session_merged AS
@@ -87,7 +92,7 @@ WITH d AS (
 	SELECT tool, s, g, peak, calls, peak_all FROM session_edge
 	UNION ALL
 	SELECT tool, session, "grant", peak, calls, peak_all FROM session_peaks
-	WHERE ` + stored + ` AND (NOT alone OR NOT (` + unseen + `))
+	WHERE ` + stored + ` AND (NOT alone OR NOT (` + unseenKey + `))
 )
 SELECT tool, coalesce(s, '') AS s, CASE WHEN s IS NULL THEN g ELSE '' END AS g,
        max(peak) AS peak, sum(calls) AS calls, max(peak_all) AS peak_all
@@ -98,10 +103,10 @@ FROM d GROUP BY ALL`},
 			return nil, fmt.Errorf("session peaks: %s: %w", st.what, err)
 		}
 	}
-	m.built = true
+	m.built, m.days, m.stored = true, days, stored
 	rows, err := m.conn.QueryContext(ctx, `
 SELECT hash(tool), peak, count(*), sum(calls) FROM (
-	SELECT tool, peak, calls FROM session_peaks WHERE `+stored+` AND alone AND `+unseen+`
+	SELECT tool, peak, calls FROM session_peaks WHERE `+stored+` AND alone AND `+unseenKey+`
 	UNION ALL
 	SELECT tool, peak, calls FROM session_merged
 ) WHERE calls > 0 AND tool IN (SELECT unnest($tools::VARCHAR[]))
@@ -113,18 +118,12 @@ GROUP BY ALL`, withDays(append(args, sql.Named("tools", stringList(tools))), day
 	if err != nil {
 		return nil, err
 	}
-	if _, err := m.conn.ExecContext(ctx, `
-CREATE OR REPLACE TEMP TABLE session_keys AS
-SELECT tool, session AS s, '' AS g, peak_all FROM session_peaks WHERE `+stored+` AND alone AND peak_all >= 2 AND `+unseen+`
-UNION ALL
-SELECT tool, s, g, peak_all FROM session_merged WHERE peak_all >= 2`, withDays(args, days)...); err != nil {
-		return nil, fmt.Errorf("session peaks: %w", err)
-	}
-	if _, err := m.conn.ExecContext(ctx, `DROP TABLE session_edge; DROP TABLE session_merged`); err != nil {
-		return nil, fmt.Errorf("session peaks: %w", err)
-	}
 	return out, nil
 }
+
+// unseenKey admits the rows of session_peaks whose tool and session the
+// calls outside its days (session_edge) do not hold.
+const unseenKey = `(tool, session) NOT IN (SELECT (tool, s) FROM session_edge WHERE s IS NOT NULL)`
 
 // listedDay admits the rows of an aggregate (its day column) of the days
 // given as $days (withDays).
@@ -171,8 +170,8 @@ func outsideDays(from, to time.Time, days []int64) [][2]time.Time {
 
 // sessionPeaks is query.peaks for the session scope and the minute window:
 // per tool, the percentiles of its session keys' busiest minutes, over the
-// keys with an allowed or rate-limited call; it leaves session_keys for
-// the replay.
+// keys with an allowed or rate-limited call; it leaves its tables for the
+// replay.
 func (m *callMinutes) sessionPeaks(ctx context.Context, names map[uint64]string, tools []string) (map[string]*peakStats, error) {
 	defer m.scope.timed("peaks session minute")()
 	out, err := m.build(ctx, names, tools)
@@ -182,15 +181,22 @@ func (m *callMinutes) sessionPeaks(ctx context.Context, names map[uint64]string,
 	return out, nil
 }
 
-// overflowBucketsFromMinutesSQL fills overflow_buckets (see query.overflow):
-// the buckets of every limit per session and minute of at least one call
-// from the calls of the tools and session keys session_keys finds over
-// it, the others' from all the calls.
-const overflowBucketsFromMinutesSQL = `
+// overflowBucketsSQL fills overflow_buckets (see query.overflow): the
+// buckets of every limit per session and minute of at least one call from
+// the calls of the tools and session keys whose busiest minute (of any
+// decision) is over it (hot: the alone rows of session_peaks' counted days
+// and session_merged, as build read them), the others' from all the calls.
+// Its arguments are overflowArgs'.
+func (m *callMinutes) overflowBucketsSQL() string {
+	return `
 CREATE OR REPLACE TEMP TABLE overflow_buckets AS
-WITH hot AS (
-	SELECT tool AS h_tool, s AS h_s, g AS h_g FROM session_keys JOIN replay_limits ON tool = limit_tool
-	WHERE ` + fromMinutes + ` AND peak_all > lim
+WITH per_minute AS (
+	SELECT * FROM replay_limits WHERE ` + fromMinutes + `
+), hot AS (
+	SELECT tool AS h_tool, session AS h_s, '' AS h_g FROM session_peaks JOIN per_minute ON tool = limit_tool
+	WHERE ` + m.stored + ` AND alone AND peak_all > lim AND ` + unseenKey + `
+	UNION ALL
+	SELECT tool, s, g FROM session_merged JOIN per_minute ON tool = limit_tool WHERE peak_all > lim
 )
 SELECT lid AS b_lid, ` + limitKeyExpr + ` AS b_k, epoch_ms(ts) // bucket_ms AS b_w, any_value(lim) AS b_lim
 FROM calls JOIN replay_limits ON calls.tool = limit_tool
@@ -203,7 +209,11 @@ SELECT lid, ` + limitKeyExpr + `, epoch_ms(ts) // bucket_ms, any_value(lim)
 FROM calls JOIN replay_limits ON tool = limit_tool
 WHERE ` + inWindow + ` AND NOT (` + fromMinutes + `)
 GROUP BY ALL HAVING count(*) > any_value(lim)`
+}
+
+// overflowArgs are overflowBucketsSQL's arguments: q's and the counted days.
+func (m *callMinutes) overflowArgs() []any { return withDays(m.scope.args(), m.days) }
 
 // fromMinutes are the limits per session and minute: their buckets are
-// looked for among the session keys session_keys holds.
+// looked for among the session keys over them (overflowBucketsSQL).
 const fromMinutes = `limit_scope = 'session' AND bucket_ms = 60000 AND lim >= 1`

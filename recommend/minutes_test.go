@@ -128,7 +128,7 @@ func checkCallMinutes(t *testing.T, q query, variants []policy.Limit, wholeDays 
 	var fromTable int
 	require.NoError(t, m.conn.QueryRowContext(ctx, `SELECT count(*) FROM overflow_buckets JOIN replay_limits ON b_lid = lid
 		WHERE limit_scope = 'session' AND bucket_ms = 60000 AND b_lim = 1`).Scan(&fromTable))
-	assert.Positive(t, fromTable, "buckets of two calls over a limit of one, of the keys session_keys found")
+	assert.Positive(t, fromTable, "buckets of two calls over a limit of one, of the keys the minutes found over it")
 
 	if !wholeDays {
 		return

@@ -428,10 +428,10 @@ GROUP BY ALL HAVING count(*) > any_value(lim)`
 func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, loops []RunawayLoop, acc *affected, firstN int, minutes *callMinutes) (map[string]overflowCount, map[string]overflowCount, error) {
 	out := map[string]overflowCount{}
 	var conn *sql.Conn
-	buckets := overflowBucketsSQL
+	buckets, bucketArgs := overflowBucketsSQL, q.args()
 	if minutes.covers(q) {
 		// Its temporary tables are on its connection.
-		conn, buckets = minutes.conn, overflowBucketsFromMinutesSQL
+		conn, buckets, bucketArgs = minutes.conn, minutes.overflowBucketsSQL(), minutes.overflowArgs()
 	} else {
 		c, err := q.db.Conn(ctx)
 		if err != nil {
@@ -457,7 +457,7 @@ func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, loo
 	// First the buckets over their limit (one aggregate over the window),
 	// then the calls of those buckets only, numbered in time order; the
 	// strings of a call are read only for the calls past the limit.
-	if _, err := conn.ExecContext(ctx, buckets, q.args()...); err != nil {
+	if _, err := conn.ExecContext(ctx, buckets, bucketArgs...); err != nil {
 		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
 	if _, err := conn.ExecContext(ctx, `
