@@ -22,15 +22,13 @@ import (
 // session), the rest of the window from grouping its calls by tool,
 // session and minute (temporary tables on one connection: session_edge,
 // and session_merged where a key has several rows), the costly part
-// (millions of groups) the table saves.
+// (millions of groups) session_peaks saves.
 type callMinutes struct {
 	conn  *sql.Conn
 	scope query // the scope and window the tables count
 	built bool
-	// days are the counted days read from session_peaks (PeakDays), and
-	// stored the condition on its rows that admits them.
-	days   []int64
-	stored string
+	// days are the counted days read from session_peaks (PeakDays).
+	days []int64
 }
 
 // openCallMinutes holds a connection for q's scope's call minutes; close
@@ -65,8 +63,8 @@ func (m *callMinutes) covers(q query) bool {
 // is needed: the tools' peaks here, as counts of keys per peak (an
 // aggregate over a few groups instead of quantiles over every key), and
 // the keys over a limit per session and minute in the replay
-// (overflowBucketsSQL), which reads these tables again rather than have
-// every key with two calls in a minute kept for it.
+// (overflowBucketsFromMinutesSQL), which reads these tables again rather
+// than have every key with two calls in a minute kept for it.
 func (m *callMinutes) build(ctx context.Context, names map[uint64]string, tools []string) (map[string]*peakStats, error) {
 	q := m.scope
 	days, err := analytics.PeakDays(ctx, m.conn, q.server, q.grant, q.from, q.to)
@@ -81,10 +79,7 @@ func (m *callMinutes) build(ctx context.Context, names map[uint64]string, tools 
 			analytics.SessionMinutesSQL(inScope+` AND `+part)+
 			`) GROUP BY tool, s, g`)
 	}
-	stored := `false`
-	if len(days) > 0 {
-		stored = inScope + ` AND ` + listedDay
-	}
+	stored := storedRows(days)
 	steps := []struct{ what, sql string }{
 		{"session_edge", `CREATE OR REPLACE TEMP TABLE session_edge AS ` + strings.Join(edge, "\nUNION ALL\n")},
 		{"session_merged", `CREATE OR REPLACE TEMP TABLE session_merged AS
@@ -103,7 +98,7 @@ FROM d GROUP BY ALL`},
 			return nil, fmt.Errorf("session peaks: %s: %w", st.what, err)
 		}
 	}
-	m.built, m.days, m.stored = true, days, stored
+	m.built, m.days = true, days
 	rows, err := m.conn.QueryContext(ctx, `
 SELECT hash(tool), peak, count(*), sum(calls) FROM (
 	SELECT tool, peak, calls FROM session_peaks WHERE `+stored+` AND alone AND `+unseenKey+`
@@ -119,6 +114,15 @@ GROUP BY ALL`, withDays(append(args, sql.Named("tools", stringList(tools))), day
 		return nil, err
 	}
 	return out, nil
+}
+
+// storedRows admits the rows of session_peaks of the scope's counted days
+// (none without days; with them, $days is an argument: withDays).
+func storedRows(days []int64) string {
+	if len(days) == 0 {
+		return `false`
+	}
+	return inScope + ` AND ` + listedDay
 }
 
 // unseenKey admits the rows of session_peaks whose tool and session the
@@ -181,20 +185,20 @@ func (m *callMinutes) sessionPeaks(ctx context.Context, names map[uint64]string,
 	return out, nil
 }
 
-// overflowBucketsSQL fills overflow_buckets (see query.overflow): the
-// buckets of every limit per session and minute of at least one call from
-// the calls of the tools and session keys whose busiest minute (of any
-// decision) is over it (hot: the alone rows of session_peaks' counted days
-// and session_merged, as build read them), the others' from all the calls.
-// Its arguments are overflowArgs'.
-func (m *callMinutes) overflowBucketsSQL() string {
+// overflowBucketsFromMinutesSQL fills overflow_buckets (see
+// query.overflow): the buckets of every limit per session and minute of at
+// least one call from the calls of the tools and session keys whose
+// busiest minute (of any decision) is over it (hot: the alone rows of
+// session_peaks' counted days and session_merged, as build read them), the
+// others' from all the calls. Its arguments are overflowArgs'.
+func (m *callMinutes) overflowBucketsFromMinutesSQL() string {
 	return `
 CREATE OR REPLACE TEMP TABLE overflow_buckets AS
 WITH per_minute AS (
 	SELECT * FROM replay_limits WHERE ` + fromMinutes + `
 ), hot AS (
 	SELECT tool AS h_tool, session AS h_s, '' AS h_g FROM session_peaks JOIN per_minute ON tool = limit_tool
-	WHERE ` + m.stored + ` AND alone AND peak_all > lim AND ` + unseenKey + `
+	WHERE ` + storedRows(m.days) + ` AND alone AND peak_all > lim AND ` + unseenKey + `
 	UNION ALL
 	SELECT tool, s, g FROM session_merged JOIN per_minute ON tool = limit_tool WHERE peak_all > lim
 )
@@ -211,9 +215,11 @@ WHERE ` + inWindow + ` AND NOT (` + fromMinutes + `)
 GROUP BY ALL HAVING count(*) > any_value(lim)`
 }
 
-// overflowArgs are overflowBucketsSQL's arguments: q's and the counted days.
+// overflowArgs are overflowBucketsFromMinutesSQL's arguments: the scope's
+// and the counted days.
 func (m *callMinutes) overflowArgs() []any { return withDays(m.scope.args(), m.days) }
 
 // fromMinutes are the limits per session and minute: their buckets are
-// looked for among the session keys over them (overflowBucketsSQL).
+// looked for among the session keys over them
+// (overflowBucketsFromMinutesSQL).
 const fromMinutes = `limit_scope = 'session' AND bucket_ms = 60000 AND lim >= 1`
