@@ -100,7 +100,9 @@ type versionChange struct {
 // now; during a rollout both versions are in use, after a rollback only the
 // old one), the one first seen last in (now − lookback, now], when a call of
 // the scope precedes it within the baseline (a first version has nothing to
-// compare with); nil when there is none.
+// compare with) and none of those calls carries it: a version in use before
+// the window is not new there, its first call in the window is only where
+// the window cut it; nil when there is none.
 func newVersion(ctx context.Context, db *sql.DB, q query, lookback time.Duration, p Params) (*versionChange, error) {
 	_, baseline, _, _ := p.regressionParams()
 	now := q.to
@@ -119,11 +121,19 @@ ORDER BY since DESC, version LIMIT 1`).Scan(&v.version, &v.since)
 		return nil, fmt.Errorf("regressions: policy versions of %s: %w", q.server, err)
 	}
 	v.since = v.since.UTC()
+	before := q.scopeLit() + ` AND ts >= ` + sqlTime(v.since.Add(-baseline)) + ` AND ts < ` + sqlTime(v.since)
+	// Asked first: where the version was in use, the first row group read
+	// answers it, where the last call before needs them all.
+	var inUse bool
+	err = db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM calls WHERE `+before+` AND policy_version = `+sqlString(v.version)+`)`).Scan(&inUse)
+	if err != nil {
+		return nil, fmt.Errorf("regressions: %s before %s: %w", v.version, v.since.Format(time.RFC3339), err)
+	}
+	if inUse {
+		return nil, nil // in use before the window: not new
+	}
 	var prev sql.NullString
-	err = db.QueryRowContext(ctx, `
-SELECT policy_version FROM calls
-WHERE `+q.scopeLit()+` AND ts >= `+sqlTime(v.since.Add(-baseline))+` AND ts < `+sqlTime(v.since)+`
-ORDER BY ts DESC LIMIT 1`).Scan(&prev)
+	err = db.QueryRowContext(ctx, `SELECT policy_version FROM calls WHERE `+before+` ORDER BY ts DESC LIMIT 1`).Scan(&prev)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil // the first version of the scope's history
 	}

@@ -208,6 +208,31 @@ func TestRegressionFollowsTheVersionInUse(t *testing.T) {
 	assert.Empty(t, regs, "one session of 13 refused")
 }
 
+// TestNoRegressionForAVersionInUseBeforeTheWindow: version 2 hid the tool
+// 35 days ago, outside the 30-day window. Its first call in the window is
+// only where the window cut it, and the calls before it carry version 2
+// too: nothing changed there, so nothing is compared (a baseline half
+// under version 1 would otherwise make the window's first day look like a
+// regression of version 2 against itself). A change inside the window of a
+// history longer than the window is still found.
+func TestNoRegressionForAVersionInUseBeforeTheWindow(t *testing.T) {
+	change := now.Add(-35 * 24 * time.Hour)
+	pc := simulate.PolicyChange{Server: "proxmox-mcp", Grant: "ops", Change: change, Refused: simulate.PolicyChangeUsedDaily, Days: 10}
+	store := policyChangeStore(t, pc, now)
+	regs, err := recommend.Regressions(context.Background(), store.DB(), scope(pc.Server, pc.Grant, now), recommend.DefaultParams())
+	require.NoError(t, err)
+	assert.Empty(t, regs, "version 2 was in use before the window")
+
+	recent := now.Add(-2 * time.Hour)
+	pc = simulate.PolicyChange{Server: "proxmox-mcp", Grant: "ops", Change: recent, Refused: simulate.PolicyChangeUsedDaily, Days: 45}
+	store = policyChangeStore(t, pc, recent.Add(time.Hour))
+	regs, err = recommend.Regressions(context.Background(), store.DB(), scope(pc.Server, pc.Grant, recent.Add(time.Hour)), recommend.DefaultParams())
+	require.NoError(t, err)
+	require.Len(t, regs, 1, "version 2 is new in the window, 45 days of version 1 before it")
+	assert.Equal(t, simulate.PolicyChangeUsedDaily, regs[0].Tool)
+	assert.Equal(t, "v1", regs[0].Previous)
+}
+
 // TestRegressionWhenAHiddenToolVanishes: agents that list tools do not call
 // a hidden one. Version 2 hides list_backups and backup-bot stops calling
 // it: with the current policy (v2, which hides it) the silence is a
