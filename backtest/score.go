@@ -28,7 +28,7 @@ func score(ctx context.Context, db *sql.DB, o Options, r *recommend.Report, from
 	// The test window's runaway loops, as the detectors find them there.
 	p := o.Params
 	p.Window = o.Test
-	tw, err := recommend.Recommend(ctx, db, recommend.Options{Server: o.Server, Grant: r.Grant, Now: to, Params: p})
+	runaway, err := recommend.RunawayLoops(ctx, db, recommend.Options{Server: o.Server, Grant: r.Grant, Now: to, Params: p})
 	if errors.Is(err, recommend.ErrNoCalls) {
 		s.NoTestTraffic = true
 		return s, nil
@@ -37,7 +37,7 @@ func score(ctx context.Context, db *sql.DB, o Options, r *recommend.Report, from
 		return s, err
 	}
 	rp, err := recommend.Run(ctx, db, recommend.ReplayOptions{Server: o.Server, Grant: r.Grant, From: from, To: to,
-		Policy: r.Policy, Loops: tw.Runaway, FirstN: o.Examples * 20})
+		Policy: r.Policy, Loops: runaway, FirstN: o.Examples * 20})
 	if err != nil {
 		return s, err
 	}
@@ -55,7 +55,7 @@ func score(ctx context.Context, db *sql.DB, o Options, r *recommend.Report, from
 	}
 	s.Under.Rate = ratio(float64(s.Under.Calls), float64(s.LegitimateCalls))
 	sort.SliceStable(s.Under.ByTool, func(i, j int) bool { return s.Under.ByTool[i].Calls > s.Under.ByTool[j].Calls })
-	s.Under.Examples = examples(rp.FirstAffected, tw.Runaway, o.Examples)
+	s.Under.Examples = examples(rp.FirstAffected, runaway, o.Examples)
 	for _, t := range allowed {
 		if tr := rp.ByTool[t]; tr == nil || legitimate(tr) == 0 {
 			s.Over.Tools = append(s.Over.Tools, t)

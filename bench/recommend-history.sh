@@ -72,7 +72,7 @@ done
 growth() {
 	awk -v a="$(cut -d' ' -f"$3" "$WORK/$2" | median)" -v b="$(cut -d' ' -f"$3" "$WORK/$1" | median)" 'BEGIN{printf "%+.1f%%", 100 * (a / b - 1)}'
 }
-echo "$DAYS days against 30: recommend wall $(growth d30 long 1), CPU $(growth d30 long 2); the scan $(growth d30 long 4)"
+echo "$DAYS days against 30: ${CMD%% *} wall $(growth d30 long 1), CPU $(growth d30 long 2); the scan $(growth d30 long 4)"
 if [ -n "${BASE:-}" ]; then
 	echo "the base over $DAYS days against the tree over 30: wall $(growth d30 base_long 1), CPU $(growth d30 base_long 2)"
 fi

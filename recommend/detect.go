@@ -249,6 +249,15 @@ type loopPair struct{ start, tool string }
 
 // detectLoops finds polling loops by their shape (SPEC §5), never by name.
 func (s *state) detectLoops(ctx context.Context, _ map[string]bool) error {
+	return s.eachPolledTool(func(k loopPair, loops []*run) error { return s.loopFinding(ctx, k, loops) })
+}
+
+// eachPolledTool groups the runs that are polling loops by start tool and
+// polled tool (and counts their polls: pollsPerLoop), and calls fn for each
+// polled tool not behind approval with the pair that has the most loops: a
+// polled tool may follow several start tools, the busiest pair carries its
+// finding and its limit.
+func (s *state) eachPolledTool(fn func(k loopPair, loops []*run) error) error {
 	// Counted first, so that each pair's slice is allocated once: there
 	// are hundreds of thousands of loops in a large window.
 	counts := map[loopPair]int{}
@@ -279,8 +288,6 @@ func (s *state) detectLoops(ctx context.Context, _ map[string]bool) error {
 		}
 		return keys[i].start < keys[j].start
 	})
-	// A polled tool may follow several start tools: the pair with the most
-	// loops carries the finding and the limit for it.
 	done := map[string]bool{}
 	sort.SliceStable(keys, func(i, j int) bool { return len(pairs[keys[i]]) > len(pairs[keys[j]]) })
 	for _, k := range keys {
@@ -288,7 +295,7 @@ func (s *state) detectLoops(ctx context.Context, _ map[string]bool) error {
 			continue
 		}
 		done[k.tool] = true
-		if err := s.loopFinding(ctx, k, pairs[k]); err != nil {
+		if err := fn(k, pairs[k]); err != nil {
 			return err
 		}
 	}
@@ -333,19 +340,17 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []*run) error
 		polls[i], gaps[i], cvs[i] = float64(r.Polls), r.MedianGap, cv(r)
 	}
 	p95 := quantile(polls, 0.95)
-	limitRunaway := RunawayThreshold(p95, s.p)
-	var runaway []run
+	limitRunaway, runaway := s.runawayOf(loops)
 	var wasted int64
 	sessions := map[uint64]bool{}
 	runawaySessions := map[uint64]bool{}
 	for _, r := range loops {
 		sessions[r.SessionHash] = true
-		if float64(r.Polls) > limitRunaway {
-			runaway = append(runaway, *r)
-			runawaySessions[r.SessionHash] = true
-			s.runawaySessions[r.session()] = true
-		}
 		wasted += wastedPolls(r)
+	}
+	for _, r := range runaway {
+		runawaySessions[r.SessionHash] = true
+		s.runawaySessions[r.session()] = true
 	}
 	ev := map[string]any{
 		"start_tool": k.start, "loops": len(loops), "median_polls": round(quantile(polls, 0.5), 2), "p95_polls": round(p95, 2),
@@ -440,6 +445,24 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []*run) error
 	censor(&f, s.usage[k.tool])
 	s.add(f)
 	return nil
+}
+
+// runawayOf are the loops of one pair (start tool, polled tool) that ran
+// away: more polls than RunawayThreshold of the 95th percentile of their
+// polls, with that threshold.
+func (s *state) runawayOf(loops []*run) (float64, []run) {
+	polls := make([]float64, len(loops))
+	for i, r := range loops {
+		polls[i] = float64(r.Polls)
+	}
+	limit := RunawayThreshold(quantile(polls, 0.95), s.p)
+	var runaway []run
+	for _, r := range loops {
+		if float64(r.Polls) > limit {
+			runaway = append(runaway, *r)
+		}
+	}
+	return limit, runaway
 }
 
 // normalTolerance is the share of a polled tool's calls outside runaway

@@ -55,16 +55,8 @@ type state struct {
 // Recommend analyses one server's history and returns the recommendation
 // with its proposed policy already replayed over the same window.
 func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
-	p := opts.Params
-	if p.Window <= 0 {
-		p = DefaultParams()
-	}
-	now := opts.Now.UTC()
-	s := &state{
-		opts: opts, p: p,
-		q:      query{db: db, server: opts.Server, grant: opts.Grant, from: now.Add(-p.Window), to: now, log: opts.Log},
-		polled: map[string]bool{}, runawaySessions: map[string]bool{}, approval: map[string]bool{},
-	}
+	s := newState(db, opts)
+	p, now := s.p, s.q.to
 	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -74,18 +66,9 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 		log.Debug("recommend stage", "stage", name, "took", time.Since(stage).Round(time.Millisecond))
 		stage = time.Now()
 	}
-	f, err := s.q.scopeFigures(ctx, opts.figures)
+	f, err := s.readFigures(ctx)
 	if err != nil {
 		return nil, err
-	}
-	s.window, s.days, s.allowedSessions = f.window, f.activeDays, f.allowedSessions
-	if s.window.Calls == 0 {
-		grant := ""
-		if opts.Grant != "" {
-			grant = fmt.Sprintf(" and grant %q", opts.Grant)
-		}
-		return nil, fmt.Errorf("%w for server %q%s between %s and %s: check the name (mcptrail query calls_by_tool lists servers) or widen --since",
-			ErrNoCalls, opts.Server, grant, s.q.from.Format(time.RFC3339), now.Format(time.RFC3339))
 	}
 	gates := s.gates()
 	if f.allowed == 0 {
@@ -94,15 +77,9 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 		gates = append(gates, Gate{Name: "allowed_calls", OK: false, Detail: refusedOnlyDetail(opts.Grant, s.window.Calls)})
 		s.confid = Low
 	}
-	if s.usage = opts.usage; s.usage == nil {
-		if s.usage, err = s.q.toolUsage(ctx, p.Window); err != nil {
-			return nil, err
-		}
-	}
-	if s.names, err = s.q.toolNames(ctx, sortedKeys(s.usage)); err != nil {
+	if err := s.readUsage(ctx); err != nil {
 		return nil, err
 	}
-	s.classify()
 	lap("usage")
 	if s.minutes, err = openCallMinutes(ctx, s.q); err != nil {
 		return nil, err
@@ -152,6 +129,82 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 		RuleChanges: ruleChanges, SuppressionChanges: changes, Gateway: gateway, Runaway: s.runawayLoops(),
 		PollsPerLoop: s.pollsPerLoop,
 	}, nil
+}
+
+// newState is the detectors' state for opts' scope and window.
+func newState(db *sql.DB, opts Options) *state {
+	p := opts.Params
+	if p.Window <= 0 {
+		p = DefaultParams()
+	}
+	now := opts.Now.UTC()
+	return &state{
+		opts: opts, p: p,
+		q:      query{db: db, server: opts.Server, grant: opts.Grant, from: now.Add(-p.Window), to: now, log: opts.Log},
+		polled: map[string]bool{}, runawaySessions: map[string]bool{}, approval: map[string]bool{},
+	}
+}
+
+// readFigures reads the window's figures (those given in opts when an
+// analysis of every grant counted them); a window without calls is
+// ErrNoCalls.
+func (s *state) readFigures(ctx context.Context) (figures, error) {
+	f, err := s.q.scopeFigures(ctx, s.opts.figures)
+	if err != nil {
+		return f, err
+	}
+	s.window, s.days, s.allowedSessions = f.window, f.activeDays, f.allowedSessions
+	if s.window.Calls == 0 {
+		grant := ""
+		if s.opts.Grant != "" {
+			grant = fmt.Sprintf(" and grant %q", s.opts.Grant)
+		}
+		return f, fmt.Errorf("%w for server %q%s between %s and %s: check the name (mcptrail query calls_by_tool lists servers) or widen --since",
+			ErrNoCalls, s.opts.Server, grant, s.q.from.Format(time.RFC3339), s.q.to.Format(time.RFC3339))
+	}
+	return f, nil
+}
+
+// readUsage reads the window's use of each tool (the one given in opts
+// when an analysis of every grant counted it) and classifies the tools.
+func (s *state) readUsage(ctx context.Context) error {
+	var err error
+	if s.usage = s.opts.usage; s.usage == nil {
+		if s.usage, err = s.q.toolUsage(ctx, s.p.Window); err != nil {
+			return err
+		}
+	}
+	if s.names, err = s.q.toolNames(ctx, sortedKeys(s.usage)); err != nil {
+		return err
+	}
+	s.classify()
+	return nil
+}
+
+// RunawayLoops are the runaway polling loops of opts' scope and window,
+// found as Recommend finds them (its Report.Runaway), without the rest of
+// a recommendation: a backtest scores a proposal against the loops of its
+// test window, where a whole recommendation there cost it twice as much
+// as the replay it scores.
+func RunawayLoops(ctx context.Context, db *sql.DB, opts Options) ([]RunawayLoop, error) {
+	s := newState(db, opts)
+	if _, err := s.readFigures(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.readUsage(ctx); err != nil {
+		return nil, err
+	}
+	var err error
+	if s.runs, err = s.q.runs(ctx, s.names, s.p.PollMinCalls, s.p.PollMaxInterval); err != nil {
+		return nil, err
+	}
+	s.detectRisky(s.allowedSessions) // the tools behind approval have no loop finding
+	err = s.eachPolledTool(func(k loopPair, loops []*run) error {
+		_, runaway := s.runawayOf(loops)
+		s.keepRunaway(k.tool, runaway)
+		return nil
+	})
+	return s.runawayLoops(), err
 }
 
 // gates checks the data gates (Repokid-style minimum data before acting).

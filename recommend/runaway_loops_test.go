@@ -1,0 +1,45 @@
+package recommend_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/catalog"
+	"github.com/mcptrail/mcptrail/recommend"
+	"github.com/mcptrail/mcptrail/simulate"
+)
+
+// TestRunawayLoopsAreTheRecommendationsLoops: RunawayLoops, which a
+// backtest scores a proposal against, finds the loops a whole
+// recommendation of the same scope and window finds (Report.Runaway),
+// including where it finds none because the polled tool goes behind
+// approval: risky by the catalog given and rare under a session share of 1.
+func TestRunawayLoopsAreTheRecommendationsLoops(t *testing.T) {
+	store := loadScenario(t, "loops", 1)
+	ctx := context.Background()
+	opts := recommend.Options{Server: simulate.LoopsTruth.Server, Now: now, Params: recommend.DefaultParams()}
+	rep, err := recommend.Recommend(ctx, store.DB(), opts)
+	require.NoError(t, err)
+	require.NotEmpty(t, rep.Runaway, "the scenario plants runaway loops")
+	loops, err := recommend.RunawayLoops(ctx, store.DB(), opts)
+	require.NoError(t, err)
+	assert.Equal(t, rep.Runaway, loops)
+
+	// The polled tools as exec tools, every risky tool rare: behind approval.
+	for _, l := range rep.Runaway {
+		opts.Catalog = append(opts.Catalog, catalog.Classification{Tool: l.Tool, Category: catalog.Exec, Source: catalog.SourceOverride, Why: "test"})
+	}
+	opts.Params.RareMaxSessionShare = 1
+	rep, err = recommend.Recommend(ctx, store.DB(), opts)
+	require.NoError(t, err)
+	require.Empty(t, rep.Runaway, "no loop finding for a tool behind approval")
+	loops, err = recommend.RunawayLoops(ctx, store.DB(), opts)
+	require.NoError(t, err)
+	assert.Empty(t, loops)
+
+	_, err = recommend.RunawayLoops(ctx, store.DB(), recommend.Options{Server: "nobody", Now: now, Params: recommend.DefaultParams()})
+	assert.ErrorIs(t, err, recommend.ErrNoCalls)
+}
