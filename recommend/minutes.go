@@ -66,10 +66,39 @@ func (m *callMinutes) covers(q query) bool {
 // (overflowBucketsFromMinutesSQL), which reads these tables again rather
 // than have every key with two calls in a minute kept for it.
 func (m *callMinutes) build(ctx context.Context, names map[uint64]string, tools []string) (map[string]*peakStats, error) {
+	if _, err := m.count(ctx, false); err != nil {
+		return nil, err
+	}
+	q := m.scope
+	_, partArgs := outsideParts(q.from, q.to, m.days)
+	args := append(q.args(), partArgs...)
+	stored := storedRows(m.days)
+	rows, err := m.conn.QueryContext(ctx, `
+SELECT hash(tool), peak, count(*), sum(calls) FROM (
+	SELECT tool, peak, calls FROM session_peaks WHERE `+stored+` AND alone AND `+unseenKey+`
+	UNION ALL
+	SELECT tool, peak, calls FROM session_merged
+) WHERE calls > 0 AND tool IN (SELECT unnest($tools::VARCHAR[]))
+GROUP BY ALL`, withDays(append(args, sql.Named("tools", stringList(tools))), m.days)...)
+	if err != nil {
+		return nil, fmt.Errorf("peaks: %w", err)
+	}
+	return scanPeakCounts(rows, names)
+}
+
+// count builds the tables of the scope's window (session_edge and
+// session_merged, see build) and keeps the days session_peaks counts; with
+// onlyCounted, only when it counts some (else it says false): without them
+// the tables are the whole window's calls grouped by session and minute,
+// what the replay's plain path groups anyway.
+func (m *callMinutes) count(ctx context.Context, onlyCounted bool) (bool, error) {
 	q := m.scope
 	days, err := analytics.PeakDays(ctx, m.conn, q.server, q.grant, q.from, q.to)
 	if err != nil {
-		return nil, err
+		return false, err
+	}
+	if onlyCounted && len(days) == 0 {
+		return false, nil
 	}
 	edge := []string{`SELECT NULL::VARCHAR AS tool, NULL::VARCHAR AS s, NULL::VARCHAR AS g, 0::BIGINT AS peak, 0::BIGINT AS calls, 0::BIGINT AS peak_all WHERE false`}
 	parts, partArgs := outsideParts(q.from, q.to, days)
@@ -95,25 +124,11 @@ FROM d GROUP BY ALL`},
 	}
 	for _, st := range steps {
 		if _, err := m.conn.ExecContext(ctx, st.sql, withDays(args, days)...); err != nil {
-			return nil, fmt.Errorf("session peaks: %s: %w", st.what, err)
+			return false, fmt.Errorf("session peaks: %s: %w", st.what, err)
 		}
 	}
 	m.built, m.days = true, days
-	rows, err := m.conn.QueryContext(ctx, `
-SELECT hash(tool), peak, count(*), sum(calls) FROM (
-	SELECT tool, peak, calls FROM session_peaks WHERE `+stored+` AND alone AND `+unseenKey+`
-	UNION ALL
-	SELECT tool, peak, calls FROM session_merged
-) WHERE calls > 0 AND tool IN (SELECT unnest($tools::VARCHAR[]))
-GROUP BY ALL`, withDays(append(args, sql.Named("tools", stringList(tools))), days)...)
-	if err != nil {
-		return nil, fmt.Errorf("peaks: %w", err)
-	}
-	out, err := scanPeakCounts(rows, names)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return true, nil
 }
 
 // storedRows admits the rows of session_peaks of the scope's counted days

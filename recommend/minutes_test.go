@@ -117,14 +117,18 @@ func checkCallMinutes(t *testing.T, q query, variants []policy.Limit, wholeDays 
 		p.Tools[tools[i]] = &policy.ToolRule{Limits: []policy.Limit{l}}
 	}
 	require.NoError(t, p.Validate())
-	o := ReplayOptions{Server: q.server, Grant: q.grant, From: q.from, To: q.to, Policy: p}
+	o := ReplayOptions{Server: q.server, Grant: q.grant, From: q.from, To: q.to, Policy: p, plain: true}
 	plain, err := Run(ctx, db, o)
+	require.NoError(t, err)
+	o.plain = false
+	own, err := Run(ctx, db, o) // its own minutes where days are counted
 	require.NoError(t, err)
 	o.minutes = m
 	withMinutes, err := Run(ctx, db, o)
 	require.NoError(t, err)
 	assert.Positive(t, plain.RateLimited, "the limits bite")
 	assert.Equal(t, plain, withMinutes)
+	assert.Equal(t, plain, own)
 	var fromTable int
 	require.NoError(t, m.conn.QueryRowContext(ctx, `SELECT count(*) FROM overflow_buckets JOIN replay_limits ON b_lid = lid
 		WHERE limit_scope = 'session' AND bucket_ms = 60000 AND b_lim = 1`).Scan(&fromTable))

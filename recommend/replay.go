@@ -32,8 +32,11 @@ type ReplayOptions struct {
 	// limited call goes through the Go evaluator (tests compare the two).
 	Exact bool
 	// minutes, from the recommendation that proposed the policy, count the
-	// window's calls per session and minute already (callMinutes).
+	// window's calls per session and minute already (callMinutes); without
+	// them Run counts its own where session_peaks holds days of the window,
+	// unless plain (tests compare the two).
 	minutes *callMinutes
+	plain   bool
 }
 
 // Run replays the window's tool calls under a policy. Every decision comes
@@ -108,7 +111,24 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 		for _, t := range fast {
 			limits[t] = o.Policy.Tools[t].Limits[0]
 		}
-		limited, cut, err := q.overflow(ctx, limits, o.Loops, acc, o.FirstN, o.minutes)
+		minutes := o.minutes
+		if minutes == nil && !o.plain && anyPerSessionMinute(limits) {
+			// A replay of its own (a backtest's, `mcptrail replay`): the
+			// minutes of the days session_peaks counts, as a recommendation
+			// would have built them, instead of grouping every call of the
+			// limited tools by session and minute.
+			m, err := openCallMinutes(ctx, q)
+			if err != nil {
+				return nil, err
+			}
+			defer m.close()
+			if counted, err := m.count(ctx, true); err != nil {
+				return nil, err
+			} else if counted {
+				minutes = m
+			}
+		}
+		limited, cut, err := q.overflow(ctx, limits, o.Loops, acc, o.FirstN, minutes)
 		if err != nil {
 			return nil, err
 		}
@@ -399,6 +419,17 @@ SELECT tool, id, ts, session, agent FROM (
 		acc.first = append(acc.first, calls...)
 	}
 	return nil
+}
+
+// anyPerSessionMinute says whether some limit counts per session and
+// minute (fromMinutes'): the limits whose buckets call minutes give.
+func anyPerSessionMinute(limits map[string]policy.Limit) bool {
+	for _, l := range limits {
+		if l.EffectiveScope() == policy.ScopeSession && l.Window == policy.WindowMinute && l.Max >= 1 {
+			return true
+		}
+	}
+	return false
 }
 
 type overflowCount struct{ total, changed int64 }
