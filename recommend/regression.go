@@ -122,8 +122,9 @@ ORDER BY since DESC, version LIMIT 1`).Scan(&v.version, &v.since)
 	}
 	v.since = v.since.UTC()
 	before := q.scopeLit() + ` AND ts >= ` + sqlTime(v.since.Add(-baseline)) + ` AND ts < ` + sqlTime(v.since)
-	// Asked first: where the version was in use, the first row group read
-	// answers it, where the last call before needs them all.
+	// Asked first: where the version was in use, the first row groups read
+	// answer it; the last call before it needs every row group of the
+	// baseline.
 	var inUse bool
 	err = db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM calls WHERE `+before+` AND policy_version = `+sqlString(v.version)+`)`).Scan(&inUse)
 	if err != nil {

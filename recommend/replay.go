@@ -113,19 +113,13 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 		}
 		minutes := o.minutes
 		if minutes == nil && !o.plain && anyPerSessionMinute(limits) {
-			// A replay of its own (a backtest's, `mcptrail replay`): the
-			// minutes of the days session_peaks counts, as a recommendation
-			// would have built them, instead of grouping every call of the
-			// limited tools by session and minute.
-			m, err := openCallMinutes(ctx, q)
+			own, err := q.ownMinutes(ctx)
 			if err != nil {
 				return nil, err
 			}
-			defer m.close()
-			if counted, err := m.count(ctx, true); err != nil {
-				return nil, err
-			} else if counted {
-				minutes = m
+			defer own.close()
+			if own.built {
+				minutes = own
 			}
 		}
 		limited, cut, err := q.overflow(ctx, limits, o.Loops, acc, o.FirstN, minutes)
@@ -419,6 +413,23 @@ SELECT tool, id, ts, session, agent FROM (
 		acc.first = append(acc.first, calls...)
 	}
 	return nil
+}
+
+// ownMinutes are the call minutes of a replay of its own (a backtest's,
+// `mcptrail replay`): those of the days session_peaks counts, as a
+// recommendation would have built them, instead of every call of the
+// limited tools grouped by session and minute; not built (built false)
+// where it counts no day of q's window. The caller closes them.
+func (q query) ownMinutes(ctx context.Context) (*callMinutes, error) {
+	m, err := openCallMinutes(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := m.count(ctx, true); err != nil {
+		m.close()
+		return nil, err
+	}
+	return m, nil
 }
 
 // anyPerSessionMinute says whether some limit counts per session and
