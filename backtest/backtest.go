@@ -87,7 +87,7 @@ func propose(ctx context.Context, db *sql.DB, o Options, to time.Time) ([]*recom
 	p := o.Params
 	p.Window = o.Train
 	r, set, err := recommend.RecommendGrants(ctx, db, recommend.GrantsOptions{Server: o.Server, Grant: o.Grant, Now: to, Params: p,
-		GeneratedAt: o.GeneratedAt, Inputs: o.Inputs})
+		GeneratedAt: o.GeneratedAt, Inputs: o.Inputs, ProposalOnly: true})
 	if err != nil {
 		return nil, err
 	}

@@ -278,6 +278,8 @@ type GrantsOptions struct {
 	// debug level (each grant's own stages go to its Options.Log); nil is
 	// quiet.
 	Log *slog.Logger
+	// ProposalOnly is every grant's Options.ProposalOnly.
+	ProposalOnly bool
 }
 
 // grantsAtOnce is how many grants' recommendations RecommendGrants makes
@@ -312,7 +314,7 @@ func RecommendGrants(ctx context.Context, db *sql.DB, o GrantsOptions) (*Report,
 				return nil, err
 			}
 		}
-		opts.Server, opts.Grant, opts.Now, opts.Params = o.Server, g, o.Now, o.Params
+		opts.Server, opts.Grant, opts.Now, opts.Params, opts.ProposalOnly = o.Server, g, o.Now, o.Params, o.ProposalOnly
 		opts.figures, opts.usage = byGrant[g], usageByGrant[g]
 		if g == "" {
 			opts.figures = all

@@ -100,6 +100,13 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 	if err := proposed.Validate(); err != nil {
 		return nil, fmt.Errorf("proposed policy is invalid (a bug): %w", err)
 	}
+	if opts.ProposalOnly {
+		return &Report{
+			Server: opts.Server, Grant: opts.Grant, GeneratedAt: time.Now().UTC(),
+			Window: s.window, Confidence: s.confid, Draft: s.confid == Low, Gates: gates,
+			Findings: s.findings, Policy: proposed, Current: opts.Current, Runaway: s.runawayLoops(), PollsPerLoop: s.pollsPerLoop,
+		}, nil
+	}
 	replay, err := Run(ctx, db, ReplayOptions{Server: opts.Server, Grant: opts.Grant, From: s.q.from, To: now,
 		Policy: proposed, Runaway: s.runawaySessions, Log: opts.Log, minutes: s.minutes})
 	if err != nil {

@@ -43,3 +43,25 @@ func TestRunawayLoopsAreTheRecommendationsLoops(t *testing.T) {
 	_, err = recommend.RunawayLoops(ctx, store.DB(), recommend.Options{Server: "nobody", Now: now, Params: recommend.DefaultParams()})
 	assert.ErrorIs(t, err, recommend.ErrNoCalls)
 }
+
+// TestProposalOnlyProposesTheSamePolicy: a recommendation that stops once
+// the policy is proposed (a backtest's training run) proposes what the
+// whole one does, with the same gates, confidence and runaway loops, and
+// replays nothing.
+func TestProposalOnlyProposesTheSamePolicy(t *testing.T) {
+	store := loadScenario(t, "loops", 1)
+	ctx := context.Background()
+	opts := recommend.Options{Server: simulate.LoopsTruth.Server, Now: now, Params: recommend.DefaultParams()}
+	whole, err := recommend.Recommend(ctx, store.DB(), opts)
+	require.NoError(t, err)
+	require.NotEmpty(t, whole.Replay.ByTool, "the whole recommendation replays its proposal")
+	opts.ProposalOnly = true
+	only, err := recommend.Recommend(ctx, store.DB(), opts)
+	require.NoError(t, err)
+	assert.Equal(t, whole.Policy, only.Policy)
+	assert.Equal(t, whole.Gates, only.Gates)
+	assert.Equal(t, whole.Confidence, only.Confidence)
+	assert.Equal(t, whole.Window, only.Window)
+	assert.Equal(t, whole.Runaway, only.Runaway)
+	assert.Empty(t, only.Replay.ByTool)
+}

@@ -84,6 +84,12 @@ type Options struct {
 	// Target is the output format: for "intercept" the proposed limits are
 	// also computed in that gateway's scope (intercept.go, Report.Gateway).
 	Target string
+	// ProposalOnly stops once the policy is proposed: the Report holds
+	// the window, gates, confidence, the detectors' findings, the policy
+	// and the runaway loops, and no replay, loosening findings, rule
+	// changes, patch or gateway limits. A backtest, which replays the
+	// proposal over another window, needs no more of its training run.
+	ProposalOnly bool
 	// figures are the scope's window figures when RecommendGrants has
 	// counted every grant's in one pass (grantFigures); nil: counted here.
 	figures *figures
