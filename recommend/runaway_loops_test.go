@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/catalog"
 	"github.com/mcptrail/mcptrail/recommend"
 	"github.com/mcptrail/mcptrail/simulate"
@@ -18,9 +19,8 @@ import (
 // including where it finds none because the polled tool goes behind
 // approval: risky by the catalog given and rare under a session share of 1.
 func TestRunawayLoopsAreTheRecommendationsLoops(t *testing.T) {
-	store := loadScenario(t, "loops", 1)
+	store, opts := loopsScenario(t)
 	ctx := context.Background()
-	opts := recommend.Options{Server: simulate.LoopsTruth.Server, Now: now, Params: recommend.DefaultParams()}
 	rep, err := recommend.Recommend(ctx, store.DB(), opts)
 	require.NoError(t, err)
 	require.NotEmpty(t, rep.Runaway, "the scenario plants runaway loops")
@@ -49,9 +49,8 @@ func TestRunawayLoopsAreTheRecommendationsLoops(t *testing.T) {
 // whole one does, with the same gates, confidence and runaway loops, and
 // replays nothing.
 func TestProposalOnlyProposesTheSamePolicy(t *testing.T) {
-	store := loadScenario(t, "loops", 1)
+	store, opts := loopsScenario(t)
 	ctx := context.Background()
-	opts := recommend.Options{Server: simulate.LoopsTruth.Server, Now: now, Params: recommend.DefaultParams()}
 	whole, err := recommend.Recommend(ctx, store.DB(), opts)
 	require.NoError(t, err)
 	require.NotEmpty(t, whole.Replay.ByTool, "the whole recommendation replays its proposal")
@@ -64,4 +63,11 @@ func TestProposalOnlyProposesTheSamePolicy(t *testing.T) {
 	assert.Equal(t, whole.Window, only.Window)
 	assert.Equal(t, whole.Runaway, only.Runaway)
 	assert.Empty(t, only.Replay.ByTool)
+}
+
+// loopsScenario is the loops scenario's store and the options of a
+// recommendation over its default window.
+func loopsScenario(t *testing.T) (*analytics.Store, recommend.Options) {
+	t.Helper()
+	return loadScenario(t, "loops", 1), recommend.Options{Server: simulate.LoopsTruth.Server, Now: now, Params: recommend.DefaultParams()}
 }
