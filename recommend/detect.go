@@ -339,8 +339,7 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []*run) error
 	for i, r := range loops {
 		polls[i], gaps[i], cvs[i] = float64(r.Polls), r.MedianGap, cv(r)
 	}
-	p95 := quantile(polls, 0.95)
-	limitRunaway, runaway := s.runawayOf(loops)
+	p95, limitRunaway, runaway := s.runawayOf(loops)
 	var wasted int64
 	sessions := map[uint64]bool{}
 	runawaySessions := map[uint64]bool{}
@@ -449,20 +448,20 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []*run) error
 
 // runawayOf are the loops of one pair (start tool, polled tool) that ran
 // away: more polls than RunawayThreshold of the 95th percentile of their
-// polls, with that threshold.
-func (s *state) runawayOf(loops []*run) (float64, []run) {
+// polls, with that percentile and that threshold.
+func (s *state) runawayOf(loops []*run) (p95, limit float64, runaway []run) {
 	polls := make([]float64, len(loops))
 	for i, r := range loops {
 		polls[i] = float64(r.Polls)
 	}
-	limit := RunawayThreshold(quantile(polls, 0.95), s.p)
-	var runaway []run
+	p95 = quantile(polls, 0.95)
+	limit = RunawayThreshold(p95, s.p)
 	for _, r := range loops {
 		if float64(r.Polls) > limit {
 			runaway = append(runaway, *r)
 		}
 	}
-	return limit, runaway
+	return p95, limit, runaway
 }
 
 // normalTolerance is the share of a polled tool's calls outside runaway

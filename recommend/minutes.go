@@ -69,9 +69,6 @@ func (m *callMinutes) build(ctx context.Context, names map[uint64]string, tools 
 	if _, err := m.count(ctx, false); err != nil {
 		return nil, err
 	}
-	q := m.scope
-	_, partArgs := outsideParts(q.from, q.to, m.days)
-	args := append(q.args(), partArgs...)
 	stored := storedRows(m.days)
 	rows, err := m.conn.QueryContext(ctx, `
 SELECT hash(tool), peak, count(*), sum(calls) FROM (
@@ -79,7 +76,7 @@ SELECT hash(tool), peak, count(*), sum(calls) FROM (
 	UNION ALL
 	SELECT tool, peak, calls FROM session_merged
 ) WHERE calls > 0 AND tool IN (SELECT unnest($tools::VARCHAR[]))
-GROUP BY ALL`, withDays(append(args, sql.Named("tools", stringList(tools))), m.days)...)
+GROUP BY ALL`, append(m.storedArgs(), sql.Named("tools", stringList(tools)))...)
 	if err != nil {
 		return nil, fmt.Errorf("peaks: %w", err)
 	}
@@ -205,7 +202,7 @@ func (m *callMinutes) sessionPeaks(ctx context.Context, names map[uint64]string,
 // least one call from the calls of the tools and session keys whose
 // busiest minute (of any decision) is over it (hot: the alone rows of
 // session_peaks' counted days and session_merged, as build read them), the
-// others' from all the calls. Its arguments are overflowArgs'.
+// others' from all the calls. Its arguments are storedArgs'.
 func (m *callMinutes) overflowBucketsFromMinutesSQL() string {
 	return `
 CREATE OR REPLACE TEMP TABLE overflow_buckets AS
@@ -230,9 +227,9 @@ WHERE ` + inWindow + ` AND NOT (` + fromMinutes + `)
 GROUP BY ALL HAVING count(*) > any_value(lim)`
 }
 
-// overflowArgs are overflowBucketsFromMinutesSQL's arguments: the scope's
-// and the counted days.
-func (m *callMinutes) overflowArgs() []any { return withDays(m.scope.args(), m.days) }
+// storedArgs are the arguments of a statement over the built tables and
+// the counted days' rows (storedRows): the scope's and the days.
+func (m *callMinutes) storedArgs() []any { return withDays(m.scope.args(), m.days) }
 
 // fromMinutes are the limits per session and minute: their buckets are
 // looked for among the session keys over them

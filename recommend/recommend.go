@@ -101,11 +101,7 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 		return nil, fmt.Errorf("proposed policy is invalid (a bug): %w", err)
 	}
 	if opts.ProposalOnly {
-		return &Report{
-			Server: opts.Server, Grant: opts.Grant, GeneratedAt: time.Now().UTC(),
-			Window: s.window, Confidence: s.confid, Draft: s.confid == Low, Gates: gates,
-			Findings: s.findings, Policy: proposed, Current: opts.Current, Runaway: s.runawayLoops(), PollsPerLoop: s.pollsPerLoop,
-		}, nil
+		return s.report(gates, proposed), nil
 	}
 	replay, err := Run(ctx, db, ReplayOptions{Server: opts.Server, Grant: opts.Grant, From: s.q.from, To: now,
 		Policy: proposed, Runaway: s.runawaySessions, Log: opts.Log, minutes: s.minutes})
@@ -129,13 +125,20 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 	if changes == nil {
 		changes = []analytics.SuppressionChange{}
 	}
+	r := s.report(gates, proposed)
+	r.Patch, r.Replay, r.RuleChanges, r.SuppressionChanges, r.Gateway = patch, *replay, ruleChanges, changes, gateway
+	return r, nil
+}
+
+// report is the Report of what the detectors found and proposed; Recommend
+// adds the replay and what follows from it, unless opts.ProposalOnly.
+func (s *state) report(gates []Gate, proposed *policy.Policy) *Report {
 	return &Report{
-		Server: opts.Server, Grant: opts.Grant, GeneratedAt: time.Now().UTC(),
+		Server: s.opts.Server, Grant: s.opts.Grant, GeneratedAt: time.Now().UTC(),
 		Window: s.window, Confidence: s.confid, Draft: s.confid == Low, Gates: gates,
-		Findings: s.findings, Policy: proposed, Current: opts.Current, Patch: patch, Replay: *replay,
-		RuleChanges: ruleChanges, SuppressionChanges: changes, Gateway: gateway, Runaway: s.runawayLoops(),
+		Findings: s.findings, Policy: proposed, Current: s.opts.Current, Runaway: s.runawayLoops(),
 		PollsPerLoop: s.pollsPerLoop,
-	}, nil
+	}
 }
 
 // newState is the detectors' state for opts' scope and window.
@@ -207,7 +210,7 @@ func RunawayLoops(ctx context.Context, db *sql.DB, opts Options) ([]RunawayLoop,
 	}
 	s.detectRisky(s.allowedSessions) // the tools behind approval have no loop finding
 	err = s.eachPolledTool(func(k loopPair, loops []*run) error {
-		_, runaway := s.runawayOf(loops)
+		_, _, runaway := s.runawayOf(loops)
 		s.keepRunaway(k.tool, runaway)
 		return nil
 	})

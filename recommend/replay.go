@@ -473,7 +473,7 @@ func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, loo
 	buckets, bucketArgs := overflowBucketsSQL, q.args()
 	if minutes.covers(q) {
 		// Its temporary tables are on its connection.
-		conn, buckets, bucketArgs = minutes.conn, minutes.overflowBucketsFromMinutesSQL(), minutes.overflowArgs()
+		conn, buckets, bucketArgs = minutes.conn, minutes.overflowBucketsFromMinutesSQL(), minutes.storedArgs()
 	} else {
 		c, err := q.db.Conn(ctx)
 		if err != nil {
