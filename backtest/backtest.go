@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/mcptrail/mcptrail/recommend"
 )
 
@@ -54,11 +56,11 @@ func Run(ctx context.Context, db *sql.DB, o Options) (*Result, error) {
 		case err != nil:
 			return nil, fmt.Errorf("backtest: fold %d: %w", f.Fold, err)
 		}
-		for _, r := range reports {
-			s, err := score(ctx, db, o, r, f.TestFrom, f.TestTo)
-			if err != nil {
-				return nil, fmt.Errorf("backtest: fold %d, grant %q: %w", f.Fold, r.Grant, err)
-			}
+		scores, err := scoreAll(ctx, db, o, reports, f.TestFrom, f.TestTo)
+		if err != nil {
+			return nil, fmt.Errorf("backtest: fold %d, %w", f.Fold, err)
+		}
+		for _, s := range scores {
 			traffic = traffic || !s.NoTestTraffic
 			f.Grants = append(f.Grants, s)
 		}
@@ -72,6 +74,30 @@ func Run(ctx context.Context, db *sql.DB, o Options) (*Result, error) {
 	}
 	res.Summary = summarize(res.Folds)
 	return res, nil
+}
+
+// grantsAtOnce is how many grants' proposals scoreAll scores at once:
+// one alone leaves a core idle between its queries, as a recommendation
+// does (recommend.RecommendGrants).
+const grantsAtOnce = 2
+
+// scoreAll scores every grant's proposal over the test window (from, to],
+// in the order of reports.
+func scoreAll(ctx context.Context, db *sql.DB, o Options, reports []*recommend.Report, from, to time.Time) ([]Score, error) {
+	scores := make([]Score, len(reports))
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(grantsAtOnce)
+	for i, r := range reports {
+		eg.Go(func() error {
+			s, err := score(ectx, db, o, r, from, to)
+			if err != nil {
+				return fmt.Errorf("grant %q: %w", r.Grant, err)
+			}
+			scores[i] = s
+			return nil
+		})
+	}
+	return scores, eg.Wait()
 }
 
 func grantPhrase(g string) string {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcptrail/mcptrail/backtest"
+	"github.com/mcptrail/mcptrail/catalog"
 	"github.com/mcptrail/mcptrail/recommend"
 	"github.com/mcptrail/mcptrail/simulate"
 )
@@ -136,4 +137,75 @@ func toolUnder(s backtest.Score, tool string) *backtest.ToolUnder {
 		}
 	}
 	return nil
+}
+
+// TestBacktestFindsTestLoopsWithTheGrantsInputs: a test window's runaway
+// loops are found with the grant's inputs, as its recommendation there
+// finds them: where the catalog makes the polled tool an exec tool and
+// every risky tool is rare, it goes behind approval and has no runaway
+// loop; without that catalog, the planted loop is one.
+func TestBacktestFindsTestLoopsWithTheGrantsInputs(t *testing.T) {
+	store := loadScenario(t, "loops")
+	ctx := context.Background()
+	truth := simulate.LoopsTruth
+	planted := truth.Runaway[1] // the one in the last week
+	p := recommend.DefaultParams()
+	p.RareMaxSessionShare = 1
+	cat := []catalog.Classification{{Tool: planted.PollTool, Category: catalog.Exec, Source: catalog.SourceOverride, Why: "test"}}
+	inputs := func(context.Context, string) (recommend.Options, error) { return recommend.Options{Catalog: cat}, nil }
+
+	week := p
+	week.Window = 7 * day
+	rec, err := recommend.Recommend(ctx, store.DB(), recommend.Options{Server: truth.Server, Grant: planted.Grant, Now: now, Params: week, Catalog: cat})
+	require.NoError(t, err)
+	require.Empty(t, rec.Runaway, "the recommendation of the test window has no loop finding for a tool behind approval")
+
+	run := func(inputs func(context.Context, string) (recommend.Options, error)) backtest.Score {
+		res, err := backtest.Run(ctx, store.DB(), backtest.Options{Server: truth.Server, Grant: planted.Grant, Now: now,
+			Train: 23 * day, Test: 7 * day, Params: p, Inputs: inputs})
+		require.NoError(t, err)
+		return res.Folds[0].Grants[0]
+	}
+	assert.Zero(t, run(inputs).RunawayPolls, "the loops of the grant's own recommendation: none")
+	assert.Equal(t, int64(planted.Polls), run(nil).RunawayPolls, "without the catalog, the planted loop")
+}
+
+// TestBacktestTakesTheLoopsItIsGiven: loops the caller found already for a
+// grant's test window (KnownLoops) are the ones scored against; the
+// backtest asks for every grant's window and finds the loops itself where
+// the caller has none.
+func TestBacktestTakesTheLoopsItIsGiven(t *testing.T) {
+	store := loadScenario(t, "loops")
+	truth := simulate.LoopsTruth
+	planted := truth.Runaway[1]
+	run := func(known func(string, time.Time, time.Time) ([]recommend.RunawayLoop, bool)) backtest.Fold {
+		res, err := backtest.Run(context.Background(), store.DB(), backtest.Options{Server: truth.Server, Now: now,
+			Train: 23 * day, Test: 7 * day, Params: recommend.DefaultParams(), KnownLoops: known})
+		require.NoError(t, err)
+		return res.Folds[0]
+	}
+	found := run(nil)
+	var asked []string
+	given := run(func(grant string, from, to time.Time) ([]recommend.RunawayLoop, bool) {
+		assert.Equal(t, now.Add(-7*day), from)
+		assert.Equal(t, now, to)
+		asked = append(asked, grant)
+		return nil, grant == planted.Grant // none for its grant; the others' found
+	})
+	var grants []string
+	for _, s := range found.Grants {
+		grants = append(grants, s.Grant)
+	}
+	slices.Sort(asked)
+	assert.Equal(t, grants, asked)
+	assert.Equal(t, int64(planted.Polls), grant(t, found, planted.Grant).RunawayPolls)
+	assert.Nil(t, toolUnder(grant(t, found, planted.Grant), planted.PollTool))
+	s := grant(t, given, planted.Grant)
+	assert.Zero(t, s.RunawayPolls, "no loop given, none scored")
+	require.NotNil(t, toolUnder(s, planted.PollTool), "the polls the proposal cuts are under-privilege outside a loop")
+	for i, s := range found.Grants {
+		if s.Grant != planted.Grant {
+			assert.Equal(t, s, given.Grants[i], "loops found as without KnownLoops")
+		}
+	}
 }

@@ -25,10 +25,7 @@ func score(ctx context.Context, db *sql.DB, o Options, r *recommend.Report, from
 	}
 	allowed := allowedTools(r.Policy)
 	s.Over.AllowedTools = len(allowed)
-	// The test window's runaway loops, as the detectors find them there.
-	p := o.Params
-	p.Window = o.Test
-	runaway, err := recommend.RunawayLoops(ctx, db, recommend.Options{Server: o.Server, Grant: r.Grant, Now: to, Params: p})
+	runaway, err := testLoops(ctx, db, o, r.Grant, from, to)
 	if errors.Is(err, recommend.ErrNoCalls) {
 		s.NoTestTraffic = true
 		return s, nil
@@ -64,6 +61,28 @@ func score(ctx context.Context, db *sql.DB, o Options, r *recommend.Report, from
 	s.Over.Count = len(s.Over.Tools)
 	s.Over.Rate = ratio(float64(s.Over.Count), float64(s.Over.AllowedTools))
 	return s, nil
+}
+
+// testLoops are a grant's runaway loops of the test window (from, to], as
+// the detectors find them there with the grant's inputs (its catalog and
+// current policy decide which polled tools go behind approval and so have
+// none), or as the caller found them already.
+func testLoops(ctx context.Context, db *sql.DB, o Options, grant string, from, to time.Time) ([]recommend.RunawayLoop, error) {
+	if o.KnownLoops != nil {
+		if loops, ok := o.KnownLoops(grant, from, to); ok {
+			return loops, nil
+		}
+	}
+	opts := recommend.Options{}
+	if o.Inputs != nil {
+		var err error
+		if opts, err = o.Inputs(ctx, grant); err != nil {
+			return nil, err
+		}
+	}
+	opts.Server, opts.Grant, opts.Now, opts.Params = o.Server, grant, to, o.Params
+	opts.Params.Window = o.Test
+	return recommend.RunawayLoops(ctx, db, opts)
 }
 
 // allowedTools are the tools a policy allows: listed under tools, not

@@ -28,6 +28,11 @@ type Options struct {
 	GeneratedAt time.Time
 	// Examples is how many refused legitimate calls a score lists (default 5).
 	Examples int
+	// KnownLoops, when set, gives a grant's runaway loops of the window
+	// from → to, where the caller found them already with these Params and
+	// Inputs (the report, whose own recommendation reads its window); ok
+	// false has the backtest find them.
+	KnownLoops func(grant string, from, to time.Time) (loops []recommend.RunawayLoop, ok bool)
 }
 
 // Result is a backtest's outcome.

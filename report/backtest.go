@@ -23,10 +23,22 @@ type Backtest struct {
 }
 
 // backtestWindow scores the proposal trained before the report's window
-// on it. Too little history is a note, not a failed report.
-func backtestWindow(ctx context.Context, db *sql.DB, ropts recommend.GrantsOptions, window time.Duration, now time.Time) (*Backtest, error) {
+// on it. Too little history is a note, not a failed report. The runaway
+// loops of a grant's test window are those of the report's own
+// recommendation (recs) where it read the same window with the same
+// parameters and inputs, which is where the report's window is the
+// recommender's.
+func backtestWindow(ctx context.Context, db *sql.DB, ropts recommend.GrantsOptions, window time.Duration, now time.Time, recs []*recommend.Report) (*Backtest, error) {
 	res, err := backtest.Run(ctx, db, backtest.Options{Server: ropts.Server, Now: now, Train: ropts.Params.Window, Test: window,
-		Folds: 1, Params: ropts.Params, Inputs: ropts.Inputs, GeneratedAt: ropts.GeneratedAt})
+		Folds: 1, Params: ropts.Params, Inputs: ropts.Inputs, GeneratedAt: ropts.GeneratedAt,
+		KnownLoops: func(grant string, from, to time.Time) ([]recommend.RunawayLoop, bool) {
+			for _, rec := range recs {
+				if rec.Grant == grant && rec.Window.From.Equal(from) && rec.Window.To.Equal(to) {
+					return rec.Runaway, true
+				}
+			}
+			return nil, false
+		}})
 	switch {
 	case errors.Is(err, recommend.ErrNoCalls):
 		return &Backtest{Note: fmt.Sprintf("no calls in the %s before this report's window to train a proposal on", daysText(ropts.Params.Window.Hours()/24))}, nil

@@ -145,7 +145,7 @@ func Build(ctx context.Context, store *analytics.Store, opts Options) (*Report, 
 		}
 		r.Polling, r.Limits = append(r.Polling, pl...), append(r.Limits, lp...)
 	}
-	if r.Backtest, err = backtestWindow(ctx, db, ropts, opts.Window, now); err != nil {
+	if r.Backtest, err = backtestWindow(ctx, db, ropts, opts.Window, now, r.FullRecommendations()); err != nil {
 		return nil, err
 	}
 	since := q.from
