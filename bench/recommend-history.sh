@@ -20,19 +20,12 @@ SIZE="${SIZE:-5000000}"
 PAIRS="${PAIRS:-6}"
 DAYS="${DAYS:-60}"
 CMD="${CMD:-recommend --server proxmox-mcp --format json}"
-OUT="${OUT:-bench/out}"
-mkdir -p "$OUT"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/mcptrail-history.XXXXXX")"
-trap 'rm -rf "$WORK"' EXIT
+source bench/recommend-window.sh history
 source bench/base.sh
 source bench/median.sh
-
-go build -o "$OUT/mcptrail" ./cmd/mcptrail
-go build -o "$OUT/fill" ./bench/fill
 if [ -n "${BASE:-}" ]; then
 	BASE=$(build_base "$BASE" "$WORK/mcptrail-base")
 fi
-source bench/recommend-window.sh
 short=$(window_db "$SIZE" 30)
 long=$(window_db "$((SIZE * DAYS / 30))" "$DAYS")
 echo "30 days: $short; $DAYS days: $long; $CMD${BASE:+; base $BASE over $DAYS days}"

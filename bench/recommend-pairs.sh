@@ -26,20 +26,13 @@ SIZE="${SIZE:-5000000}"
 PAIRS="${PAIRS:-8}"
 BASE="${BASE:-HEAD~1}"
 CMD="${CMD:-recommend --server proxmox-mcp --format json}"
-OUT="${OUT:-bench/out}"
-mkdir -p "$OUT"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/mcptrail-pairs.XXXXXX")"
-trap 'rm -rf "$WORK"' EXIT
+source bench/recommend-window.sh pairs
 source bench/base.sh
-
-go build -o "$OUT/mcptrail" ./cmd/mcptrail
-go build -o "$OUT/fill" ./bench/fill
 if [ "$BASE" = tree ]; then
 	cp "$OUT/mcptrail" "$WORK/mcptrail-base"
 else
 	BASE=$(build_base "$BASE" "$WORK/mcptrail-base")
 fi
-source bench/recommend-window.sh
 tree_db=$(window_db "$SIZE" 30)
 db="$tree_db"
 if [ -n "${RECLUSTER:-}" ]; then

@@ -14,10 +14,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZES="${SIZES:-1000000 10000000}"
-OUT="${OUT:-bench/out}"
-mkdir -p "$OUT"
-go build -o "$OUT/mcptrail" ./cmd/mcptrail
-go build -o "$OUT/fill" ./bench/fill
 source bench/recommend-window.sh
 for size in $SIZES; do
 	n="${size%%:*}"
