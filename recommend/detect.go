@@ -32,6 +32,10 @@ func (s *state) detect(ctx context.Context) error {
 		return err
 	}
 	lap()
+	if s.opts.ProposalOnly {
+		// The rest only reports: no finding of theirs changes the policy.
+		return nil
+	}
 	probeSessions, err := s.detectProbes(ctx)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package recommend_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -63,6 +64,20 @@ func TestProposalOnlyProposesTheSamePolicy(t *testing.T) {
 	assert.Equal(t, whole.Window, only.Window)
 	assert.Equal(t, whole.Runaway, only.Runaway)
 	assert.Empty(t, only.Replay.ByTool)
+	// The findings that shape the policy, without those only reported.
+	reported := []string{recommend.KindDeniedProbe, recommend.KindUnknownTool, recommend.KindAllowCandidate,
+		recommend.KindRegression, recommend.KindLoosening}
+	var shaping []recommend.Finding
+	skipped := 0
+	for _, f := range whole.Findings {
+		if slices.Contains(reported, f.Kind) {
+			skipped++
+			continue
+		}
+		shaping = append(shaping, f)
+	}
+	require.Positive(t, skipped, "the scenario has findings that are only reported")
+	assert.Equal(t, shaping, only.Findings)
 }
 
 // loopsScenario is the loops scenario's store and the options of a

@@ -85,10 +85,13 @@ type Options struct {
 	// also computed in that gateway's scope (intercept.go, Report.Gateway).
 	Target string
 	// ProposalOnly stops once the policy is proposed: the Report holds
-	// the window, gates, confidence, the detectors' findings, the policy
-	// and the runaway loops, and no replay, loosening findings, rule
-	// changes, patch or gateway limits. A backtest, which replays the
-	// proposal over another window, needs no more of its training run.
+	// the window, gates, confidence, the findings of the detectors that
+	// shape the policy (unused and risky tools, polling loops, retry
+	// storms, rate limits), the policy and the runaway loops, and no
+	// replay, rule changes, patch or gateway limits, nor the findings that
+	// are only reported (denied probes, unknown tools, allow candidates,
+	// regressions, loosenings). A backtest, which replays the proposal
+	// over another window, needs no more of its training run.
 	ProposalOnly bool
 	// figures are the scope's window figures when RecommendGrants has
 	// counted every grant's in one pass (grantFigures); nil: counted here.
