@@ -66,7 +66,7 @@ func (m *callMinutes) covers(q query) bool {
 // (overflowBucketsFromMinutesSQL), which reads these tables again rather
 // than have every key with two calls in a minute kept for it.
 func (m *callMinutes) build(ctx context.Context, names map[uint64]string, tools []string) (map[string]*peakStats, error) {
-	if _, err := m.count(ctx, false); err != nil {
+	if err := m.count(ctx, false); err != nil {
 		return nil, err
 	}
 	stored := storedRows(m.days)
@@ -85,17 +85,17 @@ GROUP BY ALL`, append(m.storedArgs(), sql.Named("tools", stringList(tools)))...)
 
 // count builds the tables of the scope's window (session_edge and
 // session_merged, see build) and keeps the days session_peaks counts; with
-// onlyCounted, only when it counts some (else it says false): without them
-// the tables are the whole window's calls grouped by session and minute,
-// what the replay's plain path groups anyway.
-func (m *callMinutes) count(ctx context.Context, onlyCounted bool) (bool, error) {
+// onlyCounted, only when it counts some (else m stays unbuilt): without
+// them the tables are the whole window's calls grouped by session and
+// minute, what the replay's plain path groups anyway.
+func (m *callMinutes) count(ctx context.Context, onlyCounted bool) error {
 	q := m.scope
 	days, err := analytics.PeakDays(ctx, m.conn, q.server, q.grant, q.from, q.to)
 	if err != nil {
-		return false, err
+		return err
 	}
 	if onlyCounted && len(days) == 0 {
-		return false, nil
+		return nil
 	}
 	edge := []string{`SELECT NULL::VARCHAR AS tool, NULL::VARCHAR AS s, NULL::VARCHAR AS g, 0::BIGINT AS peak, 0::BIGINT AS calls, 0::BIGINT AS peak_all WHERE false`}
 	parts, partArgs := outsideParts(q.from, q.to, days)
@@ -121,11 +121,11 @@ FROM d GROUP BY ALL`},
 	}
 	for _, st := range steps {
 		if _, err := m.conn.ExecContext(ctx, st.sql, withDays(args, days)...); err != nil {
-			return false, fmt.Errorf("session peaks: %s: %w", st.what, err)
+			return fmt.Errorf("session peaks: %s: %w", st.what, err)
 		}
 	}
 	m.built, m.days = true, days
-	return true, nil
+	return nil
 }
 
 // storedRows admits the rows of session_peaks of the scope's counted days

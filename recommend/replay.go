@@ -425,7 +425,7 @@ func (q query) ownMinutes(ctx context.Context) (*callMinutes, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := m.count(ctx, true); err != nil {
+	if err := m.count(ctx, true); err != nil {
 		m.close()
 		return nil, err
 	}
