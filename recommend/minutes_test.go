@@ -20,7 +20,8 @@ import (
 // per-session, per-minute limits take their buckets from the minutes (the
 // others' from the calls) gives the replay counted from the calls alone,
 // for the server and for one grant, with limits of one call a minute, of
-// other scopes and of an hour; minutes of another window are not used.
+// other scopes, of an hour and of a day; minutes of another window are not
+// used.
 // Each holds before Recluster counted the sealed days' peaks (every day
 // from the calls) and after (the days inside the window from
 // session_peaks, the rest from the calls), for a window of whole days and
@@ -48,6 +49,8 @@ func TestCallMinutesMatchTheCalls(t *testing.T) {
 		{Window: policy.WindowHour, Max: 3, Scope: policy.ScopeSession},
 		{Window: policy.WindowMinute, Max: 2, Scope: policy.ScopeGrant},
 		{Window: policy.WindowMinute, Max: 3, Scope: policy.ScopeSession},
+		{Window: policy.WindowDay, Max: 2, Scope: policy.ScopeSession},
+		{Window: policy.WindowDay, Max: 1, Scope: policy.ScopeSession},
 	}
 	windows := [][2]time.Time{
 		{end.Add(-3 * 24 * time.Hour), end},
