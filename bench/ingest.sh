@@ -5,7 +5,7 @@
 # and each side's CPU time (user + system): on this 2-core machine the ratio
 # cannot pass read_json's CPU time over ingest's (the "cpu bound").
 # Each pair also runs ingest with Go's default GC target (GOGC=100) beside
-# ingest's own (25), for the memory the lower target saves and what it costs.
+# ingest's own (50), for the memory the lower target saves and what it costs.
 # BASE=<git revision> also runs `ingest` built from that revision in every
 # pair and prints its rate and ratio beside the working tree's.
 #   EVENTS=1000000 bench/ingest.sh
