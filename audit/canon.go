@@ -315,7 +315,18 @@ func hashString(sum []byte) string {
 
 // applyArgs derives args_hash, arg_keys and (with keep) Args from the args
 // object src[f.vs:f.ve], which parseTop has validated.
+// A repeat of a recent args text takes them from the cache (argscache.go).
 func applyArgs(e *Event, src string, f field, keep bool) error {
+	raw := src[f.vs:f.ve]
+	e.Args = nil
+	hit, h := cachedArgs(raw)
+	if hit != nil {
+		e.ArgsHash, e.ArgKeys = hit.hash, hit.keys
+		if keep {
+			e.Args = append([]byte(nil), hit.canonical...)
+		}
+		return nil
+	}
 	var keys []string
 	c, b, err := canonicalObject(src, f.vs, f.ve, &keys)
 	if err != nil {
@@ -327,10 +338,10 @@ func applyArgs(e *Event, src string, f field, keep bool) error {
 	if len(keys) > 0 {
 		e.ArgKeys = keys
 	}
-	e.Args = nil
 	if keep {
 		e.Args = append([]byte(nil), b...)
 	}
+	cacheArgs(h, raw, e.ArgsHash, e.ArgKeys, b)
 	c.release()
 	return nil
 }
