@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 )
 
@@ -141,4 +142,25 @@ func BenchmarkDecodeUniqueArgs(b *testing.B) {
 	benchDecodeLines(b, benchLines(1<<16, func(i int) string {
 		return fmt.Sprintf(`{"node":"pve%d","vmid":%d}`, i%5, 100+i)
 	}))
+}
+
+// BenchmarkDecodeRepeatedArgsParallel is BenchmarkDecodeRepeatedArgs on
+// every core, as ingest decodes: the cache's slots shared between them.
+func BenchmarkDecodeRepeatedArgsParallel(b *testing.B) {
+	z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, 19_999)
+	lines := benchLines(1<<16, func(i int) string {
+		v := z.Uint64()
+		return fmt.Sprintf(`{"node":"pve%d","vmid":%d}`, v%5, 100+v)
+	})
+	b.ReportAllocs()
+	var next atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := next.Add(1)
+			if _, err := Decode(lines[int(i)%len(lines)], Options{Borrow: true}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
