@@ -10,12 +10,12 @@ import (
 // (200,000 simulated calls hold 9,315 distinct argument objects). What
 // applyArgs derives from an args object is a pure function of its raw text,
 // so a cache keyed by that text skips the canonical encoding and the
-// SHA-256 for a repeat. The cache is
-// direct-mapped and lock-free: each slot holds an immutable entry, a
-// decoder replaces whatever its slot held, and a lookup compares the whole
-// raw text, so a collision only costs a miss. A text is kept only when it
-// misses twice in a row in its slot: arguments that never repeat (a fresh
-// id in every call) cost a hash and no allocation.
+// SHA-256 for a repeat. The cache is direct-mapped and lock-free: each slot
+// holds an immutable entry, a decoder replaces whatever its slot held, and
+// a lookup compares the whole raw text, so a collision only costs a miss. A
+// text is kept only when it misses twice in a row in its slot: arguments
+// that never repeat (a fresh id in every call) cost a hash and no
+// allocation.
 
 // argsCacheSlots is the number of entries kept (a power of two).
 const argsCacheSlots = 1 << 14
