@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"sync"
 
@@ -56,6 +57,9 @@ type Decoder struct {
 
 	intercept audit.InterceptServers
 	results   []decodeResult // reused across calls: one fetch or file batch
+	// mapped is set while the payloads lie in a mapped file (ReadFile):
+	// reading them can then fault, which becomes an error.
+	mapped bool
 }
 
 type decodeResult struct {
@@ -80,7 +84,12 @@ func (d *Decoder) DecodeAppend(ctx context.Context, msgs []Message, out *Decoded
 
 // decodeAppend is DecodeAppend, the events' strings aliasing the payloads
 // when borrow is set (audit.Options.Borrow).
-func (d *Decoder) decodeAppend(ctx context.Context, msgs []Message, out *Decoded, borrow bool) error {
+func (d *Decoder) decodeAppend(ctx context.Context, msgs []Message, out *Decoded, borrow bool) (err error) {
+	if d.mapped {
+		// The payloads lie in a mapped file: a fault reading them (the
+		// file truncated meanwhile) is an error, here and in the workers.
+		defer catchFault(&err)
+	}
 	opts := d.Opts
 	opts.Borrow = borrow
 	if cap(d.results) < len(msgs) {
@@ -91,17 +100,25 @@ func (d *Decoder) decodeAppend(ctx context.Context, msgs []Message, out *Decoded
 	workers := max(d.Workers, 1)
 	chunk := (len(msgs) + workers - 1) / max(workers, 1)
 	var wg sync.WaitGroup
-	for start := 0; start < len(msgs); start += max(chunk, 1) {
+	faults := make([]error, (len(msgs)+max(chunk, 1)-1)/max(chunk, 1))
+	for w, start := 0, 0; start < len(msgs); w, start = w+1, start+max(chunk, 1) {
 		end := min(start+chunk, len(msgs))
 		wg.Add(1)
-		go func(part []Message, out []decodeResult) {
+		go func(part []Message, out []decodeResult, fault *error) {
 			defer wg.Done()
+			if d.mapped {
+				debug.SetPanicOnFault(true)
+				defer catchFault(fault)
+			}
 			for i := range part {
 				out[i].res, out[i].err = audit.Decode(part[i].Data, opts)
 			}
-		}(msgs[start:end], results[start:end])
+		}(msgs[start:end], results[start:end], &faults[w])
 	}
 	wg.Wait()
+	if err := errors.Join(faults...); err != nil {
+		return fmt.Errorf("decode lines %d-%d of %s: %w", msgs[0].Line, msgs[len(msgs)-1].Line, msgs[0].Source, err)
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	"hash"
 	"io"
 	"log/slog"
+	"runtime/debug"
+	"sync"
 
 	"github.com/mcptrail/mcptrail/audit"
 )
@@ -58,6 +60,17 @@ const fileChunkLines = 8192
 // sink. Lines over the event size limit are not buffered whole: their first
 // bytes go to a dead letter.
 func ReadStream(ctx context.Context, r io.Reader, dec *Decoder, sink Sink, opts FileOptions) (Totals, error) {
+	return readStream(ctx, dec, sink, opts, func(ctx context.Context, out chan<- readChunk, size, limit int) {
+		defer close(out)
+		readChunks(ctx, bufio.NewReaderSize(r, 1<<20), out, size, limit, opts.Name, 0)
+	})
+}
+
+// readStream is ReadStream with the lines read by read, which sends them in
+// chunks of size lines, each line cut at limit, and closes out. It returns
+// once the goroutines it started have ended, so that nothing reads the
+// lines after it returns (a mapped file is unmapped then).
+func readStream(ctx context.Context, dec *Decoder, sink Sink, opts FileOptions, read func(ctx context.Context, out chan<- readChunk, size, limit int)) (Totals, error) {
 	if opts.BatchLines <= 0 {
 		opts.BatchLines = FileBatchLines
 	}
@@ -65,6 +78,8 @@ func ReadStream(ctx context.Context, r io.Reader, dec *Decoder, sink Sink, opts 
 	if limit <= 0 {
 		limit = 64 << 10
 	}
+	var stages sync.WaitGroup
+	defer stages.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -73,9 +88,9 @@ func ReadStream(ctx context.Context, r io.Reader, dec *Decoder, sink Sink, opts 
 	// overlap the three stages while keeping at most two chunks of lines and
 	// two batches alive.
 	lines := make(chan readChunk)
-	go readChunks(ctx, r, lines, min(opts.BatchLines, fileChunkLines), limit, opts.Name)
+	stages.Go(func() { read(ctx, lines, min(opts.BatchLines, fileChunkLines), limit) })
 	batches := make(chan fileBatch)
-	go assembleBatches(ctx, lines, batches, dec, sink, opts.BatchLines)
+	stages.Go(func() { assembleBatches(ctx, lines, batches, dec, sink, opts.BatchLines) })
 
 	var tot Totals
 	for b := range batches {
@@ -107,12 +122,19 @@ type readChunk struct {
 	err   error
 }
 
+// where names the chunk's lines in an error.
+func (c readChunk) where() string {
+	if len(c.msgs) == 0 {
+		return "lines"
+	}
+	first, last := c.msgs[0], c.msgs[len(c.msgs)-1]
+	return fmt.Sprintf("lines %d-%d of %s", first.Line, last.Line, first.Source)
+}
+
 // readChunks sends the stream's lines in chunks of size, the last one with
-// the read error, if any.
-func readChunks(ctx context.Context, r io.Reader, out chan<- readChunk, size, limit int, name string) {
-	defer close(out)
-	br := bufio.NewReaderSize(r, 1<<20)
-	var lineNo int64
+// the read error, if any; lineNo is the number of the line before the
+// stream's first. It returns false when ctx ended it.
+func readChunks(ctx context.Context, br *bufio.Reader, out chan<- readChunk, size, limit int, name string, lineNo int64) bool {
 	lines := slab{size: slabBytes}
 	for {
 		c := readChunk{msgs: make([]Message, 0, size)}
@@ -121,7 +143,7 @@ func readChunks(ctx context.Context, r io.Reader, out chan<- readChunk, size, li
 			if n > 0 || len(data) > 0 {
 				lineNo++
 				c.bytes += n
-				if len(bytes.TrimSpace(data)) > 0 || n > limit {
+				if keepLine(data, n, limit) {
 					c.msgs = append(c.msgs, Message{Data: data, Source: name, Line: lineNo, Whole: whole})
 				}
 			}
@@ -129,18 +151,29 @@ func readChunks(ctx context.Context, r io.Reader, out chan<- readChunk, size, li
 				if !errors.Is(err, io.EOF) {
 					c.err = fmt.Errorf("read %s at line %d: %w", name, lineNo+1, err)
 				}
-				select {
-				case out <- c:
-				case <-ctx.Done():
-				}
-				return
+				return send(ctx, out, c)
 			}
 		}
-		select {
-		case out <- c:
-		case <-ctx.Done():
-			return
+		if !send(ctx, out, c) {
+			return false
 		}
+	}
+}
+
+// keepLine says whether a line read (n bytes of the stream, its line
+// ending included) goes to the decoder: blank lines do not, unless too
+// long, which the decoder rejects.
+func keepLine(line []byte, n, limit int) bool {
+	return len(bytes.TrimSpace(line)) > 0 || n > limit
+}
+
+// send hands c on unless ctx ends first.
+func send(ctx context.Context, out chan<- readChunk, c readChunk) bool {
+	select {
+	case out <- c:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -211,11 +244,16 @@ func assembleBatches(ctx context.Context, in <-chan readChunk, out chan<- fileBa
 		}
 	}
 	cur := fresh()
+	if dec.mapped {
+		// This goroutine stages strings that lie in the mapped file.
+		debug.SetPanicOnFault(true)
+	}
 	var decoded Decoded
 	for c := range in {
 		decoded.Events, decoded.Dead, decoded.Formats, decoded.Skipped = decoded.Events[:0], nil, decoded.Formats[:0], 0
-		// The lines lie in slabs nothing writes again: the events'
-		// strings can alias them instead of copying each line.
+		// The lines lie in slabs nothing writes again (or in a mapped
+		// file): the events' strings can alias them instead of copying
+		// each line.
 		err := dec.decodeAppend(ctx, c.msgs, &decoded, true)
 		if err == nil {
 			err = c.err
@@ -225,7 +263,15 @@ func assembleBatches(ctx context.Context, in <-chan readChunk, out chan<- fileBa
 		cur.skipped += decoded.Skipped
 		cur.batch.DeadLetters = append(cur.batch.DeadLetters, decoded.Dead...)
 		for events := decoded.Events; len(events) > 0; {
-			events = cur.take(events, size)
+			var fault error
+			events, fault = cur.takeGuarded(events, size, dec.mapped)
+			if fault != nil {
+				// A batch staged part-way is not stored: the file
+				// changed under it.
+				cur.release()
+				send(&fileBatch{err: fmt.Errorf("stage %s: %w", c.where(), fault)})
+				return
+			}
 			if cur.events() >= size {
 				if !send(cur) {
 					return
@@ -241,6 +287,15 @@ func assembleBatches(ctx context.Context, in <-chan readChunk, out chan<- fileBa
 		}
 	}
 	send(cur)
+}
+
+// takeGuarded is take, returning a fault reading the events' strings as
+// an error when they lie in a mapped file (guarded).
+func (b *fileBatch) takeGuarded(events []audit.Event, size int, guarded bool) (rest []audit.Event, fault error) {
+	if guarded {
+		defer catchFault(&fault)
+	}
+	return b.take(events, size), nil
 }
 
 // readLine returns the next line without its newline, and the number of bytes

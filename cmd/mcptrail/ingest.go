@@ -169,13 +169,14 @@ reported; they fail the command only with --strict.`,
 
 func ingestOne(cmd *cobra.Command, a *app, name string, opts audit.Options, forceOTLP bool, sink ingest.Sink, bar *progressbar.ProgressBar, workers int) (ingest.Totals, error) {
 	var r io.Reader = a.stdin
+	var file *os.File
 	if name != "-" {
 		f, err := os.Open(name)
 		if err != nil {
 			return ingest.Totals{}, fmt.Errorf("open %s: %w", name, err)
 		}
 		defer f.Close()
-		r = f
+		r, file = f, f
 	}
 	fo := ingest.FileOptions{Name: name, Log: a.log}
 	if bar != nil {
@@ -193,7 +194,11 @@ func ingestOne(cmd *cobra.Command, a *app, name string, opts audit.Options, forc
 		softMemoryLimit(ingestSoftLimit)
 	} else {
 		dec := &ingest.Decoder{Opts: opts, Workers: workers}
-		tot, err = ingest.ReadStream(cmd.Context(), br, dec, sink, fo)
+		if file != nil {
+			tot, err = ingest.ReadFile(cmd.Context(), file, dec, sink, fo)
+		} else {
+			tot, err = ingest.ReadStream(cmd.Context(), br, dec, sink, fo)
+		}
 	}
 	if err != nil {
 		return tot, err

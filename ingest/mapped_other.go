@@ -1,0 +1,13 @@
+//go:build !(linux || darwin || freebsd)
+
+package ingest
+
+import "os"
+
+// mapping is not used here: files are read as streams.
+type mapping struct{ data []byte }
+
+func mapFile(*os.File) (*mapping, error)    { return nil, nil }
+func (m *mapping) release(from, to int) int { return from }
+func (m *mapping) close()                   {}
+func setPanicOnFault()                      {}
