@@ -3,6 +3,9 @@ package ingest
 import (
 	"bufio"
 	"context"
+	"fmt"
+	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -160,4 +163,49 @@ func mappedFile(t *testing.T, content string) (f *os.File, m *mapping, truncate 
 	require.NotNil(t, m)
 	t.Cleanup(m.close)
 	return f, m, func() { require.NoError(t, os.Truncate(path, 0)) }
+}
+
+// The reading stage alone over the same file, as a stream (read(2) into a
+// buffer, each line copied into a slab) and mapped (each line where it
+// lies): the stage's cost per line, the decoder and the sink left out.
+func BenchmarkReadLinesStreamed(b *testing.B) { benchmarkReadLines(b, false) }
+func BenchmarkReadLinesMapped(b *testing.B)   { benchmarkReadLines(b, true) }
+
+func benchmarkReadLines(b *testing.B, mapped bool) {
+	var content strings.Builder
+	for i := range 200_000 {
+		fmt.Fprintf(&content, `{"id":"e%d","ts":"2026-11-20T10:00:00Z","server":"proxmox-mcp","tool":"get_vm_status","decision":"allowed","agent":"ops-bot","session":"s-%d","args":{"vmid":%d}}`+"\n", i, i/50, i%300)
+	}
+	path := filepath.Join(b.TempDir(), "events.jsonl")
+	require.NoError(b, os.WriteFile(path, []byte(content.String()), 0o600))
+	f, err := os.Open(path)
+	require.NoError(b, err)
+	defer f.Close()
+	b.SetBytes(int64(content.Len()))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		out := make(chan readChunk)
+		go func() {
+			defer close(out)
+			if !mapped {
+				readChunks(context.Background(), bufio.NewReaderSize(io.NewSectionReader(f, 0, math.MaxInt64), 1<<20), out, fileChunkLines, 64<<10, "events.jsonl", 0)
+				return
+			}
+			m, err := mapFile(f)
+			if err != nil {
+				panic(err)
+			}
+			defer m.close()
+			readMapped(context.Background(), m, f, out, fileChunkLines, 64<<10, "events.jsonl")
+		}()
+		lines := 0
+		for c := range out {
+			lines += len(c.msgs)
+		}
+		if lines != 200_000 {
+			b.Fatalf("%d lines", lines)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/200_000, "ns/line")
 }
