@@ -60,3 +60,22 @@ func BenchmarkCollectCalls(b *testing.B) {
 		collectCalls(st.cols)
 	}
 }
+
+// BenchmarkStagingAdd stages one batch of ingest's size as the file source
+// does, in chunks of 8,192 events: ids checked against the batch's and the
+// events' columns filled.
+func BenchmarkStagingAdd(b *testing.B) {
+	evs, err := runtraffic.Generate(7, 122880, 36*time.Hour, time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		st := newStaging(len(evs))
+		for at := 0; at < len(evs); at += 8192 {
+			st.Add(evs[at:min(at+8192, len(evs))], nil)
+		}
+		st.Release()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(evs)), "ns/event")
+}

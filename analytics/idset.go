@@ -3,17 +3,18 @@ package analytics
 import "sync"
 
 // idSet maps the hashes of a batch's ids to the index of the event that
-// holds each (staging.holds): open addressing with linear probing in one
+// holds each (staging.findRepeats): open addressing with linear probing in one
 // flat array kept at most half full, and reused from batch to batch. A Go
 // map made for each batch cost three times as much to fill
 // (BenchmarkBatchIDs: 122,880 ids).
 type idSet struct {
-	slots []idSlot
-	n     int
+	slots   []idSlot
+	n       int
+	touched uint64 // what touch read, kept so that its reads are not dropped
 }
 
 type idSlot struct {
-	hash uint64 // 0 marks an empty slot: a hash of 0 is kept as 1 (holds compares the ids behind a hash anyway)
+	hash uint64 // 0 marks an empty slot: a hash of 0 is kept as 1 (findRepeats compares the ids behind a hash anyway)
 	at   int32
 }
 
@@ -59,6 +60,17 @@ func (s *idSet) lookupOrAdd(h uint64, at int32) (int32, bool) {
 			return 0, false
 		}
 	}
+}
+
+// touch reads the first slot of each hash, so that lookupOrAdd's reads of
+// them soon after find them in the cache.
+func (s *idSet) touch(hashes []uint64) {
+	mask := uint64(len(s.slots) - 1)
+	var sum uint64
+	for _, h := range hashes {
+		sum += s.slots[h&mask].hash
+	}
+	s.touched += sum
 }
 
 // grow doubles the slots, keeping every entry.

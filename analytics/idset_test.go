@@ -43,7 +43,7 @@ func TestIDSetAnswersAsAMap(t *testing.T) {
 		require.Equal(t, w, at)
 	}
 
-	// Hashes 0 and 1 share a slot: holds tells the ids apart.
+	// Hashes 0 and 1 share a slot: findRepeats tells the ids apart.
 	at, found := s.lookupOrAdd(0, 42)
 	if !found {
 		at, found = s.lookupOrAdd(1, 43)

@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"hash/maphash"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,6 +25,11 @@ type staging struct {
 	// derive holds the keys of the staged events that get a derived
 	// session if they are new.
 	derive []sessionKeys
+	// findRepeats' answers, the events it found new and their ids'
+	// hashes, reused from call to call.
+	dups   []bool
+	fresh  []int
+	hashes []uint64
 }
 
 var idSeed = maphash.MakeSeed()
@@ -39,13 +45,13 @@ func (s *Store) NewStaging(capacity int) ingest.Staging { return newStaging(capa
 
 // Add implements ingest.Staging: the first event of each id is kept.
 func (s *staging) Add(events []audit.Event, repeat []bool) {
+	dups := s.findRepeats(events)
 	for i := range events {
 		e := &events[i]
-		dup := s.holds(e.ID)
 		if repeat != nil {
-			repeat[i] = dup
+			repeat[i] = dups[i]
 		}
-		if dup {
+		if dups[i] {
 			s.repeats++
 			continue
 		}
@@ -63,16 +69,48 @@ func (s *staging) Add(events []audit.Event, repeat []bool) {
 	}
 }
 
-// holds reports whether id is already staged; if not, it records id as the
-// next event's.
-func (s *staging) holds(id string) bool {
-	j, ok := s.seen.lookupOrAdd(hashID(id), int32(s.n))
-	if !ok {
-		return false
+// findRepeats says, for each of events, whether its id is already staged
+// or taken by an earlier one of events, recording the others' ids as the
+// events they will be staged as. It runs before any of them is staged, in
+// loops of nothing else: the set is a few MB read at random, and there the
+// cache misses of consecutive ids overlap (touch's most, its loop the
+// shortest), where between two events' staging each one stalled alone.
+func (s *staging) findRepeats(events []audit.Event) []bool {
+	s.dups = slices.Grow(s.dups[:0], len(events))[:len(events)]
+	s.hashes = s.hashes[:0]
+	for i := range events {
+		s.hashes = append(s.hashes, hashID(events[i].ID))
 	}
-	if s.cols.id(int(j)) == id {
-		return true
+	s.seen.touch(s.hashes)
+	s.fresh = s.fresh[:0] // positions in events of the ids new to the batch
+	for i := range events {
+		id := events[i].ID
+		j, found := s.seen.lookupOrAdd(s.hashes[i], int32(s.n+len(s.fresh)))
+		dup := found && s.idAt(int(j), events) == id
+		if found && !dup {
+			dup = s.collides(id)
+		}
+		s.dups[i] = dup
+		if !dup {
+			s.fresh = append(s.fresh, i)
+		}
 	}
+	return s.dups
+}
+
+// idAt is the id of the j-th event of the batch: staged, or one of events
+// that findRepeats is going through.
+func (s *staging) idAt(j int, events []audit.Event) string {
+	if j < s.n {
+		return s.cols.id(j)
+	}
+	return events[s.fresh[j-s.n]].ID
+}
+
+// collides reports whether id, whose hash an earlier id of another value
+// took, is a repeat of an id that met the same collision before, and
+// records it if not.
+func (s *staging) collides(id string) bool {
 	if _, ok := s.collided[id]; ok {
 		return true
 	}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"time"
 
 	"github.com/mcptrail/mcptrail/audit"
 )
@@ -93,9 +94,24 @@ func readStream(ctx context.Context, dec *Decoder, sink Sink, opts FileOptions, 
 	stages.Go(func() { assembleBatches(ctx, lines, batches, dec, sink, opts.BatchLines) })
 
 	var tot Totals
+	// What bounds the stream (MCPTRAIL_DEBUG): the sink's time storing, and
+	// its time waiting for batches to be read, decoded and staged.
+	started := time.Now()
+	var storing, first time.Duration
+	if opts.Log != nil {
+		defer func() {
+			opts.Log.Debug("file ingest", "file", opts.Name, "first_batch_after", first.Round(time.Millisecond),
+				"storing", storing.Round(time.Millisecond), "waiting_for_batches", (time.Since(started) - storing).Round(time.Millisecond))
+		}()
+	}
 	for b := range batches {
 		if b.events() > 0 || len(b.batch.DeadLetters) > 0 {
+			at := time.Now()
+			if first == 0 {
+				first = at.Sub(started)
+			}
 			res, err := sink.Append(ctx, b.batch)
+			storing += time.Since(at)
 			b.release()
 			if err != nil {
 				return tot, fmt.Errorf("store batch from %s: %w", opts.Name, err)
