@@ -18,15 +18,20 @@ import (
 // place. The batches stored before it stay stored.
 var ErrFileChanged = errors.New("the file was truncated or rewritten while it was read; ingest it again once it is complete (ids already stored are skipped)")
 
-// ReadFile is ReadStream over an open file, read from its start whatever
-// its offset. A regular file whose batches the sink stages is read where
-// it lies, mapped into memory: the decoder reads each line in the file's
-// pages instead of a copy that read(2) made into a buffer and the reader
-// into a slab, and the pages behind the reader are handed back as it goes,
-// so the mapping adds nothing to the resident memory that stays. What the
-// file gains after the mapping (or a last line without its newline) is
-// read as a stream. A file that cannot be mapped is read as a stream.
+// ReadFile is ReadStream over an open file. A regular file is read from
+// its start whatever its offset, and where the sink stages its batches,
+// where it lies, mapped into memory: the decoder reads each line in the
+// file's pages instead of a copy that read(2) made into a buffer and the
+// reader into a slab, and the pages behind the reader are handed back as
+// it goes, so the mapping adds nothing to the resident memory that stays.
+// What the file gains after the mapping (or a last line without its
+// newline) is read as a stream. A regular file that cannot be mapped is
+// read as a stream from its start; a pipe, a terminal or a device, from
+// where it is (a pipe cannot be read at an offset).
 func ReadFile(ctx context.Context, f *os.File, dec *Decoder, sink Sink, opts FileOptions) (Totals, error) {
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return ReadStream(ctx, f, dec, sink, opts)
+	}
 	whole := io.NewSectionReader(f, 0, math.MaxInt64)
 	_, stages := sink.(StagingSink)
 	if !stages {

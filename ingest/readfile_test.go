@@ -134,3 +134,22 @@ func TestReadFileReadsWhatIsAppendedMeanwhile(t *testing.T) {
 	require.NoError(t, store.store.DB().QueryRow(`SELECT latency_ms FROM calls WHERE id = 'e3000'`).Scan(&latency))
 	assert.Equal(t, 7.0, latency, "the last line as completed")
 }
+
+// A pipe is no file to map or to read at an offset: ReadFile reads it as
+// the stream it is.
+func TestReadFileOfAPipe(t *testing.T) {
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	go func() {
+		defer w.Close()
+		for i := range 3000 {
+			_, _ = w.WriteString(line(i) + "\n")
+		}
+	}()
+	store := openStore(t)
+	dec := &ingest.Decoder{Opts: audit.Options{}, Workers: 2}
+	tot, err := ingest.ReadFile(context.Background(), r, dec, store, ingest.FileOptions{Name: "pipe", BatchLines: 500})
+	require.NoError(t, err)
+	assert.Equal(t, 3000, tot.Ingested)
+}

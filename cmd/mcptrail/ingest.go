@@ -176,7 +176,13 @@ func ingestOne(cmd *cobra.Command, a *app, name string, opts audit.Options, forc
 			return ingest.Totals{}, fmt.Errorf("open %s: %w", name, err)
 		}
 		defer f.Close()
-		r, file = f, f
+		r = f
+		// A regular file is read from its start (mapped) whatever the
+		// sniffing below read of it; anything else only through br,
+		// which holds what the sniffing took.
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			file = f
+		}
 	}
 	fo := ingest.FileOptions{Name: name, Log: a.log}
 	if bar != nil {
