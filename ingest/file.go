@@ -61,17 +61,20 @@ const fileChunkLines = 8192
 // sink. Lines over the event size limit are not buffered whole: their first
 // bytes go to a dead letter.
 func ReadStream(ctx context.Context, r io.Reader, dec *Decoder, sink Sink, opts FileOptions) (Totals, error) {
-	return readStream(ctx, dec, sink, opts, func(ctx context.Context, out chan<- readChunk, size, limit int) {
+	// Its stages are not waited for: a reader blocked on a pipe or a
+	// terminal that sends nothing would hold the return (of an error, of
+	// an interrupt) for as long.
+	return readStream(ctx, dec, sink, opts, false, func(ctx context.Context, out chan<- readChunk, size, limit int) {
 		defer close(out)
 		readChunks(ctx, bufio.NewReaderSize(r, 1<<20), out, size, limit, opts.Name, 0)
 	})
 }
 
 // readStream is ReadStream with the lines read by read, which sends them in
-// chunks of size lines, each line cut at limit, and closes out. It returns
-// once the goroutines it started have ended, so that nothing reads the
-// lines after it returns (a mapped file is unmapped then).
-func readStream(ctx context.Context, dec *Decoder, sink Sink, opts FileOptions, read func(ctx context.Context, out chan<- readChunk, size, limit int)) (Totals, error) {
+// chunks of size lines, each line cut at limit, and closes out. With wait,
+// it returns once the goroutines it started have ended, so that nothing
+// reads the lines after it returns (a mapped file is unmapped then).
+func readStream(ctx context.Context, dec *Decoder, sink Sink, opts FileOptions, wait bool, read func(ctx context.Context, out chan<- readChunk, size, limit int)) (Totals, error) {
 	if opts.BatchLines <= 0 {
 		opts.BatchLines = FileBatchLines
 	}
@@ -80,7 +83,9 @@ func readStream(ctx context.Context, dec *Decoder, sink Sink, opts FileOptions, 
 		limit = 64 << 10
 	}
 	var stages sync.WaitGroup
-	defer stages.Wait()
+	if wait {
+		defer stages.Wait()
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -104,7 +109,19 @@ func readStream(ctx context.Context, dec *Decoder, sink Sink, opts FileOptions, 
 				"storing", storing.Round(time.Millisecond), "waiting_for_batches", (time.Since(started) - storing).Round(time.Millisecond))
 		}()
 	}
-	for b := range batches {
+	for {
+		// An interrupt is heard even while the stages wait on a reader
+		// that gets nothing (a silent pipe).
+		var b fileBatch
+		var more bool
+		select {
+		case b, more = <-batches:
+		case <-ctx.Done():
+			return tot, ctx.Err()
+		}
+		if !more {
+			return tot, ctx.Err()
+		}
 		if b.events() > 0 || len(b.batch.DeadLetters) > 0 {
 			at := time.Now()
 			if first == 0 {
@@ -128,7 +145,6 @@ func readStream(ctx context.Context, dec *Decoder, sink Sink, opts FileOptions, 
 			return tot, b.err
 		}
 	}
-	return tot, ctx.Err()
 }
 
 // readChunk is a chunk of lines and the bytes they took.
@@ -149,8 +165,8 @@ func (c readChunk) where() string {
 
 // readChunks sends the stream's lines in chunks of size, the last one with
 // the read error, if any; lineNo is the number of the line before the
-// stream's first. It returns false when ctx ended it.
-func readChunks(ctx context.Context, br *bufio.Reader, out chan<- readChunk, size, limit int, name string, lineNo int64) bool {
+// stream's first.
+func readChunks(ctx context.Context, br *bufio.Reader, out chan<- readChunk, size, limit int, name string, lineNo int64) {
 	lines := slab{size: slabBytes}
 	for {
 		c := readChunk{msgs: make([]Message, 0, size)}
@@ -167,11 +183,12 @@ func readChunks(ctx context.Context, br *bufio.Reader, out chan<- readChunk, siz
 				if !errors.Is(err, io.EOF) {
 					c.err = fmt.Errorf("read %s at line %d: %w", name, lineNo+1, err)
 				}
-				return send(ctx, out, c)
+				send(ctx, out, c)
+				return
 			}
 		}
 		if !send(ctx, out, c) {
-			return false
+			return
 		}
 	}
 }

@@ -47,7 +47,9 @@ func ReadFile(ctx context.Context, f *os.File, dec *Decoder, sink Sink, opts Fil
 	defer m.close()
 	dec.mapped = true
 	defer func() { dec.mapped = false }()
-	return readStream(ctx, dec, sink, opts, func(ctx context.Context, out chan<- readChunk, size, limit int) {
+	// The stages are waited for before the mapping goes; the reader never
+	// blocks for long (the file's end is read with pread, which returns).
+	return readStream(ctx, dec, sink, opts, true, func(ctx context.Context, out chan<- readChunk, size, limit int) {
 		defer close(out)
 		readMapped(ctx, m, f, out, size, limit, opts.Name)
 	})

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -152,4 +153,28 @@ func TestReadFileOfAPipe(t *testing.T) {
 	tot, err := ingest.ReadFile(context.Background(), r, dec, store, ingest.FileOptions{Name: "pipe", BatchLines: 500})
 	require.NoError(t, err)
 	assert.Equal(t, 3000, tot.Ingested)
+}
+
+// An interrupted stream returns even while its reader waits on a pipe that
+// sends nothing more: the reader is left to end with the pipe.
+func TestReadStreamReturnsWhileItsPipeIsSilent(t *testing.T) {
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	defer w.Close()
+	_, err = w.WriteString(line(1) + "\n")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := ingest.ReadStream(ctx, r, &ingest.Decoder{}, openStore(t), ingest.FileOptions{Name: "-"})
+		done <- err
+	}()
+	cancel()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(30 * time.Second):
+		t.Fatal("ReadStream did not return after its context ended")
+	}
 }
