@@ -100,7 +100,7 @@ func (d *Decoder) decodeAppend(ctx context.Context, msgs []Message, out *Decoded
 	workers := max(d.Workers, 1)
 	chunk := (len(msgs) + workers - 1) / max(workers, 1)
 	var wg sync.WaitGroup
-	faults := make([]error, (len(msgs)+max(chunk, 1)-1)/max(chunk, 1))
+	faults := make([]error, workers) // one per part: there are at most workers
 	for w, start := 0, 0; start < len(msgs); w, start = w+1, start+max(chunk, 1) {
 		end := min(start+chunk, len(msgs))
 		wg.Add(1)

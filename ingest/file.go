@@ -183,11 +183,11 @@ func readChunks(ctx context.Context, br *bufio.Reader, out chan<- readChunk, siz
 				if !errors.Is(err, io.EOF) {
 					c.err = fmt.Errorf("read %s at line %d: %w", name, lineNo+1, err)
 				}
-				send(ctx, out, c)
+				sendChunk(ctx, out, c)
 				return
 			}
 		}
-		if !send(ctx, out, c) {
+		if !sendChunk(ctx, out, c) {
 			return
 		}
 	}
@@ -200,8 +200,8 @@ func keepLine(line []byte, n, limit int) bool {
 	return len(bytes.TrimSpace(line)) > 0 || n > limit
 }
 
-// send hands c on unless ctx ends first.
-func send(ctx context.Context, out chan<- readChunk, c readChunk) bool {
+// sendChunk hands c on unless ctx ends first.
+func sendChunk(ctx context.Context, out chan<- readChunk, c readChunk) bool {
 	select {
 	case out <- c:
 		return true

@@ -29,7 +29,8 @@ var ErrFileChanged = errors.New("the file was truncated or rewritten while it wa
 // read as a stream from its start; a pipe, a terminal or a device, from
 // where it is (a pipe cannot be read at an offset).
 func ReadFile(ctx context.Context, f *os.File, dec *Decoder, sink Sink, opts FileOptions) (Totals, error) {
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
 		return ReadStream(ctx, f, dec, sink, opts)
 	}
 	whole := io.NewSectionReader(f, 0, math.MaxInt64)
@@ -37,7 +38,7 @@ func ReadFile(ctx context.Context, f *os.File, dec *Decoder, sink Sink, opts Fil
 	if !stages {
 		return ReadStream(ctx, whole, dec, sink, opts)
 	}
-	m, err := mapFile(f)
+	m, err := mapFile(f, st.Size())
 	if err != nil || m == nil {
 		if err != nil && opts.Log != nil {
 			opts.Log.Debug("reading the file as a stream", "file", opts.Name, "why", err)
@@ -92,7 +93,7 @@ func readMapped(ctx context.Context, m *mapping, f *os.File, out chan<- readChun
 				}
 				c.msgs = append(c.msgs, Message{Data: line, Source: name, Line: lineNo, Whole: whole})
 			}
-			if !send(ctx, out, c) {
+			if !sendChunk(ctx, out, c) {
 				return false
 			}
 			// Once a chunk is taken, the one before it has been decoded
@@ -105,7 +106,7 @@ func readMapped(ctx context.Context, m *mapping, f *os.File, out chan<- readChun
 	}()
 	if faulted != nil {
 		c.msgs, c.err = nil, fmt.Errorf("read %s after line %d: %w", name, lineNo, faulted)
-		send(ctx, out, c)
+		sendChunk(ctx, out, c)
 		return
 	}
 	if !ok {

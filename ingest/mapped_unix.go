@@ -15,17 +15,13 @@ type mapping struct {
 	page int
 }
 
-// mapFile maps f; nil for a file that is not regular or is empty (read as
-// a stream).
-func mapFile(f *os.File) (*mapping, error) {
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("map %s: %w", f.Name(), err)
-	}
-	if !st.Mode().IsRegular() || st.Size() == 0 || st.Size() != int64(int(st.Size())) {
+// mapFile maps the first size bytes of the regular file f; nil when size
+// is 0 or past what an int holds (read as a stream).
+func mapFile(f *os.File, size int64) (*mapping, error) {
+	if size == 0 || size != int64(int(size)) {
 		return nil, nil
 	}
-	data, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("map %s: %w", f.Name(), err)
 	}
