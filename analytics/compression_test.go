@@ -3,8 +3,10 @@ package analytics
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,9 +18,38 @@ import (
 
 // The calls' columns whose compression the schema declares (SPEC §3) keep
 // it whatever their values: DuckDB's own choice, for these values, would
-// differ (no dictionary for an agent per call, no FSST for random ids).
+// differ (no dictionary for an agent per call, no FSST for random ids). A
+// file this build creates is in StorageVersion and declares DICT_FSST; a
+// file created empty in DuckDB's older default format (by an older build,
+// or by DuckDB itself) declares the older methods, which DICT_FSST's format
+// refuses and DuckDB 1.0's lacks.
 func TestCallsKeepTheirDeclaredCompression(t *testing.T) {
-	s := openTemp(t)
+	for _, tc := range []struct {
+		name, createdIn, storage string
+		id, fewValues            string
+	}{
+		{"created by this build", "", "v1.5.0+", "[DICT_FSST]", "[DICT_FSST]"},
+		{"created empty in DuckDB's older format", "v1.0.0", "v1.0.0+", "[FSST]", "[Dictionary]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "t.duckdb")
+			if tc.createdIn != "" {
+				db, err := sql.Open("duckdb", path+"?storage_compatibility_version="+tc.createdIn)
+				require.NoError(t, err)
+				require.NoError(t, db.Ping())
+				require.NoError(t, db.Close())
+			}
+			s, err := Open(context.Background(), path, Options{})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = s.Close() })
+			assert.Equal(t, tc.storage, readString(t, s, `SELECT tags['storage_version'] FROM duckdb_databases() WHERE database_name = current_database()`))
+			assertDeclaredCompression(t, s, tc.id, tc.fewValues)
+		})
+	}
+}
+
+func assertDeclaredCompression(t *testing.T, s *Store, id, fewValues string) {
+	t.Helper()
 	ctx := context.Background()
 	random := func(n int) string {
 		b := make([]byte, n)
@@ -47,9 +78,9 @@ func TestCallsKeepTheirDeclaredCompression(t *testing.T) {
 		got[col] = methods
 	}
 	require.NoError(t, rows.Err())
-	assert.Equal(t, "[FSST]", got["id"])
+	assert.Equal(t, id, got["id"])
 	for _, col := range []string{"server", "tool", "method", "decision", "status", "gateway", "grant", "agent", "policy_version", "session_source"} {
-		assert.Equal(t, "[Dictionary]", got[col], col)
+		assert.Equal(t, fewValues, got[col], col)
 	}
 	// Declared compression changes nothing of what is read back.
 	assert.Equal(t, 20000, count(t, s, `SELECT count(DISTINCT agent) FROM calls`))

@@ -28,10 +28,9 @@ type migration struct {
 // storing a batch cost a third more per such column (1M calls, one column
 // at a time: 140-184 ms of commit against 102-123 ms; id 324 against 173).
 // Only databases created since have them (DuckDB cannot alter a column's
-// compression); migration 2's session_source alike. DuckDB deprecates both
-// methods from storage version v1.3.0 (dict_fsst replaces them) and refuses
-// them in a file of that version: whoever raises the storage version changes
-// these, or migration 1 fails with a binder error in every test.
+// compression); migration 2's session_source alike. From storage version
+// v1.3.0 DuckDB refuses both methods, and a file created in StorageVersion
+// declares DICT_FSST in their place (declaredCompression).
 var migrations = []migration{
 	{1, "initial schema", `
 CREATE TABLE calls (
@@ -293,10 +292,15 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	defer conn.Close()
+	storage, err := fileStorageVersion(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
 	for _, m := range migrations {
 		if m.version <= current {
 			continue
 		}
+		m.sql = declaredCompression(m.sql, storage)
 		if err := applyMigration(ctx, conn, m); err != nil {
 			return err
 		}

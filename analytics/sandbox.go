@@ -41,6 +41,8 @@ var sandboxDSN = url.Values{
 	"enable_external_access":       {"false"},
 	"autoinstall_known_extensions": {"false"},
 	"autoload_known_extensions":    {"false"},
+	// The format of a file this build creates; one that exists keeps its own.
+	"storage_compatibility_version": {StorageVersion},
 }
 
 // boostSettings are the settings that stay changeable once the

@@ -1,7 +1,10 @@
 // Command readjson is the baseline of bench/ingest.sh: it loads a JSONL file
 // of v1 events into a fresh DuckDB table with DuckDB's own read_json, the
 // fastest way DuckDB itself knows, so that mcptrail ingest can be compared
-// with it as whole processes.
+// with it as whole processes. Its file is created in the storage format
+// mcptrail creates (analytics.StorageVersion): the format decides much of
+// what storing costs (DuckDB's default, v1.0.0, weighs more string
+// compressions per column), and both sides store into the same one.
 package main
 
 import (
@@ -10,6 +13,8 @@ import (
 	"os"
 
 	_ "github.com/duckdb/duckdb-go/v2"
+
+	"github.com/mcptrail/mcptrail/analytics"
 )
 
 func main() {
@@ -17,7 +22,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: readjson EVENTS.jsonl DB")
 		os.Exit(2)
 	}
-	db, err := sql.Open("duckdb", os.Args[2])
+	db, err := sql.Open("duckdb", os.Args[2]+"?storage_compatibility_version="+analytics.StorageVersion)
 	if err != nil {
 		fail(err)
 	}
