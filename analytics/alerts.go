@@ -139,18 +139,9 @@ FROM alerts WHERE ended_at IS NULL ORDER BY first_ts, id`)
 
 // CallServers lists the servers with calls at or after since.
 func (s *Store) CallServers(ctx context.Context, since time.Time) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT server FROM calls WHERE ts >= ? ORDER BY 1`, since.UTC())
+	out, err := queryStrings(ctx, s.db, `SELECT DISTINCT server FROM calls WHERE ts >= ? ORDER BY 1`, since.UTC())
 	if err != nil {
 		return nil, fmt.Errorf("servers: %w", err)
 	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			return nil, fmt.Errorf("servers: %w", err)
-		}
-		out = append(out, name)
-	}
-	return out, rows.Err()
+	return out, nil
 }

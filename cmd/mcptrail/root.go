@@ -100,6 +100,7 @@ answers SQL over the whole call history, and recommends each server's policy.jso
 		newArchiveCmd(a),
 		newRestoreCmd(a),
 		newReclusterCmd(a),
+		newConvertCmd(a),
 	)
 	return root
 }
