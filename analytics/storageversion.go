@@ -81,3 +81,20 @@ func declaredCompression(sql string, storage [3]int) string {
 	const dictFSST = "USING COMPRESSION dict_fsst"
 	return strings.NewReplacer(declareDictionary, dictFSST, declareFSST, dictFSST).Replace(sql)
 }
+
+// StorageFormat is the storage format of the store's file, as DuckDB tags
+// it ("v1.5.0+"), and whether it is older than StorageVersion, the format
+// `mcptrail convert` copies a file into.
+func (s *Store) StorageFormat(ctx context.Context) (format string, older bool, err error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return "", false, fmt.Errorf("storage format: %w", err)
+	}
+	defer conn.Close()
+	v, err := fileStorageVersion(ctx, conn)
+	if err != nil {
+		return "", false, err
+	}
+	want, _ := parseStorageVersion(StorageVersion)
+	return fmt.Sprintf("v%d.%d.%d+", v[0], v[1], v[2]), !versionAtLeast(v, want), nil
+}

@@ -1,11 +1,19 @@
 package main
 
 import (
+	"database/sql"
+	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/internal/freeport"
 )
 
 // convert only reads the database, but a daemon holding it for writing
@@ -28,4 +36,54 @@ func TestConvertWhileTheDaemonHoldsTheDatabase(t *testing.T) {
 	assert.Equal(t, 1, code, stdout)
 	assert.Contains(t, stderr, "stop mcptrail serve (or the ingest holding it) first")
 	assert.NoFileExists(t, out)
+}
+
+// serve names the storage format of the file it opens and, for a file of
+// an older format, the command that copies it into the current one.
+func TestServeTellsOfAnOlderStorageFormat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the daemon as a child process")
+	}
+	for _, tc := range []struct {
+		name, createdIn, format string
+		hint                    bool
+	}{
+		{"a file created before", "v1.0.0", "v1.0.0+", true},
+		{"a new file", "", analytics.StorageVersion + "+", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			db := filepath.Join(dir, "mcptrail.duckdb")
+			if tc.createdIn != "" {
+				raw, err := sql.Open("duckdb", db+"?storage_compatibility_version="+tc.createdIn)
+				require.NoError(t, err)
+				require.NoError(t, raw.Ping())
+				require.NoError(t, raw.Close())
+			}
+			httpAddr := freeport.Addr(t)
+			logs := filepath.Join(dir, "serve.log")
+			logf, err := os.Create(logs)
+			require.NoError(t, err)
+			defer logf.Close()
+			cmd := exec.Command(binary, "serve", "--db", db)
+			cmd.Env = append(os.Environ(),
+				"MCPTRAIL_NATS_EMBEDDED_LISTEN="+freeport.Addr(t),
+				"MCPTRAIL_NATS_EMBEDDED_STORE_DIR="+filepath.Join(dir, "nats"),
+				"MCPTRAIL_HTTP_LISTEN="+httpAddr)
+			cmd.Stdout, cmd.Stderr = logf, logf
+			require.NoError(t, cmd.Start())
+			t.Cleanup(func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() })
+			require.Eventually(t, func() bool { return httpStatus(httpAddr, "/readyz") == http.StatusOK },
+				30*time.Second, 20*time.Millisecond, "serve did not become ready")
+			b, err := os.ReadFile(logs)
+			require.NoError(t, err)
+			log := string(b)
+			assert.Contains(t, log, `msg="database open" path=`+db+` format=`+tc.format)
+			if tc.hint {
+				assert.Contains(t, log, `command="mcptrail convert --db `+db+` --out NEW.duckdb"`)
+			} else {
+				assert.NotContains(t, log, "mcptrail convert")
+			}
+		})
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -64,7 +65,7 @@ SIGINT or SIGTERM stops it gracefully.`,
 			a.startPolicyWatch(store, &opts)
 			a.startArchive(store, &opts)
 			a.startRecluster(store, &opts)
-			a.log.Info("database open", "path", a.dbPath())
+			a.logDatabaseOpen(cmd.Context(), store)
 			err = server.Run(cmd.Context(), store, opts, a.log, func() { a.log.Info("ready") })
 			var ce *server.ConfigError
 			if errors.As(err, &ce) {
@@ -115,4 +116,19 @@ func (a *app) daemonToken() (string, error) {
 		a.log.Info("API token", "http.token_file", path)
 	}
 	return token, nil
+}
+
+// logDatabaseOpen logs the database and its storage format, and how to
+// copy a file of an older format into the current one.
+func (a *app) logDatabaseOpen(ctx context.Context, store *analytics.Store) {
+	format, older, err := store.StorageFormat(ctx)
+	if err != nil {
+		a.log.Warn("database open; its storage format could not be read", "path", a.dbPath(), "err", err)
+		return
+	}
+	a.log.Info("database open", "path", a.dbPath(), "format", format)
+	if older {
+		a.log.Info("the database file is in an older storage format: stop serve and copy it into the current one, a tenth smaller and cheaper to append to, with mcptrail convert",
+			"format", format, "current", analytics.StorageVersion, "command", "mcptrail convert --db "+a.dbPath()+" --out NEW.duckdb")
+	}
 }
