@@ -83,6 +83,9 @@ func sourceFormat(ctx context.Context, src string) (string, error) {
 // place a second file is opened), and copies every table of dst's schema
 // from it.
 func copyTables(ctx context.Context, src, dst string, res Converted) (Converted, error) {
+	// The copy's write-ahead log and spill files are as private as a
+	// store's.
+	defer privateFiles()()
 	// The sandbox's settings but external access, which ATTACH needs.
 	params := url.Values{}
 	for k, v := range sandboxDSN {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -53,6 +54,9 @@ func TestConvertStorageCopiesEveryTableIntoTheNewFormat(t *testing.T) {
 	assert.Equal(t, "v1.0.0+", res.From)
 	assert.Equal(t, StorageVersion+"+", res.To)
 	assert.Equal(t, int64(n), res.Calls)
+	if st, err := os.Stat(dst); assert.NoError(t, err) && runtime.GOOS != "windows" {
+		assert.Equal(t, os.FileMode(0o600), st.Mode().Perm(), "as private as a store's file")
+	}
 
 	after, err := os.ReadFile(src)
 	require.NoError(t, err)
