@@ -34,10 +34,7 @@ func TestCallsKeepTheirDeclaredCompression(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "t.duckdb")
 			if tc.createdIn != "" {
-				db, err := sql.Open("duckdb", path+"?storage_compatibility_version="+tc.createdIn)
-				require.NoError(t, err)
-				require.NoError(t, db.Ping())
-				require.NoError(t, db.Close())
+				createEmptyIn(t, path, tc.createdIn)
 			}
 			s, err := Open(context.Background(), path, Options{})
 			require.NoError(t, err)
@@ -46,6 +43,16 @@ func TestCallsKeepTheirDeclaredCompression(t *testing.T) {
 			assertDeclaredCompression(t, s, tc.id, tc.fewValues)
 		})
 	}
+}
+
+// createEmptyIn creates an empty database file in storage format version,
+// as DuckDB itself (or a build before StorageVersion) would.
+func createEmptyIn(t *testing.T, path, version string) {
+	t.Helper()
+	db, err := sql.Open("duckdb", path+"?storage_compatibility_version="+version)
+	require.NoError(t, err)
+	require.NoError(t, db.Ping())
+	require.NoError(t, db.Close())
 }
 
 func assertDeclaredCompression(t *testing.T, s *Store, id, fewValues string) {

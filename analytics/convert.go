@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
+	"maps"
 	"os"
 	"strings"
 
@@ -72,11 +72,11 @@ func sourceFormat(ctx context.Context, src string) (string, error) {
 	if _, err := s.db.ExecContext(ctx, `CHECKPOINT`); err != nil {
 		return "", fmt.Errorf("convert: checkpoint %s: %w", src, err)
 	}
-	var tag string
-	if err := s.db.QueryRowContext(ctx, `SELECT tags['storage_version'] FROM duckdb_databases() WHERE database_name = current_database()`).Scan(&tag); err != nil {
-		return "", fmt.Errorf("convert: read the storage format of %s: %w", src, err)
+	v, err := fileStorageVersion(ctx, s.db)
+	if err != nil {
+		return "", fmt.Errorf("convert: %s: %w", src, err)
 	}
-	return tag, nil
+	return storageTag(v), nil
 }
 
 // copyTables attaches src to dst, outside the store's sandbox (the one
@@ -87,12 +87,8 @@ func copyTables(ctx context.Context, src, dst string, res Converted) (Converted,
 	// store's.
 	defer privateFiles()()
 	// The sandbox's settings but external access, which ATTACH needs.
-	params := url.Values{}
-	for k, v := range sandboxDSN {
-		if k != "enable_external_access" {
-			params[k] = v
-		}
-	}
+	params := maps.Clone(sandboxDSN)
+	params.Del("enable_external_access")
 	connector, err := duckdb.NewConnector(dst+"?"+params.Encode(), nil)
 	if err != nil {
 		return res, fmt.Errorf("convert: open %s: %w", dst, err)
@@ -164,7 +160,7 @@ func copyTables(ctx context.Context, src, dst string, res Converted) (Converted,
 	if err != nil {
 		return res, fmt.Errorf("convert: %w", err)
 	}
-	res.To = fmt.Sprintf("v%d.%d.%d+", v[0], v[1], v[2])
+	res.To = storageTag(v)
 	return res, nil
 }
 

@@ -20,10 +20,7 @@ import (
 // checkpoint and the aggregates their batches keep.
 func oldFormatStore(t *testing.T, path string) int {
 	t.Helper()
-	db, err := sql.Open("duckdb", path+"?storage_compatibility_version=v1.0.0")
-	require.NoError(t, err)
-	require.NoError(t, db.Ping())
-	require.NoError(t, db.Close())
+	createEmptyIn(t, path, "v1.0.0")
 	s, err := Open(context.Background(), path, Options{})
 	require.NoError(t, err)
 	base := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -52,10 +53,7 @@ const boostSettings = `['memory_limit', 'threads']`
 // openSandboxed opens the DuckDB instance of path with the sandbox and the
 // store's settings, and locks the configuration.
 func openSandboxed(ctx context.Context, path string, opts Options) (*Store, error) {
-	params := url.Values{}
-	for k, v := range sandboxDSN {
-		params[k] = v
-	}
+	params := maps.Clone(sandboxDSN)
 	if opts.ReadOnly {
 		params.Set("access_mode", "read_only")
 	}

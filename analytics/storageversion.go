@@ -23,11 +23,14 @@ const StorageVersion = "v1.5.0"
 // from which DuckDB refuses to compress with dictionary or FSST.
 var dictFSSTSince = [3]int{1, 3, 0}
 
-// fileStorageVersion is the storage format of the database conn is on,
-// as DuckDB tags it ("v1.5.0+"), parsed.
-func fileStorageVersion(ctx context.Context, conn *sql.Conn) ([3]int, error) {
+// currentStorage is StorageVersion, parsed.
+var currentStorage, _ = parseStorageVersion(StorageVersion)
+
+// fileStorageVersion is the storage format of the database q is on, as
+// DuckDB tags it ("v1.5.0+"), parsed.
+func fileStorageVersion(ctx context.Context, q querier) ([3]int, error) {
 	var tag sql.NullString
-	if err := conn.QueryRowContext(ctx, `SELECT tags['storage_version'] FROM duckdb_databases() WHERE database_name = current_database()`).Scan(&tag); err != nil {
+	if err := q.QueryRowContext(ctx, `SELECT tags['storage_version'] FROM duckdb_databases() WHERE database_name = current_database()`).Scan(&tag); err != nil {
 		return [3]int{}, fmt.Errorf("read the database's storage version: %w", err)
 	}
 	v, ok := parseStorageVersion(tag.String)
@@ -53,6 +56,9 @@ func parseStorageVersion(s string) ([3]int, bool) {
 	}
 	return v, true
 }
+
+// storageTag writes v as DuckDB tags a file's format ("v1.5.0+").
+func storageTag(v [3]int) string { return fmt.Sprintf("v%d.%d.%d+", v[0], v[1], v[2]) }
 
 func versionAtLeast(v, min [3]int) bool {
 	for i := range v {
@@ -86,15 +92,9 @@ func declaredCompression(sql string, storage [3]int) string {
 // it ("v1.5.0+"), and whether it is older than StorageVersion, the format
 // `mcptrail convert` copies a file into.
 func (s *Store) StorageFormat(ctx context.Context) (format string, older bool, err error) {
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return "", false, fmt.Errorf("storage format: %w", err)
-	}
-	defer conn.Close()
-	v, err := fileStorageVersion(ctx, conn)
+	v, err := fileStorageVersion(ctx, s.db)
 	if err != nil {
 		return "", false, err
 	}
-	want, _ := parseStorageVersion(StorageVersion)
-	return fmt.Sprintf("v%d.%d.%d+", v[0], v[1], v[2]), !versionAtLeast(v, want), nil
+	return storageTag(v), !versionAtLeast(v, currentStorage), nil
 }

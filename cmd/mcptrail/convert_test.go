@@ -4,16 +4,13 @@ import (
 	"database/sql"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcptrail/mcptrail/analytics"
-	"github.com/mcptrail/mcptrail/internal/freeport"
 )
 
 // convert only reads the database, but a daemon holding it for writing
@@ -60,21 +57,8 @@ func TestServeTellsOfAnOlderStorageFormat(t *testing.T) {
 				require.NoError(t, raw.Ping())
 				require.NoError(t, raw.Close())
 			}
-			httpAddr := freeport.Addr(t)
 			logs := filepath.Join(dir, "serve.log")
-			logf, err := os.Create(logs)
-			require.NoError(t, err)
-			defer logf.Close()
-			cmd := exec.Command(binary, "serve", "--db", db)
-			cmd.Env = append(os.Environ(),
-				"MCPTRAIL_NATS_EMBEDDED_LISTEN="+freeport.Addr(t),
-				"MCPTRAIL_NATS_EMBEDDED_STORE_DIR="+filepath.Join(dir, "nats"),
-				"MCPTRAIL_HTTP_LISTEN="+httpAddr)
-			cmd.Stdout, cmd.Stderr = logf, logf
-			require.NoError(t, cmd.Start())
-			t.Cleanup(func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() })
-			require.Eventually(t, func() bool { return httpStatus(httpAddr, "/readyz") == http.StatusOK },
-				30*time.Second, 20*time.Millisecond, "serve did not become ready")
+			startServeLogTo(t, logs, dir, db, nil, func(addr string) bool { return httpStatus(addr, "/readyz") == http.StatusOK })
 			b, err := os.ReadFile(logs)
 			require.NoError(t, err)
 			log := string(b)

@@ -102,8 +102,14 @@ func startDaemon(t *testing.T, tmp, db string, env ...string) string {
 // until ready says so, and returns its http.listen and process id.
 func startServe(t *testing.T, tmp, db string, env []string, ready func(addr string) bool) (string, int) {
 	t.Helper()
+	return startServeLogTo(t, filepath.Join(t.TempDir(), "serve.log"), tmp, db, env, ready)
+}
+
+// startServeLogTo is startServe with serve's output written to logPath.
+func startServeLogTo(t *testing.T, logPath, tmp, db string, env []string, ready func(addr string) bool) (string, int) {
+	t.Helper()
 	httpAddr := freeport.Addr(t)
-	logs, err := os.Create(filepath.Join(t.TempDir(), "serve.log"))
+	logs, err := os.Create(logPath)
 	require.NoError(t, err)
 	cmd := exec.Command(binary, "serve", "--db", db)
 	cmd.Dir = tmp
