@@ -17,9 +17,10 @@ func newConvertCmd(a *app) *cobra.Command {
 		Long: `Copy every table of the database (--db, storage.path) into a new file created in
 DuckDB's storage format ` + analytics.StorageVersion + `, which this build creates and stores calls
 into with less CPU and space than the older default format (v1.0.0) that a file
-created before keeps. The database is only read; FILE must not exist. Run it with the
-daemon stopped, then put FILE in place of the database. DuckDB 1.5 or newer reads
-the copy.`,
+created before keeps. The database's contents stay as they are (an older schema is
+migrated and its write-ahead log folded into the file first); FILE must not exist.
+Run it with the daemon stopped, then put FILE in place of the database. DuckDB 1.5
+or newer reads the copy.`,
 		Example: `  mcptrail convert --db mcptrail.duckdb --out mcptrail-new.duckdb && mv mcptrail-new.duckdb mcptrail.duckdb`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
