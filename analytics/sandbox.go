@@ -8,8 +8,11 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"time"
 
 	duckdb "github.com/duckdb/duckdb-go/v2"
+
+	"github.com/mcptrail/mcptrail/internal/duckalloc"
 )
 
 // The sandbox. DuckDB keeps one database instance per file in a process
@@ -102,6 +105,9 @@ func openSandboxed(ctx context.Context, path string, opts Options) (*Store, erro
 		settings = append(settings, "SET GLOBAL TimeZone = 'UTC'")
 		if opts.ReturnMemory {
 			settings = append(settings, "SET allocator_flush_threshold = '16MB'", "SET allocator_background_threads = true")
+			if err := keepFreedPages(); err != nil {
+				return fail(fmt.Errorf("open database %s: %w", path, err))
+			}
 		}
 	}
 	// DuckDB would otherwise use up to 80% of the machine's memory; with a
@@ -147,3 +153,21 @@ func archiveAllowed(dir string) string {
 
 // sqlQuote escapes s for a single-quoted SQL string literal.
 func sqlQuote(s string) string { return strings.ReplaceAll(s, "'", "''") }
+
+// freedPagesDecay is how long DuckDB's allocator keeps a freed page before
+// handing it back to the system, for a store that gives memory back
+// (Options.ReturnMemory). DuckDB's own 1 s is shorter than the pause
+// between two batches of a long ingest or a drain, so every batch touched
+// its pages anew: ~25k page faults per 1M single-event messages drained by
+// serve (bench/jetstream.sh, README). Idle memory still goes back, 10 s
+// later.
+const freedPagesDecay = 10 * time.Second
+
+// keepFreedPages sets freedPagesDecay on DuckDB's allocator, process-wide
+// (a no-op where DuckDB is built without jemalloc).
+func keepFreedPages() error {
+	if !duckalloc.Supported() {
+		return nil
+	}
+	return duckalloc.SetDecay(duckalloc.Decay{Dirty: freedPagesDecay, Muzzy: freedPagesDecay})
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/internal/duckalloc"
 )
 
 // queryAll runs q through Store.Query and returns its rows.
@@ -270,4 +271,33 @@ func TestEveryTableFunctionIsReviewed(t *testing.T) {
 	require.NoError(t, rows.Err())
 	sort.Strings(unreviewed)
 	assert.Empty(t, unreviewed, "table functions nobody has classified: add each to deniedFunctions or to reviewed")
+}
+
+// A store that gives memory back keeps DuckDB's freed pages for
+// freedPagesDecay instead of DuckDB's 1 s; one that does not leaves the
+// allocator as it is.
+func TestReturnMemoryKeepsFreedPagesForTheDecay(t *testing.T) {
+	if !duckalloc.Supported() {
+		t.Skip("DuckDB is built without jemalloc here")
+	}
+	before, err := duckalloc.CurrentDecay()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = duckalloc.SetDecay(before) })
+	short := duckalloc.Decay{Dirty: time.Second, Muzzy: time.Second}
+	require.NoError(t, duckalloc.SetDecay(short))
+
+	dir := t.TempDir()
+	plain, err := Open(context.Background(), filepath.Join(dir, "plain.duckdb"), Options{})
+	require.NoError(t, err)
+	require.NoError(t, plain.Close())
+	got, err := duckalloc.CurrentDecay()
+	require.NoError(t, err)
+	assert.Equal(t, short, got, "without ReturnMemory")
+
+	s, err := Open(context.Background(), filepath.Join(dir, "returning.duckdb"), Options{ReturnMemory: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	got, err = duckalloc.CurrentDecay()
+	require.NoError(t, err)
+	assert.Equal(t, duckalloc.Decay{Dirty: freedPagesDecay, Muzzy: freedPagesDecay}, got)
 }

@@ -1,0 +1,13 @@
+//go:build !(linux && amd64 && cgo)
+
+package duckalloc
+
+import "time"
+
+func supported() bool { return false }
+
+func getMillis(string) (time.Duration, error) { return 0, errUnsupported }
+
+func setMillis(string, time.Duration) error { return errUnsupported }
+
+func arenaCount() (int, error) { return 0, errUnsupported }
