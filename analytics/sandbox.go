@@ -154,13 +154,14 @@ func archiveAllowed(dir string) string {
 // sqlQuote escapes s for a single-quoted SQL string literal.
 func sqlQuote(s string) string { return strings.ReplaceAll(s, "'", "''") }
 
-// freedPagesDecay is how long DuckDB's allocator keeps a freed page before
-// handing it back to the system, for a store that gives memory back
-// (Options.ReturnMemory). DuckDB's own 1 s is shorter than the pause
-// between two batches of a long ingest or a drain, so every batch touched
-// its pages anew: ~25k page faults per 1M single-event messages drained by
-// serve (bench/jetstream.sh, README). Idle memory still goes back, 10 s
-// later.
+// freedPagesDecay is about how long DuckDB's allocator keeps freed pages
+// before handing them back to the system (jemalloc purges them gradually
+// over it), for a store that gives memory back (Options.ReturnMemory).
+// With DuckDB's own 1 s, much of what one batch freed was already handed
+// back when the next batches of a long ingest or a drain allocated again,
+// so they touched new pages: 12-32k more page faults per 1M single-event
+// messages drained by serve (bench/jetstream.sh, README). Idle memory
+// still goes back, within ~13 s.
 const freedPagesDecay = 10 * time.Second
 
 // keepFreedPages sets freedPagesDecay on DuckDB's allocator, process-wide
