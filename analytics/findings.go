@@ -44,7 +44,7 @@ type FindingTransition struct {
 	FindingID, From, To string
 }
 
-// RunHistory is what RecordRun hands the state-transition logic: the run's
+// RunHistory is what RecordRuns hands the state-transition logic: the run's
 // id, the previous run of the same scope (0 for none) and the scope's
 // findings as recorded before the run.
 type RunHistory struct {
@@ -59,15 +59,25 @@ var ErrReadOnly = errors.New("database opened read-only")
 // ErrNoRuns means no run of the recommender was recorded for a scope.
 var ErrNoRuns = errors.New("no recommend run recorded")
 
-// RecordRun records a run of the recommender over run's scope, in one
-// transaction: advance is given the scope's history and returns the
-// scope's findings after the run and the state changes to log. Runs are
+// ScopeRun is one scope's run of the recommender and how it advances the
+// scope's history: advance is given the history and returns the scope's
+// findings after the run and the state changes to log.
+type ScopeRun struct {
+	Run     RecommendRun
+	Advance func(RunHistory) ([]FindingRecord, []FindingTransition)
+}
+
+// RecordRuns records the runs of one recommendation (one per scope, such as
+// a policy per grant) in one transaction: all of them or, on an error, none,
+// and one commit to wait for instead of one per scope. Runs are
 // serialised, so that two runs of one scope (a schedule and an API request
 // in the daemon) never read the same history.
-func (s *Store) RecordRun(ctx context.Context, run RecommendRun,
-	advance func(RunHistory) ([]FindingRecord, []FindingTransition)) error {
+func (s *Store) RecordRuns(ctx context.Context, runs []ScopeRun) error {
 	if s.readOnly {
 		return ErrReadOnly
+	}
+	if len(runs) == 0 {
+		return nil
 	}
 	s.historyMu.Lock()
 	defer s.historyMu.Unlock()
@@ -76,16 +86,20 @@ func (s *Store) RecordRun(ctx context.Context, run RecommendRun,
 	// value took ~25 ms for a grant's ~290 findings, a run's serial end).
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("record recommend run of %s: %w", run.Server, err)
+		return fmt.Errorf("record recommend runs of %s: %w", runs[0].Run.Server, err)
 	}
 	defer conn.Close()
-	if err := inTransaction(ctx, conn, func() error { return recordRun(ctx, conn, run, advance) }); err != nil {
-		return fmt.Errorf("record recommend run of %s: %w", run.Server, err)
-	}
-	return nil
+	return inTransaction(ctx, conn, func() error {
+		for _, r := range runs {
+			if err := recordRun(ctx, conn, r.Run, r.Advance); err != nil {
+				return fmt.Errorf("record recommend run of %s, grant %q: %w", r.Run.Server, r.Run.Grant, err)
+			}
+		}
+		return nil
+	})
 }
 
-// recordRun is RecordRun's work, inside its transaction on conn.
+// recordRun records one scope's run, inside RecordRuns' transaction on conn.
 func recordRun(ctx context.Context, conn *sql.Conn, run RecommendRun, advance func(RunHistory) ([]FindingRecord, []FindingTransition)) error {
 	var h RunHistory
 	var prev sql.NullInt64

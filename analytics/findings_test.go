@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestRecordRunRoundTrip holds what RecordRun writes: the run, the scope's
+// TestRecordRunRoundTrip holds what RecordRuns writes: the run, the scope's
 // findings as advance returns them (other scopes untouched), the logged
 // transitions, and the history advance is given on the next run.
 func TestRecordRunRoundTrip(t *testing.T) {
@@ -27,11 +27,11 @@ func TestRecordRunRoundTrip(t *testing.T) {
 	var got []RunHistory
 	record := func(grant string, at time.Time, next func(RunHistory) []FindingRecord, log []FindingTransition) {
 		t.Helper()
-		require.NoError(t, s.RecordRun(ctx, RecommendRun{Server: "srv", Grant: grant, At: at, WindowFrom: at.AddDate(0, 0, -30), WindowTo: at,
-			Source: "test"}, func(h RunHistory) ([]FindingRecord, []FindingTransition) {
+		require.NoError(t, s.RecordRuns(ctx, []ScopeRun{{Run: RecommendRun{Server: "srv", Grant: grant, At: at, WindowFrom: at.AddDate(0, 0, -30), WindowTo: at,
+			Source: "test"}, Advance: func(h RunHistory) ([]FindingRecord, []FindingTransition) {
 			got = append(got, h)
 			return next(h), log
-		}))
+		}}}))
 	}
 	record("g", t1, func(h RunHistory) []FindingRecord {
 		return []FindingRecord{rec("b", "open", t1, h.RunID), rec("a", "open", t1, h.RunID)}
@@ -92,6 +92,46 @@ func TestRecordRunRoundTrip(t *testing.T) {
 	assert.Equal(t, []string{"a:>open", "b:>open", "e:>open", "f:>open", "b:open>resolved"}, moves)
 }
 
+// TestRecordRunsAllOrNone: the scopes of one recommendation are recorded
+// together or not at all; a later scope that fails leaves no run of an
+// earlier one behind, and the scopes recorded together see each other's
+// run ids in order.
+func TestRecordRunsAllOrNone(t *testing.T) {
+	s := openTemp(t)
+	ctx := context.Background()
+	// A findings table that refuses one kind: the second scope's finding
+	// fails its append.
+	_, err := s.DB().ExecContext(ctx, `DROP TABLE findings;
+CREATE TABLE findings (
+	finding_id VARCHAR NOT NULL, server VARCHAR NOT NULL, "grant" VARCHAR NOT NULL, kind VARCHAR NOT NULL CHECK (kind <> 'refused'),
+	tool VARCHAR, first_seen TIMESTAMPTZ NOT NULL, last_seen TIMESTAMPTZ NOT NULL, state VARCHAR NOT NULL, severity VARCHAR NOT NULL,
+	summary VARCHAR, action VARCHAR, last_run_id BIGINT NOT NULL, changed_at TIMESTAMPTZ NOT NULL)`)
+	require.NoError(t, err)
+	at := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	var ids []int64
+	scope := func(grant, kind string) ScopeRun {
+		return ScopeRun{Run: RecommendRun{Server: "srv", Grant: grant, At: at, WindowFrom: at.AddDate(0, 0, -30), WindowTo: at, Source: "test"},
+			Advance: func(h RunHistory) ([]FindingRecord, []FindingTransition) {
+				ids = append(ids, h.RunID)
+				return []FindingRecord{{ID: "x", Kind: kind, State: "open", Severity: "low", FirstSeen: at, LastSeen: at, ChangedAt: at, LastRunID: h.RunID}},
+					[]FindingTransition{{FindingID: "x", To: "open"}}
+			}}
+	}
+	err = s.RecordRuns(ctx, []ScopeRun{scope("a", "k"), scope("b", "refused")})
+	require.ErrorContains(t, err, `grant "b"`)
+	var runs, findings, logged int
+	require.NoError(t, s.DB().QueryRowContext(ctx, `SELECT (SELECT count(*) FROM recommend_runs), (SELECT count(*) FROM findings),
+	(SELECT count(*) FROM finding_log)`).Scan(&runs, &findings, &logged))
+	assert.Equal(t, []int{0, 0, 0}, []int{runs, findings, logged}, "nothing of grant a's run is left")
+
+	ids = nil
+	require.NoError(t, s.RecordRuns(ctx, []ScopeRun{scope("a", "k"), scope("b", "k")}))
+	assert.Equal(t, []int64{1, 2}, ids, "each scope sees the runs recorded before it in the same transaction")
+	recs, err := s.Findings(ctx, FindingFilter{Server: "srv", AnyGrant: true})
+	require.NoError(t, err)
+	assert.Len(t, recs, 2)
+}
+
 // TestRecordRunReadOnly: a read-only store says it cannot record.
 func TestRecordRunReadOnly(t *testing.T) {
 	ctx := context.Background()
@@ -102,6 +142,6 @@ func TestRecordRunReadOnly(t *testing.T) {
 	ro, err := Open(ctx, path, Options{ReadOnly: true})
 	require.NoError(t, err)
 	defer ro.Close()
-	err = ro.RecordRun(ctx, RecommendRun{Server: "srv"}, func(RunHistory) ([]FindingRecord, []FindingTransition) { return nil, nil })
+	err = ro.RecordRuns(ctx, []ScopeRun{{Run: RecommendRun{Server: "srv"}, Advance: func(RunHistory) ([]FindingRecord, []FindingTransition) { return nil, nil }}})
 	require.ErrorIs(t, err, ErrReadOnly)
 }

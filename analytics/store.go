@@ -78,7 +78,7 @@ type Store struct {
 	wconn  *sql.Conn
 	closed bool
 
-	historyMu sync.Mutex // serialises the recorded recommend runs (RecordRun)
+	historyMu sync.Mutex // serialises the recorded recommend runs (RecordRuns)
 
 	// threads: DuckDB's own default (all cores) and the ingest setting;
 	// boosts counts the Boosts held.
