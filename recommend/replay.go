@@ -512,12 +512,13 @@ WITH c AS (
 	SELECT c.*, b_lim, row_number() OVER (PARTITION BY lid, k, w ORDER BY ts, id) AS rn
 	FROM c JOIN overflow_buckets ON lid = b_lid AND k = b_k AND w = b_w
 )
-SELECT id, ts, limit_tool AS tool, decision, coalesce(session, '') AS session, coalesce(agent, '') AS agent,
-       `+sessionID+` AS sk, limit_rule
-FROM o JOIN replay_limits USING (lid) WHERE rn > b_lim`, q.args()...); err != nil {
+SELECT id, ts, lid, decision, coalesce(session, '') AS session, coalesce(agent, '') AS agent,
+       hash(`+sessionKey+`) AS skh
+FROM o WHERE rn > b_lim`, q.args()...); err != nil {
 		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
-	rows, err := conn.QueryContext(ctx, `SELECT tool, count(*), count(*) FILTER (decision = 'allowed') FROM overflow_calls GROUP BY tool`)
+	rows, err := conn.QueryContext(ctx, `SELECT limit_tool, count(*), count(*) FILTER (decision = 'allowed')
+FROM overflow_calls JOIN replay_limits USING (lid) GROUP BY limit_tool`)
 	if err != nil {
 		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
@@ -540,12 +541,16 @@ FROM o JOIN replay_limits USING (lid) WHERE rn > b_lim`, q.args()...); err != ni
 	// and agents (rows without a call), then the earliest of them in time
 	// order (affected keeps the earliest firstN*4 it is given).
 	rows, err = conn.QueryContext(ctx, `
-SELECT DISTINCT tool, sk, agent, NULL::VARCHAR AS id, NULL::TIMESTAMPTZ AS ts, NULL::VARCHAR, NULL::VARCHAR
-FROM overflow_calls WHERE decision = 'allowed'
-UNION ALL (
-	SELECT tool, sk, agent, id, ts, session, limit_rule FROM overflow_calls WHERE decision = 'allowed'
-	ORDER BY ts, id LIMIT $n
+WITH d AS (
+	SELECT DISTINCT lid, skh, agent, NULL::VARCHAR AS id, NULL::TIMESTAMPTZ AS ts, NULL::VARCHAR AS session
+	FROM overflow_calls WHERE decision = 'allowed'
+	UNION ALL (
+		SELECT lid, skh, agent, id, ts, session FROM overflow_calls WHERE decision = 'allowed'
+		ORDER BY ts, id LIMIT $n
+	)
 )
+SELECT limit_tool, skh::VARCHAR, agent, id, ts, session, CASE WHEN id IS NULL THEN NULL ELSE limit_rule END
+FROM d JOIN replay_limits USING (lid)
 ORDER BY ts NULLS FIRST, id`, sql.Named("n", max(firstN*4, 0)))
 	if err != nil {
 		return nil, nil, fmt.Errorf("replay: %w", err)
@@ -584,9 +589,10 @@ func runawayCut(ctx context.Context, conn *sql.Conn, loops []RunawayLoop) (map[s
 		return nil, err
 	}
 	rows, err := conn.QueryContext(ctx, `
-SELECT tool, count(*), count(*) FILTER (decision = 'allowed') FROM overflow_calls o SEMI JOIN excluded_runs x
-	ON x.skh::VARCHAR = o.sk AND x.tool = o.tool AND epoch_ms(o.ts) BETWEEN x.t0 AND x.t1
-GROUP BY tool`)
+SELECT limit_tool, count(*), count(*) FILTER (decision = 'allowed')
+FROM (SELECT * FROM overflow_calls JOIN replay_limits USING (lid)) o SEMI JOIN excluded_runs x
+	ON x.skh = o.skh AND x.tool = o.limit_tool AND epoch_ms(o.ts) BETWEEN x.t0 AND x.t1
+GROUP BY limit_tool`)
 	if err != nil {
 		return nil, fmt.Errorf("replay: runaway polls: %w", err)
 	}
