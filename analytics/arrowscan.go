@@ -22,7 +22,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"reflect"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -36,19 +35,14 @@ var errNoRawConnection = errors.New("the DuckDB driver's connection has no C con
 
 // rawConnection is the C connection inside the driver's connection.
 func rawConnection(dc driver.Conn) (C.duckdb_connection, error) {
-	v := reflect.ValueOf(dc)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return nil, fmt.Errorf("%w: got %T", errNoRawConnection, dc)
+	c, err := driverField[mapping.Connection](dc, "conn", errNoRawConnection)
+	if err != nil {
+		return nil, err
 	}
-	f := v.Elem().FieldByName("conn")
-	if !f.IsValid() || f.Type() != reflect.TypeFor[mapping.Connection]() {
-		return nil, fmt.Errorf("%w: got %T", errNoRawConnection, dc)
-	}
-	p := f.FieldByName("Ptr").UnsafePointer()
-	if p == nil {
+	if c.Ptr == nil {
 		return nil, errors.New("the DuckDB connection is closed")
 	}
-	return C.duckdb_connection(p), nil
+	return C.duckdb_connection(c.Ptr), nil
 }
 
 // registerArrowView makes reader's records a temporary view name on the

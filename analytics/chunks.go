@@ -146,13 +146,19 @@ func readChunk(res *mapping.Result, chunk mapping.DataChunk, c *Chunk, each func
 
 // resultOf is the DuckDB result inside the driver's rows.
 func resultOf(rows driver.Rows) (*mapping.Result, error) {
-	v := reflect.ValueOf(rows)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return nil, fmt.Errorf("%w: got %T", errNoResultField, rows)
+	return driverField[mapping.Result](rows, "res", errNoResultField)
+}
+
+// driverField is the field name, of type T, of the struct the driver's
+// value v points to; missing fails with missing, naming v's type.
+func driverField[T any](v any, name string, missing error) (*T, error) {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.Elem().Kind() != reflect.Struct {
+		return nil, fmt.Errorf("%w: got %T", missing, v)
 	}
-	f := v.Elem().FieldByName("res")
-	if !f.IsValid() || f.Type() != reflect.TypeFor[mapping.Result]() {
-		return nil, fmt.Errorf("%w: got %T", errNoResultField, rows)
+	f := rv.Elem().FieldByName(name)
+	if !f.IsValid() || f.Type() != reflect.TypeFor[T]() {
+		return nil, fmt.Errorf("%w: got %T", missing, v)
 	}
-	return (*mapping.Result)(unsafe.Pointer(f.UnsafeAddr())), nil
+	return (*T)(unsafe.Pointer(f.UnsafeAddr())), nil
 }
