@@ -30,6 +30,8 @@ const (
 	Uint64Column                    // UBIGINT
 	Float64Column                   // DOUBLE
 	BoolColumn                      // BOOLEAN
+	VarcharColumn                   // VARCHAR
+	BlobColumn                      // BLOB
 )
 
 var kindTypes = map[ColumnKind]struct {
@@ -40,6 +42,8 @@ var kindTypes = map[ColumnKind]struct {
 	Uint64Column:  {mapping.TypeUBigInt, "UBIGINT"},
 	Float64Column: {mapping.TypeDouble, "DOUBLE"},
 	BoolColumn:    {mapping.TypeBoolean, "BOOLEAN"},
+	VarcharColumn: {mapping.TypeVarchar, "VARCHAR"},
+	BlobColumn:    {mapping.TypeBlob, "BLOB"},
 }
 
 // errNoResultField says the driver changed its rows' layout: the pinned
@@ -67,6 +71,32 @@ func (c *Chunk) Float64(col int) []float64 { return unsafe.Slice((*float64)(c.da
 
 // Bool is column col, a BOOLEAN column (one byte per value, 0 or 1).
 func (c *Chunk) Bool(col int) []bool { return unsafe.Slice((*bool)(c.data[col]), c.size) }
+
+// duckString is DuckDB's string_t (duckdb_string_t in duckdb.h): its
+// length, then up to 12 bytes inline, or past those a 4-byte prefix and a
+// pointer to the bytes.
+type duckString struct {
+	length uint32
+	prefix [4]byte
+	ptr    unsafe.Pointer
+}
+
+// bytesAt is row's value of a VARCHAR or BLOB column col, in DuckDB's
+// memory.
+func (c *Chunk) bytesAt(col, row int) []byte {
+	s := &unsafe.Slice((*duckString)(c.data[col]), c.size)[row]
+	if s.length <= 12 {
+		return unsafe.Slice((*byte)(unsafe.Pointer(&s.prefix)), s.length)
+	}
+	return unsafe.Slice((*byte)(s.ptr), s.length)
+}
+
+// String is row's value of column col, a VARCHAR column, copied.
+func (c *Chunk) String(col, row int) string { return string(c.bytesAt(col, row)) }
+
+// Blob is row's value of column col, a BLOB column, in DuckDB's memory:
+// valid only until the function given the chunk returns.
+func (c *Chunk) Blob(col, row int) []byte { return c.bytesAt(col, row) }
 
 // ScanChunks runs query with args (named arguments, as for QueryContext)
 // on a connection of db and hands each chunk of its result to each, in

@@ -1,8 +1,10 @@
 package analytics
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -48,6 +50,29 @@ func TestScanChunksReadsEveryRowInOrder(t *testing.T) {
 	require.NoError(t, ScanChunks(ctx, s.DB(), `SELECT 1::BIGINT, 2::UBIGINT, 3.0::DOUBLE, true WHERE false`, nil, chunkKinds,
 		func(*Chunk) error { calls++; return nil }))
 	assert.Zero(t, calls, "no row, no chunk")
+}
+
+// TestScanChunksReadsStringsAndBlobs: strings and blobs of every length
+// come back whole, those DuckDB keeps inline (up to 12 bytes) and those it
+// points to alike.
+func TestScanChunksReadsStringsAndBlobs(t *testing.T) {
+	s := openTemp(t)
+	var strs []string
+	var blobs [][]byte
+	err := ScanChunks(context.Background(), s.DB(), `SELECT repeat('ab', i::BIGINT), ('\x01' || repeat('xy', i::BIGINT))::BLOB
+	FROM range(3000) t(i) ORDER BY i`, nil, []ColumnKind{VarcharColumn, BlobColumn}, func(c *Chunk) error {
+		for row := range c.Len() {
+			strs = append(strs, c.String(0, row))
+			blobs = append(blobs, bytes.Clone(c.Blob(1, row)))
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, strs, 3000)
+	for i := range 3000 {
+		require.Equal(t, strings.Repeat("ab", i), strs[i], "row %d", i)
+		require.Equal(t, append([]byte{1}, strings.Repeat("xy", i)...), blobs[i], "row %d", i)
+	}
 }
 
 // TestScanChunksRefusesWhatItCannotRead: a column of another type, another

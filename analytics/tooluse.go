@@ -12,6 +12,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/cespare/xxhash/v2"
+	"golang.org/x/sync/errgroup"
 )
 
 // tool_day_use holds, per server, grant (empty for calls without one), tool
@@ -323,13 +324,34 @@ func scanDayUse(rows *sql.Rows, u *DayUse, first ...any) error {
 		&u.WithSession, &u.WithAgent, &u.LastAllowed, &sessions, &allowed)...); err != nil {
 		return fmt.Errorf("tool day use: %w", err)
 	}
+	u.setSessions(sessions, allowed)
+	return nil
+}
+
+// dayUseKinds are the kinds of the columns of a query of grant, tool and
+// dayUseColumns, for ScanChunks and readDayUse.
+var dayUseKinds = []ColumnKind{VarcharColumn, VarcharColumn,
+	Int64Column, Int64Column, Int64Column, Int64Column, Int64Column, Int64Column, Int64Column, Int64Column,
+	Int64Column, BlobColumn, BlobColumn}
+
+// readDayUse reads dayUseColumns, from column first on, of a chunk's row.
+func readDayUse(c *Chunk, first, row int) *DayUse {
+	col := func(i int) int64 { return c.Int64(first + i)[row] }
+	u := &DayUse{UseCounts: UseCounts{Calls: col(0), Allowed: col(1), Denied: col(2), Hidden: col(3), RateLimited: col(4),
+		Approval: col(5), WithSession: col(6), WithAgent: col(7), LastAllowed: col(8)}}
+	u.setSessions(c.Blob(first+9, row), c.Blob(first+10, row))
+	return u
+}
+
+// setSessions unpacks a row's sets: its sessions' blob, and the bits
+// that mark the allowed ones among them (packAllowed).
+func (u *DayUse) setSessions(sessions, allowed []byte) {
 	u.Sessions = unpackSessions(u.Sessions, sessions)
 	for i, h := range u.Sessions {
 		if i/8 < len(allowed) && allowed[i/8]&(1<<(i%8)) != 0 {
 			u.AllowedSessions = append(u.AllowedSessions, h)
 		}
 	}
-	return nil
 }
 
 // packAllowed marks, one bit per session of sessions (both sorted and
@@ -429,23 +451,36 @@ func WindowUse(ctx context.Context, q *sql.DB, server, grant string, from, to ti
 	if wholeFirst {
 		tableFrom = firstDay
 	}
-	rows, err := q.QueryContext(ctx, `SELECT "grant", tool, `+dayUseColumns+` FROM tool_day_use
-WHERE `+scope+` AND day >= ? AND day < ?`, append(scopeArgs, tableFrom, lastDay)...)
-	if err != nil {
+	// The days in two halves read side by side, each on a connection of
+	// its own (DuckDB reads a table this small on one thread), a result
+	// chunk at a time: a window's rows hold ~1M session hashes (8 MB of
+	// sets over 5M calls), which row by row through database/sql were
+	// copied twice on their way in.
+	type dayRow struct {
+		k toolDayKey
+		u *DayUse
+	}
+	mid := tableFrom + (lastDay-tableFrom)/2
+	halves := [2][]dayRow{}
+	var eg errgroup.Group
+	for i, r := range [2][2]int64{{tableFrom, mid}, {mid, lastDay}} {
+		eg.Go(func() error {
+			return ScanChunks(ctx, q, `SELECT "grant", tool, `+dayUseColumns+` FROM tool_day_use
+WHERE `+scope+` AND day >= ? AND day < ?`, append(scopeArgs[:len(scopeArgs):len(scopeArgs)], r[0], r[1]), dayUseKinds, func(c *Chunk) error {
+				for row := range c.Len() {
+					halves[i] = append(halves[i], dayRow{toolDayKey{grant: c.String(0, row), tool: c.String(1, row)}, readDayUse(c, 2, row)})
+				}
+				return nil
+			})
+		})
+	}
+	if err := eg.Wait(); err != nil {
 		return nil, fmt.Errorf("window use: %w", err)
 	}
-	for rows.Next() {
-		var k toolDayKey
-		u := &DayUse{}
-		if err := scanDayUse(rows, u, &k.grant, &k.tool); err != nil {
-			rows.Close()
-			return nil, err
+	for _, half := range halves {
+		for _, r := range half {
+			add(r.k, r.u)
 		}
-		add(k, u)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("window use: %w", err)
 	}
 	// The first and last days, each in part, from their calls.
 	edges := map[toolDayKey]*DayUse{}
