@@ -26,24 +26,26 @@ type ColumnKind int
 
 // The kinds a Chunk reads.
 const (
-	Int64Column   ColumnKind = iota // BIGINT
-	Uint64Column                    // UBIGINT
-	Float64Column                   // DOUBLE
-	BoolColumn                      // BOOLEAN
-	VarcharColumn                   // VARCHAR
-	BlobColumn                      // BLOB
+	Int64Column     ColumnKind = iota // BIGINT
+	Uint64Column                      // UBIGINT
+	Float64Column                     // DOUBLE
+	BoolColumn                        // BOOLEAN
+	VarcharColumn                     // VARCHAR
+	BlobColumn                        // BLOB
+	TimestampColumn                   // TIMESTAMP WITH TIME ZONE
 )
 
 var kindTypes = map[ColumnKind]struct {
 	t    mapping.Type
 	name string
 }{
-	Int64Column:   {mapping.TypeBigInt, "BIGINT"},
-	Uint64Column:  {mapping.TypeUBigInt, "UBIGINT"},
-	Float64Column: {mapping.TypeDouble, "DOUBLE"},
-	BoolColumn:    {mapping.TypeBoolean, "BOOLEAN"},
-	VarcharColumn: {mapping.TypeVarchar, "VARCHAR"},
-	BlobColumn:    {mapping.TypeBlob, "BLOB"},
+	Int64Column:     {mapping.TypeBigInt, "BIGINT"},
+	Uint64Column:    {mapping.TypeUBigInt, "UBIGINT"},
+	Float64Column:   {mapping.TypeDouble, "DOUBLE"},
+	BoolColumn:      {mapping.TypeBoolean, "BOOLEAN"},
+	VarcharColumn:   {mapping.TypeVarchar, "VARCHAR"},
+	BlobColumn:      {mapping.TypeBlob, "BLOB"},
+	TimestampColumn: {mapping.TypeTimestampTZ, "TIMESTAMP WITH TIME ZONE"},
 }
 
 // errNoResultField says the driver changed its rows' layout: the pinned
@@ -68,6 +70,10 @@ func (c *Chunk) Uint64(col int) []uint64 { return unsafe.Slice((*uint64)(c.data[
 
 // Float64 is column col, a DOUBLE column.
 func (c *Chunk) Float64(col int) []float64 { return unsafe.Slice((*float64)(c.data[col]), c.size) }
+
+// Micros is column col, a TIMESTAMP WITH TIME ZONE column, in
+// microseconds since the epoch.
+func (c *Chunk) Micros(col int) []int64 { return unsafe.Slice((*int64)(c.data[col]), c.size) }
 
 // Bool is column col, a BOOLEAN column (one byte per value, 0 or 1).
 func (c *Chunk) Bool(col int) []bool { return unsafe.Slice((*bool)(c.data[col]), c.size) }
@@ -94,9 +100,9 @@ func (c *Chunk) bytesAt(col, row int) []byte {
 // String is row's value of column col, a VARCHAR column, copied.
 func (c *Chunk) String(col, row int) string { return string(c.bytesAt(col, row)) }
 
-// Blob is row's value of column col, a BLOB column, in DuckDB's memory:
-// valid only until the function given the chunk returns.
-func (c *Chunk) Blob(col, row int) []byte { return c.bytesAt(col, row) }
+// Bytes is row's value of column col, a VARCHAR or BLOB column, in
+// DuckDB's memory: valid only until the function given the chunk returns.
+func (c *Chunk) Bytes(col, row int) []byte { return c.bytesAt(col, row) }
 
 // ScanChunks runs query with args (named arguments, as for QueryContext)
 // on a connection of db and hands each chunk of its result to each, in

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -63,7 +64,7 @@ func TestScanChunksReadsStringsAndBlobs(t *testing.T) {
 	FROM range(3000) t(i) ORDER BY i`, nil, []ColumnKind{VarcharColumn, BlobColumn}, func(c *Chunk) error {
 		for row := range c.Len() {
 			strs = append(strs, c.String(0, row))
-			blobs = append(blobs, bytes.Clone(c.Blob(1, row)))
+			blobs = append(blobs, bytes.Clone(c.Bytes(1, row)))
 		}
 		return nil
 	})
@@ -73,6 +74,20 @@ func TestScanChunksReadsStringsAndBlobs(t *testing.T) {
 		require.Equal(t, strings.Repeat("ab", i), strs[i], "row %d", i)
 		require.Equal(t, append([]byte{1}, strings.Repeat("xy", i)...), blobs[i], "row %d", i)
 	}
+}
+
+// TestScanChunksReadsTimestamps: a TIMESTAMP WITH TIME ZONE comes back as
+// its microseconds since the epoch.
+func TestScanChunksReadsTimestamps(t *testing.T) {
+	s := openTemp(t)
+	at := time.Date(2026, 11, 1, 12, 0, 0, 1000, time.UTC)
+	var got []int64
+	require.NoError(t, ScanChunks(context.Background(), s.DB(), `SELECT $at::TIMESTAMPTZ + INTERVAL (i) DAY FROM range(3) t(i) ORDER BY i`,
+		[]any{sql.Named("at", at)}, []ColumnKind{TimestampColumn}, func(c *Chunk) error {
+			got = append(got, c.Micros(0)...)
+			return nil
+		}))
+	assert.Equal(t, []int64{at.UnixMicro(), at.AddDate(0, 0, 1).UnixMicro(), at.AddDate(0, 0, 2).UnixMicro()}, got)
 }
 
 // TestScanChunksRefusesWhatItCannotRead: a column of another type, another

@@ -339,7 +339,7 @@ func readDayUse(c *Chunk, first, row int) *DayUse {
 	col := func(i int) int64 { return c.Int64(first + i)[row] }
 	u := &DayUse{UseCounts: UseCounts{Calls: col(0), Allowed: col(1), Denied: col(2), Hidden: col(3), RateLimited: col(4),
 		Approval: col(5), WithSession: col(6), WithAgent: col(7), LastAllowed: col(8)}}
-	u.setSessions(c.Blob(first+9, row), c.Blob(first+10, row))
+	u.setSessions(c.Bytes(first+9, row), c.Bytes(first+10, row))
 	return u
 }
 

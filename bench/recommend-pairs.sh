@@ -14,6 +14,8 @@
 # side the calls as ingested, before `mcptrail recluster`.
 #   SIZE=5000000 PAIRS=8 bench/recommend-pairs.sh
 #   BASE=abc1234 CMD="report --server proxmox-mcp --since 30d --format json" bench/recommend-pairs.sh
+#   BASE=abc1234 CMD="replay --server proxmox-mcp --policy bench/replay-all-tools.json --format json" bench/recommend-pairs.sh
+#     (a policy whose all_tools limit sends every call through the evaluator)
 #   BASE=tree RECLUSTER=1 bench/recommend-pairs.sh   # what clustering the calls saves
 #   BASE=abc1234 MIGRATE=1 bench/recommend-pairs.sh  # against a build before a migration
 # MIGRATE=1 runs the working tree on a copy that its `recluster` migrated

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/policy"
 )
 
@@ -608,50 +609,83 @@ GROUP BY limit_tool`)
 	return out, rows.Err()
 }
 
-// stream feeds the tools' calls through the evaluator in time order.
+// streamKinds are the column kinds of stream's query.
+var streamKinds = []analytics.ColumnKind{analytics.VarcharColumn, analytics.TimestampColumn, analytics.VarcharColumn,
+	analytics.VarcharColumn, analytics.VarcharColumn, analytics.VarcharColumn, analytics.VarcharColumn, analytics.VarcharColumn,
+	analytics.VarcharColumn}
+
+// streamSlice is how much of the window stream reads at a time: the
+// driver holds a query's whole result in memory (every call of a 5M-call
+// window with its arguments took 2.3 GB at once), a day's share of it
+// bounded.
+const streamSlice = 24 * time.Hour
+
+// stream feeds the tools' calls through the evaluator in time order: the
+// window a day at a time (streamSlice), each read a result chunk at a time.
 func (q query) stream(ctx context.Context, tools []string, p *policy.Policy, loops []RunawayLoop, r *Replay, acc *affected, firstN int) error {
 	inLoop := map[string][]RunawayLoop{} // by tool and session
 	for _, l := range loops {
 		inLoop[l.Tool+"\x00"+l.Session] = append(inLoop[l.Tool+"\x00"+l.Session], l)
 	}
-	rows, err := q.rows(ctx, "replay", `
-SELECT id, ts, tool, coalesce("grant", ''), coalesce(session, ''), coalesce(agent, ''), decision, `+sessionID+`,
-       coalesce(args::VARCHAR, '')
-FROM calls WHERE `+inWindow+` AND list_contains($tools, tool) ORDER BY ts, id`, sql.Named("tools", tools))
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
+	defer q.timed("replay")()
 	ev := policy.NewEvaluator(p)
-	var id, tool, grant, session, agent, recorded, sk, args string
-	var ts time.Time
-	for rows.Next() {
-		if err := rows.Scan(&id, &ts, &tool, &grant, &session, &agent, &recorded, &sk, &args); err != nil {
+	text := `
+SELECT id, ts, tool, coalesce("grant", ''), coalesce(session, ''), coalesce(agent, ''), decision, ` + sessionID + `,
+       coalesce(args::VARCHAR, '')
+FROM calls WHERE ` + inWindow + ` AND list_contains($tools, tool) ORDER BY ts, id`
+	// The strings a call is evaluated with, kept from row to row: most
+	// rows repeat the row before's tool, grant, agent or session.
+	var tool, grant, session, agent, recorded string
+	keep := func(c *analytics.Chunk, col, row int, into *string) {
+		if b := c.Bytes(col, row); string(b) != *into {
+			*into = string(b)
+		}
+	}
+	for lo := q.from; lo.Before(q.to); lo = lo.Add(streamSlice) {
+		slice := q
+		slice.from, slice.to = lo, lo.Add(streamSlice)
+		if slice.to.After(q.to) {
+			slice.to = q.to
+		}
+		err := analytics.ScanChunks(ctx, q.db, text, slice.args(sql.Named("tools", tools)), streamKinds, func(c *analytics.Chunk) error {
+			micros := c.Micros(1)
+			for row := range c.Len() {
+				keep(c, 2, row, &tool)
+				keep(c, 3, row, &grant)
+				keep(c, 4, row, &session)
+				keep(c, 5, row, &agent)
+				ts := time.UnixMicro(micros[row]).UTC()
+				call := policy.Call{TS: ts, Tool: tool, Grant: grant, Session: session, Agent: agent}
+				if args := c.Bytes(8, row); len(args) > 0 {
+					var m map[string]any
+					if json.Unmarshal(args, &m) == nil {
+						call.Args = m
+					}
+				}
+				v := ev.Evaluate(call)
+				keep(c, 6, row, &recorded)
+				tr := r.tool(tool)
+				tr.add(v.Decision, 1)
+				if recorded != policy.Allowed && v.Decision == policy.Allowed {
+					tr.NewlyAllowed++
+					acc.noteNewly(AffectedCall{TS: ts, ID: c.String(0, row), Tool: tool, Session: session, Agent: agent, Recorded: recorded, Replayed: v.Decision})
+				}
+				sk := c.Bytes(7, row)
+				if len(inLoop) > 0 && inside(inLoop[tool+"\x00"+string(sk)], ts) {
+					tr.Loop.refused(v, recorded == policy.Allowed)
+				}
+				if recorded == policy.Allowed && v.Decision != policy.Allowed {
+					tr.Changed++
+					tr.changedBy(v, 1)
+					acc.add(AffectedCall{TS: ts, ID: c.String(0, row), Tool: tool, Session: session, Agent: agent,
+						Recorded: recorded, Replayed: v.Decision, Rule: v.Rule}, string(sk), firstN)
+				}
+			}
+			return nil
+		})
+		if err != nil {
 			return fmt.Errorf("replay: %w", err)
 		}
-		call := policy.Call{TS: ts, Tool: tool, Grant: grant, Session: session, Agent: agent}
-		if args != "" {
-			var m map[string]any
-			if json.Unmarshal([]byte(args), &m) == nil {
-				call.Args = m
-			}
-		}
-		v := ev.Evaluate(call)
-		tr := r.tool(tool)
-		tr.add(v.Decision, 1)
-		if recorded != policy.Allowed && v.Decision == policy.Allowed {
-			tr.NewlyAllowed++
-			acc.noteNewly(AffectedCall{TS: ts.UTC(), ID: id, Tool: tool, Session: session, Agent: agent, Recorded: recorded, Replayed: v.Decision})
-		}
-		if inside(inLoop[tool+"\x00"+sk], ts) {
-			tr.Loop.refused(v, recorded == policy.Allowed)
-		}
-		if recorded == policy.Allowed && v.Decision != policy.Allowed {
-			tr.Changed++
-			tr.changedBy(v, 1)
-			acc.add(AffectedCall{TS: ts.UTC(), ID: id, Tool: tool, Session: session, Agent: agent,
-				Recorded: recorded, Replayed: v.Decision, Rule: v.Rule}, sk, firstN)
-		}
 	}
-	return rows.Err()
+	return nil
 }

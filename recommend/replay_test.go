@@ -192,3 +192,35 @@ func TestReplayCausesAndRunawayCut(t *testing.T) {
 	assert.Equal(t, polls, loops.Calls, "every poll of the loops is counted inside them")
 	assert.Positive(t, loops.Changed)
 }
+
+// The evaluator streams the window a day at a time: a call on a slice's
+// last instant and one a microsecond later are each read once, in order,
+// and a limit's count carries from one slice into the next.
+func TestReplayStreamAcrossDays(t *testing.T) {
+	store, err := analytics.Open(context.Background(), filepath.Join(t.TempDir(), "s.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	from := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	to := from.Add(72 * time.Hour)
+	var evs []audit.Event
+	add := func(id string, ts time.Time) {
+		evs = append(evs, audit.Event{ID: id, TS: ts, Server: "srv", Tool: "get_a", Method: "tools/call", Decision: audit.Allowed,
+			Grant: "g", Agent: "a", Session: "s"})
+	}
+	add("at-from", from) // outside the window (from, to]
+	add("first", from.Add(time.Microsecond))
+	add("slice-end", from.Add(24*time.Hour))                   // 2 Nov 12:00, the first day's last instant
+	add("next-slice", from.Add(24*time.Hour+time.Microsecond)) // the same UTC day, the next slice
+	add("at-to", to)
+	_, err = store.Append(context.Background(), ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	p := &policy.Policy{Version: "1", Default: policy.DefaultAllow,
+		AllTools: &policy.ToolRule{Limits: []policy.Limit{{Counter: "per-day", Window: policy.WindowDay, Max: 1, Scope: policy.ScopeGrant}}}}
+	require.NoError(t, p.Validate())
+	r, err := recommend.Run(context.Background(), store.DB(), recommend.ReplayOptions{Server: "srv", From: from, To: to, Policy: p})
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), r.Calls, "every call of the window once, the one at its start left out")
+	assert.Equal(t, int64(1), r.RateLimited, "the second call of 2 November is over the day's limit, across the slices")
+	require.Len(t, r.FirstAffected, 1)
+	assert.Equal(t, "next-slice", r.FirstAffected[0].ID)
+}
