@@ -105,9 +105,9 @@ func openSandboxed(ctx context.Context, path string, opts Options) (*Store, erro
 		settings = append(settings, "SET GLOBAL TimeZone = 'UTC'")
 		if opts.ReturnMemory {
 			settings = append(settings, "SET allocator_flush_threshold = '16MB'", "SET allocator_background_threads = true")
-			if err := keepFreedPages(); err != nil {
-				return fail(fmt.Errorf("open database %s: %w", path, err))
-			}
+		}
+		if err := keepFreedPages(); err != nil {
+			return fail(fmt.Errorf("open database %s: %w", path, err))
 		}
 	}
 	// DuckDB would otherwise use up to 80% of the machine's memory; with a
@@ -156,12 +156,12 @@ func sqlQuote(s string) string { return strings.ReplaceAll(s, "'", "''") }
 
 // freedPagesDecay is about how long DuckDB's allocator keeps freed pages
 // before handing them back to the system (jemalloc purges them gradually
-// over it), for a store that gives memory back (Options.ReturnMemory).
-// With DuckDB's own 1 s, much of what one batch freed was already handed
-// back when the next batches of a long ingest or a drain allocated again,
-// so they touched new pages: 12-32k more page faults per 1M single-event
-// messages drained by serve (bench/jetstream.sh, README). Idle memory
-// still goes back, within ~13 s.
+// over it), for every store. With DuckDB's own 1 s, much of what one batch
+// freed was already handed back when the next batches of a long ingest or
+// a drain allocated again, so they touched new pages: 12-32k more page
+// faults per 1M single-event messages drained by serve (bench/jetstream.sh,
+// README); a replay that reads its window a day at a time took 170-190k
+// faults against ~100k. Idle memory still goes back, within ~13 s.
 const freedPagesDecay = 10 * time.Second
 
 // keepFreedPages sets freedPagesDecay on DuckDB's allocator, process-wide
