@@ -114,13 +114,7 @@ func ScanChunks(ctx context.Context, db *sql.DB, query string, args []any, kinds
 		return err
 	}
 	defer conn.Close()
-	named := make([]driver.NamedValue, len(args))
-	for i, a := range args {
-		named[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
-		if n, ok := a.(sql.NamedArg); ok {
-			named[i].Name, named[i].Value = n.Name, n.Value
-		}
-	}
+	named := namedValues(args)
 	return conn.Raw(func(dc any) error {
 		qc, ok := dc.(driver.QueryerContext)
 		if !ok {
@@ -159,6 +153,19 @@ func ScanChunks(ctx context.Context, db *sql.DB, query string, args []any, kinds
 			}
 		}
 	})
+}
+
+// namedValues are a query's arguments as the driver takes them: each in its
+// place, a sql.NamedArg by its name too.
+func namedValues(args []any) []driver.NamedValue {
+	named := make([]driver.NamedValue, len(args))
+	for i, a := range args {
+		named[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
+		if n, ok := a.(sql.NamedArg); ok {
+			named[i].Name, named[i].Value = n.Name, n.Value
+		}
+	}
+	return named
 }
 
 // readChunk points c at chunk's vectors and hands it to each.

@@ -2,7 +2,6 @@ package analytics
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -157,15 +156,7 @@ func (s *Store) query(ctx context.Context, query string, args []any, limits Quer
 			return fmt.Errorf("query: %w", err)
 		}
 		defer st.Close()
-		named := make([]driver.NamedValue, len(args))
-		for i, a := range args {
-			if n, ok := a.(sql.NamedArg); ok {
-				named[i] = driver.NamedValue{Name: n.Name, Ordinal: i + 1, Value: n.Value}
-			} else {
-				named[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
-			}
-		}
-		rows, err := st.(driver.StmtQueryContext).QueryContext(ctx, named)
+		rows, err := st.(driver.StmtQueryContext).QueryContext(ctx, namedValues(args))
 		if err != nil {
 			return fmt.Errorf("query: %w", err)
 		}

@@ -41,9 +41,6 @@ type Options struct {
 	// promptly (a background thread, and a flush after any task that
 	// allocated over 16 MB), so that a long-running daemon's RSS follows
 	// its work: measured 450 instead of 510 MiB while draining a backlog.
-	// Freed pages go back over freedPagesDecay (10 s, every store) rather
-	// than DuckDB's 1 s, so that the next batches reuse them instead of
-	// touching new pages (keepFreedPages).
 	ReturnMemory bool
 	// IngestThreads, when > 0, runs DuckDB on this many threads except while
 	// a Boost is held. A daemon's appends share 2 cores with NATS and

@@ -466,7 +466,7 @@ func WindowUse(ctx context.Context, q *sql.DB, server, grant string, from, to ti
 	for i, r := range [2][2]int64{{tableFrom, mid}, {mid, lastDay}} {
 		eg.Go(func() error {
 			return ScanChunks(ctx, q, `SELECT "grant", tool, `+dayUseColumns+` FROM tool_day_use
-WHERE `+scope+` AND day >= ? AND day < ?`, append(scopeArgs[:len(scopeArgs):len(scopeArgs)], r[0], r[1]), dayUseKinds, func(c *Chunk) error {
+WHERE `+scope+` AND day >= ? AND day < ?`, slices.Concat(scopeArgs, []any{r[0], r[1]}), dayUseKinds, func(c *Chunk) error {
 				for row := range c.Len() {
 					halves[i] = append(halves[i], dayRow{toolDayKey{grant: c.String(0, row), tool: c.String(1, row)}, readDayUse(c, 2, row)})
 				}

@@ -550,7 +550,7 @@ WITH d AS (
 		ORDER BY ts, id LIMIT $n
 	)
 )
-SELECT limit_tool, skh::VARCHAR, agent, id, ts, session, CASE WHEN id IS NULL THEN NULL ELSE limit_rule END
+SELECT limit_tool, skh::VARCHAR, agent, id, ts, session, limit_rule
 FROM d JOIN replay_limits USING (lid)
 ORDER BY ts NULLS FIRST, id`, sql.Named("n", max(firstN*4, 0)))
 	if err != nil {
@@ -641,49 +641,49 @@ FROM calls WHERE ` + inWindow + ` AND list_contains($tools, tool) ORDER BY ts, i
 			*into = string(b)
 		}
 	}
+	each := func(c *analytics.Chunk) error {
+		micros := c.Micros(1)
+		for row := range c.Len() {
+			keep(c, 2, row, &tool)
+			keep(c, 3, row, &grant)
+			keep(c, 4, row, &session)
+			keep(c, 5, row, &agent)
+			ts := time.UnixMicro(micros[row]).UTC()
+			call := policy.Call{TS: ts, Tool: tool, Grant: grant, Session: session, Agent: agent}
+			if args := c.Bytes(8, row); len(args) > 0 {
+				var m map[string]any
+				if json.Unmarshal(args, &m) == nil {
+					call.Args = m
+				}
+			}
+			v := ev.Evaluate(call)
+			keep(c, 6, row, &recorded)
+			tr := r.tool(tool)
+			tr.add(v.Decision, 1)
+			if recorded != policy.Allowed && v.Decision == policy.Allowed {
+				tr.NewlyAllowed++
+				acc.noteNewly(AffectedCall{TS: ts, ID: c.String(0, row), Tool: tool, Session: session, Agent: agent, Recorded: recorded, Replayed: v.Decision})
+			}
+			sk := c.Bytes(7, row)
+			if len(inLoop) > 0 && inside(inLoop[tool+"\x00"+string(sk)], ts) {
+				tr.Loop.refused(v, recorded == policy.Allowed)
+			}
+			if recorded == policy.Allowed && v.Decision != policy.Allowed {
+				tr.Changed++
+				tr.changedBy(v, 1)
+				acc.add(AffectedCall{TS: ts, ID: c.String(0, row), Tool: tool, Session: session, Agent: agent,
+					Recorded: recorded, Replayed: v.Decision, Rule: v.Rule}, string(sk), firstN)
+			}
+		}
+		return nil
+	}
 	for lo := q.from; lo.Before(q.to); lo = lo.Add(streamSlice) {
 		slice := q
 		slice.from, slice.to = lo, lo.Add(streamSlice)
 		if slice.to.After(q.to) {
 			slice.to = q.to
 		}
-		err := analytics.ScanChunks(ctx, q.db, text, slice.args(sql.Named("tools", tools)), streamKinds, func(c *analytics.Chunk) error {
-			micros := c.Micros(1)
-			for row := range c.Len() {
-				keep(c, 2, row, &tool)
-				keep(c, 3, row, &grant)
-				keep(c, 4, row, &session)
-				keep(c, 5, row, &agent)
-				ts := time.UnixMicro(micros[row]).UTC()
-				call := policy.Call{TS: ts, Tool: tool, Grant: grant, Session: session, Agent: agent}
-				if args := c.Bytes(8, row); len(args) > 0 {
-					var m map[string]any
-					if json.Unmarshal(args, &m) == nil {
-						call.Args = m
-					}
-				}
-				v := ev.Evaluate(call)
-				keep(c, 6, row, &recorded)
-				tr := r.tool(tool)
-				tr.add(v.Decision, 1)
-				if recorded != policy.Allowed && v.Decision == policy.Allowed {
-					tr.NewlyAllowed++
-					acc.noteNewly(AffectedCall{TS: ts, ID: c.String(0, row), Tool: tool, Session: session, Agent: agent, Recorded: recorded, Replayed: v.Decision})
-				}
-				sk := c.Bytes(7, row)
-				if len(inLoop) > 0 && inside(inLoop[tool+"\x00"+string(sk)], ts) {
-					tr.Loop.refused(v, recorded == policy.Allowed)
-				}
-				if recorded == policy.Allowed && v.Decision != policy.Allowed {
-					tr.Changed++
-					tr.changedBy(v, 1)
-					acc.add(AffectedCall{TS: ts, ID: c.String(0, row), Tool: tool, Session: session, Agent: agent,
-						Recorded: recorded, Replayed: v.Decision, Rule: v.Rule}, string(sk), firstN)
-				}
-			}
-			return nil
-		})
-		if err != nil {
+		if err := analytics.ScanChunks(ctx, q.db, text, slice.args(sql.Named("tools", tools)), streamKinds, each); err != nil {
 			return fmt.Errorf("replay: %w", err)
 		}
 	}

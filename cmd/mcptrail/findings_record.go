@@ -14,7 +14,8 @@ import (
 // (SPEC §5): one recorded run per scope, made by source (recommend, report,
 // schedule), the scopes of one recommendation in one transaction. Every run
 // that opened the database writable records; a read-only database cannot,
-// and the warning says so rather than leaving the history silently behind. Any other failure fails the run.
+// and the warning says so rather than leaving the history silently behind.
+// Any other failure fails the run.
 func (a *app) recordFindings(store *analytics.Store, source string) func(context.Context, []*recommend.Report) error {
 	return func(ctx context.Context, reports []*recommend.Report) error {
 		start := time.Now()
