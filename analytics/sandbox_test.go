@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -295,4 +296,39 @@ func TestEveryStoreKeepsFreedPagesForTheDecay(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, got, "ReturnMemory %v", opts.ReturnMemory)
 	}
+}
+
+// The stores that answer queries ask for huge pages under DuckDB's memory;
+// a process whose only store gives memory back (ingest's, serve's) does
+// not. Each case runs in a process of its own (this test binary again, as
+// TestOpenOneStoreAndCountHugePageArenas): the hooks stay for the process.
+func TestQueryStoresAskForHugePagesAndReturningStoresDoNot(t *testing.T) {
+	if !duckalloc.Supported() {
+		t.Skip("DuckDB is built without jemalloc here")
+	}
+	for returnMemory, want := range map[bool]string{false: "hooked", true: "none"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestOpenOneStoreAndCountHugePageArenas$", "-test.v")
+		cmd.Env = append(os.Environ(), "MCPTRAIL_HUGE_PAGES_STORE="+filepath.Join(t.TempDir(), "s.duckdb"),
+			fmt.Sprintf("MCPTRAIL_HUGE_PAGES_RETURN_MEMORY=%v", returnMemory))
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		assert.Contains(t, string(out), "huge-page arenas: "+want+"\n", "ReturnMemory %v", returnMemory)
+	}
+}
+
+func TestOpenOneStoreAndCountHugePageArenas(t *testing.T) {
+	path := os.Getenv("MCPTRAIL_HUGE_PAGES_STORE")
+	if path == "" {
+		t.Skip("run by TestQueryStoresAskForHugePagesAndReturningStoresDoNot")
+	}
+	s, err := Open(context.Background(), path, Options{ReturnMemory: os.Getenv("MCPTRAIL_HUGE_PAGES_RETURN_MEMORY") == "true"})
+	require.NoError(t, err)
+	defer s.Close()
+	n, err := duckalloc.HugePagesArenas()
+	require.NoError(t, err)
+	said := "none"
+	if n > 0 {
+		said = "hooked"
+	}
+	fmt.Printf("huge-page arenas: %s\n", said)
 }

@@ -2,7 +2,11 @@ package duckalloc
 
 import (
 	"database/sql"
+	"os"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,4 +58,94 @@ func TestAnUnknownSettingIsAnError(t *testing.T) {
 	err := setMillis("arenas.no_such_decay_ms", time.Second)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "arenas.no_such_decay_ms")
+}
+
+// adviseHugeResident is how much of this process's memory is resident in
+// mappings advised for transparent huge pages ("hg" among the VmFlags of
+// /proc/self/smaps, which end each mapping's entry).
+func adviseHugeResident(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/smaps")
+	require.NoError(t, err)
+	var total, rss int64
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "Rss:"); ok {
+			f := strings.Fields(v)
+			require.Len(t, f, 2)
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			require.NoError(t, err)
+			rss = kb << 10
+		}
+		if flags, ok := strings.CutPrefix(line, "VmFlags:"); ok {
+			if slices.Contains(strings.Fields(flags), "hg") {
+				total += rss
+			}
+			rss = 0
+		}
+	}
+	return total
+}
+
+func TestUseHugePagesAdvisesWhatDuckDBMapsFromThenOn(t *testing.T) {
+	if !Supported() {
+		assert.ErrorIs(t, UseHugePages(), errUnsupported)
+		return
+	}
+	db, err := sql.Open("duckdb", "")
+	require.NoError(t, err)
+	_, err = db.Exec("SELECT sum(i) FROM range(1000000) t(i)")
+	require.NoError(t, err)
+	if hooked, err := HugePagesArenas(); err == nil && hooked == 0 { // not on a second run in one process
+		assert.Zero(t, adviseHugeResident(t), "nothing advised before the call")
+	}
+
+	require.NoError(t, UseHugePages())
+	require.NoError(t, UseHugePages(), "a second call is the first's result")
+	n, err := arenaCount()
+	require.NoError(t, err)
+	hooked, err := HugePagesArenas()
+	require.NoError(t, err)
+	assert.Positive(t, hooked)
+	assert.LessOrEqual(t, hooked, n)
+	has, err := arenaHasHugePages(0)
+	require.NoError(t, err)
+	assert.True(t, has, "arena 0, in use before the call")
+
+	// A table of a few hundred MB in memory makes DuckDB's arenas map more.
+	_, err = db.Exec("CREATE TABLE t AS SELECT i, i::VARCHAR || '-padding-padding' AS s FROM range(6000000) r(i)")
+	require.NoError(t, err)
+	var rows int64
+	require.NoError(t, db.QueryRow("SELECT count(DISTINCT s) FROM t").Scan(&rows))
+	assert.EqualValues(t, 6000000, rows)
+	assert.Greater(t, adviseHugeResident(t), int64(64<<20), "the table's memory, in mappings advised for huge pages")
+
+	// Closing frees every block, on DuckDB's threads too: the extents
+	// merge back through the hooks without deadlocking.
+	closed := make(chan error, 1)
+	go func() { closed <- db.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("closing DuckDB hung")
+	}
+}
+
+func TestAFreeOnAFreshThreadMergesWithoutDeadlock(t *testing.T) {
+	startDuckDB(t)
+	if !Supported() {
+		t.Skip("DuckDB is built without jemalloc here")
+	}
+	require.NoError(t, UseHugePages())
+	// jemalloc's own merge hook sets up the calling thread's allocator
+	// state, allocating under the lock the merge runs in: with it, this
+	// never returns.
+	done := make(chan error, 1)
+	go func() { done <- freeNeighboursOnNewThread(1 << 20) }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("a free on a new thread hung in the merge of two extents")
+	}
 }

@@ -11,3 +11,9 @@ func getMillis(string) (time.Duration, error) { return 0, errUnsupported }
 func setMillis(string, time.Duration) error { return errUnsupported }
 
 func arenaCount() (int, error) { return 0, errUnsupported }
+
+func hugePagesOnArena(int) error { return errUnsupported }
+
+func arenaHasHugePages(int) (bool, error) { return false, errUnsupported }
+
+func freeNeighboursOnNewThread(int) error { return errUnsupported }
