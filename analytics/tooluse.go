@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"slices"
 	"time"
 
@@ -345,8 +346,17 @@ func readDayUse(c *Chunk, first, row int) *DayUse {
 
 // setSessions unpacks a row's sets: its sessions' blob, and the bits
 // that mark the allowed ones among them (packAllowed).
+//
+// Each set gets one allocation of its size: a window's rows hold ~1M
+// hashes, and grown by append they took twice the memory, each new page of
+// it a page fault.
 func (u *DayUse) setSessions(sessions, allowed []byte) {
 	u.Sessions = unpackSessions(u.Sessions, sessions)
+	n := 0
+	for _, b := range allowed {
+		n += bits.OnesCount8(b)
+	}
+	u.AllowedSessions = slices.Grow(u.AllowedSessions, n)
 	for i, h := range u.Sessions {
 		if i/8 < len(allowed) && allowed[i/8]&(1<<(i%8)) != 0 {
 			u.AllowedSessions = append(u.AllowedSessions, h)
@@ -382,6 +392,7 @@ func packSessions(set []uint64) []byte {
 
 // unpackSessions appends a blob's set to set.
 func unpackSessions(set []uint64, b []byte) []uint64 {
+	set = slices.Grow(set, len(b)/8)
 	for i := 0; i+8 <= len(b); i += 8 {
 		set = append(set, binary.LittleEndian.Uint64(b[i:]))
 	}
