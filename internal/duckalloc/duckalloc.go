@@ -85,7 +85,8 @@ func SetDecay(d Decay) error {
 // comes a 4 KiB page, and a page fault, at a time. Where the mode is
 // "always" it changes little (the alignment), and where it is "never" the kernel ignores
 // the advice. Once per process; later calls return the first's result.
-// Memory mapped before the call stays as it is.
+// Memory mapped before the call stays as it is, and an arena with extent
+// hooks of somebody else's keeps them.
 func UseHugePages() error {
 	hugePagesOnce.Do(func() { hugePagesErr = useHugePages() })
 	return hugePagesErr
@@ -106,8 +107,8 @@ func useHugePages() error {
 	}
 	for i := range n {
 		if err := hugePagesOnArena(i); err != nil {
-			if errors.Is(err, syscall.EFAULT) {
-				continue // past the automatic arenas, none made
+			if errors.Is(err, syscall.EFAULT) || errors.Is(err, errForeignHooks) {
+				continue // past the automatic arenas, none made; or hooks of somebody else's, kept
 			}
 			return err
 		}
@@ -140,5 +141,9 @@ func HugePagesArenas() (int, error) {
 	}
 	return count, nil
 }
+
+// errForeignHooks: an arena maps through extent hooks that are neither
+// jemalloc's own nor ours, which UseHugePages leaves in place.
+var errForeignHooks = errors.New("the arena has extent hooks of somebody else's: left as they are")
 
 var errUnsupported = errors.New("DuckDB's allocator is not jemalloc in this build")

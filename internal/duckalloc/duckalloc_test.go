@@ -95,6 +95,9 @@ func TestUseHugePagesAdvisesWhatDuckDBMapsFromThenOn(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.Exec("SELECT sum(i) FROM range(1000000) t(i)")
 	require.NoError(t, err)
+	if _, err := os.Stat("/sys/kernel/mm/transparent_hugepage"); err != nil {
+		t.Skip("this kernel has no transparent huge pages: it refuses the advice")
+	}
 	if hooked, err := HugePagesArenas(); err == nil && hooked == 0 { // not on a second run in one process
 		assert.Zero(t, adviseHugeResident(t), "nothing advised before the call")
 	}
@@ -148,4 +151,30 @@ func TestAFreeOnAFreshThreadMergesWithoutDeadlock(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("a free on a new thread hung in the merge of two extents")
 	}
+}
+
+// An arena with extent hooks of somebody else's keeps them: UseHugePages
+// neither replaces nor chains them.
+func TestHugePagesLeaveOtherHooksInPlace(t *testing.T) {
+	startDuckDB(t)
+	if !Supported() {
+		t.Skip("DuckDB is built without jemalloc here")
+	}
+	require.NoError(t, UseHugePages())
+	require.NoError(t, setForeignHooks(0, true))
+	t.Cleanup(func() { require.NoError(t, setForeignHooks(0, false)) })
+	err := hugePagesOnArena(0)
+	require.ErrorIs(t, err, errForeignHooks)
+	has, err := arenaHasHugePages(0)
+	require.NoError(t, err)
+	assert.False(t, has, "the foreign hooks stayed")
+	before, err := HugePagesArenas()
+	require.NoError(t, err)
+	require.NoError(t, useHugePages(), "the other arenas take ours; this one is skipped")
+	after, err := HugePagesArenas()
+	require.NoError(t, err)
+	assert.Equal(t, before, after)
+	has, err = arenaHasHugePages(0)
+	require.NoError(t, err)
+	assert.False(t, has)
 }

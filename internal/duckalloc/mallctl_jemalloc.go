@@ -3,6 +3,7 @@
 package duckalloc
 
 /*
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -195,6 +196,24 @@ static int free_neighbours_on_new_thread(size_t size) {
 	return pthread_join(t, NULL);
 }
 
+// foreign_hooks stands for hooks of somebody else's (for the tests): a
+// copy of jemalloc's own at another address.
+static extent_hooks foreign_hooks;
+
+// swap_hooks sets arena i's hooks to foreign ones (foreign != 0; jemalloc's
+// own as they were first read must be known) or back to ours: 0 or the
+// mallctl error.
+static int swap_hooks(unsigned i, int foreign) {
+	if (jemalloc_hooks == NULL) {
+		return EINVAL;
+	}
+	foreign_hooks = *jemalloc_hooks;
+	extent_hooks *h = foreign ? &foreign_hooks : &huge_hooks;
+	char name[64];
+	snprintf(name, sizeof name, "arena.%u.extent_hooks", i);
+	return duckdb_je_mallctl(name, NULL, NULL, &h, sizeof(h));
+}
+
 // arena_has_huge_hooks says whether arena i allocates through huge_alloc.
 static int arena_has_huge_hooks(unsigned i, int *has) {
 	char name[64];
@@ -252,7 +271,7 @@ func arenaCount() (int, error) {
 func hugePagesOnArena(i int) error {
 	switch rc := C.hooks_on_arena(C.unsigned(i)); {
 	case rc == -1:
-		return fmt.Errorf("arena %d of DuckDB's jemalloc has extent hooks of its own: left as they are", i)
+		return fmt.Errorf("arena %d of DuckDB's jemalloc: %w", i, errForeignHooks)
 	case rc != 0:
 		return fmt.Errorf("set the extent hooks of arena %d of DuckDB's jemalloc: %w", i, syscall.Errno(rc))
 	}
@@ -277,6 +296,19 @@ func freeNeighboursOnNewThread(size int) error {
 		return fmt.Errorf("no two neighbouring blocks of %d bytes among 64", size)
 	case rc != 0:
 		return fmt.Errorf("free on a new thread: %w", syscall.Errno(rc))
+	}
+	return nil
+}
+
+// setForeignHooks gives arena i hooks of somebody else's (foreign), or ours
+// back (for the tests).
+func setForeignHooks(i int, foreign bool) error {
+	f := C.int(0)
+	if foreign {
+		f = 1
+	}
+	if rc := C.swap_hooks(C.unsigned(i), f); rc != 0 {
+		return fmt.Errorf("set the extent hooks of arena %d: %w", i, syscall.Errno(rc))
 	}
 	return nil
 }

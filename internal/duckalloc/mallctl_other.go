@@ -17,3 +17,5 @@ func hugePagesOnArena(int) error { return errUnsupported }
 func arenaHasHugePages(int) (bool, error) { return false, errUnsupported }
 
 func freeNeighboursOnNewThread(int) error { return errUnsupported }
+
+func setForeignHooks(int, bool) error { return errUnsupported }
