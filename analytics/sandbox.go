@@ -65,7 +65,7 @@ func openSandboxed(ctx context.Context, path string, opts Options) (*Store, erro
 	}
 	// Before DuckDB starts: every mapping of its memory goes through the
 	// hooks.
-	if !opts.ReturnMemory {
+	if !opts.ReturnMemory && !opts.NoHugePages {
 		if err := hugePages(); err != nil {
 			return nil, fmt.Errorf("open database %s: %w", path, err)
 		}
@@ -184,6 +184,16 @@ func hugePages() error {
 		return nil
 	}
 	return duckalloc.UseHugePages()
+}
+
+// HugePagesInUse says whether DuckDB's memory in this process is advised
+// for transparent huge pages from now on (a store asked for them).
+func HugePagesInUse() bool {
+	if !duckalloc.Supported() {
+		return false
+	}
+	n, err := duckalloc.HugePagesArenas()
+	return err == nil && n > 0
 }
 
 // keepFreedPages sets freedPagesDecay on DuckDB's allocator, process-wide

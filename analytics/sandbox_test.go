@@ -299,20 +299,23 @@ func TestEveryStoreKeepsFreedPagesForTheDecay(t *testing.T) {
 }
 
 // The stores that answer queries ask for huge pages under DuckDB's memory;
-// a process whose only store gives memory back (ingest's, serve's) does
-// not. Each case runs in a process of its own (this test binary again, as
+// a process whose only store gives memory back (ingest's, serve's), or was
+// opened with NoHugePages (storage.huge_pages false), does not. Each case
+// runs in a process of its own (this test binary again, as
 // TestOpenOneStoreAndCountHugePageArenas): the hooks stay for the process.
 func TestQueryStoresAskForHugePagesAndReturningStoresDoNot(t *testing.T) {
 	if !duckalloc.Supported() {
 		t.Skip("DuckDB is built without jemalloc here")
 	}
-	for returnMemory, want := range map[bool]string{false: "hooked", true: "none"} {
+	for _, tc := range []struct {
+		opts, want string
+	}{{"", "hooked"}, {"return-memory", "none"}, {"no-huge-pages", "none"}} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestOpenOneStoreAndCountHugePageArenas$", "-test.v")
 		cmd.Env = append(os.Environ(), "MCPTRAIL_HUGE_PAGES_STORE="+filepath.Join(t.TempDir(), "s.duckdb"),
-			fmt.Sprintf("MCPTRAIL_HUGE_PAGES_RETURN_MEMORY=%v", returnMemory))
+			"MCPTRAIL_HUGE_PAGES_OPTIONS="+tc.opts)
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "%s", out)
-		assert.Contains(t, string(out), "huge-page arenas: "+want+"\n", "ReturnMemory %v", returnMemory)
+		assert.Contains(t, string(out), "huge-page arenas: "+tc.want+"\n", "options %q", tc.opts)
 	}
 }
 
@@ -321,7 +324,8 @@ func TestOpenOneStoreAndCountHugePageArenas(t *testing.T) {
 	if path == "" {
 		t.Skip("run by TestQueryStoresAskForHugePagesAndReturningStoresDoNot")
 	}
-	s, err := Open(context.Background(), path, Options{ReturnMemory: os.Getenv("MCPTRAIL_HUGE_PAGES_RETURN_MEMORY") == "true"})
+	opts := os.Getenv("MCPTRAIL_HUGE_PAGES_OPTIONS")
+	s, err := Open(context.Background(), path, Options{ReturnMemory: opts == "return-memory", NoHugePages: opts == "no-huge-pages"})
 	require.NoError(t, err)
 	defer s.Close()
 	n, err := duckalloc.HugePagesArenas()

@@ -37,6 +37,12 @@ type Options struct {
 	// MemoryLimit bounds DuckDB's memory, e.g. "256MB" (DefaultMemoryLimit
 	// when empty); larger sorts and aggregates spill to disk.
 	MemoryLimit string
+	// NoHugePages keeps DuckDB's memory in 4 KiB pages where the store
+	// would ask for transparent huge pages (a store that does not
+	// ReturnMemory; storage.huge_pages false). The advice is process-wide
+	// and stays once given: a store opened without it after one with it
+	// changes nothing.
+	NoHugePages bool
 	// ReturnMemory makes DuckDB give freed memory back to the system
 	// promptly (a background thread, and a flush after any task that
 	// allocated over 16 MB), so that a long-running daemon's RSS follows

@@ -32,6 +32,7 @@ var Defaults = map[string]any{
 	"storage.path":                        "./mcptrail.duckdb",
 	"storage.archive":                     "",
 	"storage.retention":                   0,
+	"storage.huge_pages":                  true,
 	"nats.url":                            "",
 	"nats.embedded.listen":                "127.0.0.1:4222",
 	"nats.embedded.store_dir":             "./mcptrail-data/nats",
@@ -125,6 +126,9 @@ type Storage struct {
 	// Retention deletes archived, verified days older than this from the
 	// hot store; 0 keeps everything.
 	Retention time.Duration
+	// HugePages lets the commands that read ask the kernel for transparent
+	// huge pages under DuckDB's memory (analytics.Options.NoHugePages).
+	HugePages bool
 }
 
 // NATS is nats.*.
@@ -322,6 +326,7 @@ func Load(v *viper.Viper) (*Config, error) {
 	c := &Config{File: v.ConfigFileUsed()}
 	c.Storage.Path = p.str("storage.path", nonEmpty)
 	c.Storage.Archive = p.str("storage.archive", nil)
+	c.Storage.HugePages = p.boolean("storage.huge_pages")
 	if r := fmt.Sprint(v.Get("storage.retention")); strings.TrimSpace(r) != "0" {
 		c.Storage.Retention = p.duration("storage.retention")
 		if c.Storage.Archive == "" {

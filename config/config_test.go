@@ -123,11 +123,13 @@ func TestPrecedence(t *testing.T) {
 	c, err := Load(v)
 	require.NoError(t, err)
 	assert.Equal(t, "/from/file.duckdb", c.Storage.Path, "file over default")
+	assert.True(t, c.Storage.HugePages, "on by default")
 	assert.Equal(t, []string{"a", "b"}, c.NATS.Servers)
 
 	t.Setenv("MCPTRAIL_STORAGE_PATH", "/from/env.duckdb")
 	t.Setenv("MCPTRAIL_NATS_SERVERS", "x, y")
 	t.Setenv("MCPTRAIL_NATS_EMBEDDED_LISTEN", "127.0.0.1:5222")
+	t.Setenv("MCPTRAIL_STORAGE_HUGE_PAGES", "false")
 	v = New()
 	_, err = ReadFile(v, file)
 	require.NoError(t, err)
@@ -136,6 +138,7 @@ func TestPrecedence(t *testing.T) {
 	assert.Equal(t, "/from/env.duckdb", c.Storage.Path, "env over file")
 	assert.Equal(t, []string{"x", "y"}, c.NATS.Servers, "lists are comma-separated in the environment")
 	assert.Equal(t, "127.0.0.1:5222", c.NATS.Listen)
+	assert.False(t, c.Storage.HugePages, "turned off in the environment")
 	assert.Equal(t, 100, c.Ingest.BatchSize)
 
 	v.Set("storage.path", "/from/flag.duckdb") // what a bound flag does
@@ -154,6 +157,7 @@ func TestBadValues(t *testing.T) {
 		{"nats.embedded.listen", "4222", "must be host:port"},
 		{"nats.url", "http://x:4222", "scheme must be nats"},
 		{"nats.jetstream", "maybe", "must be true or false"},
+		{"storage.huge_pages", "sometimes", "must be true or false"},
 		{"recommend.headroom", "0.5", "must be a number from 1"},
 		{"recommend.window", "-3d", "positive duration"},
 		{"storage.path", "", "must not be empty"},

@@ -66,7 +66,7 @@ func (a *app) runDemo(ctx context.Context, dir string, days int) error {
 		return err
 	}
 	natsAddr, httpAddr := addrs[0], addrs[1]
-	store, err := analytics.Open(ctx, dbPath, analytics.Options{SessionGap: a.cfg.Recommend.SessionGap})
+	store, err := analytics.Open(ctx, dbPath, analytics.Options{SessionGap: a.cfg.Recommend.SessionGap, NoHugePages: !a.cfg.Storage.HugePages})
 	if err != nil {
 		return err
 	}

@@ -221,6 +221,7 @@ func (a *app) openStoreWith(ctx context.Context, opts analytics.Options) (*analy
 	}
 	opts.SessionGap = a.cfg.Recommend.SessionGap
 	opts.ArchiveDir = a.cfg.Storage.Archive
+	opts.NoHugePages = !a.cfg.Storage.HugePages
 	s, err := analytics.Open(ctx, a.cfg.Storage.Path, opts)
 	if err != nil {
 		if errors.Is(err, analytics.ErrLocked) {
@@ -228,6 +229,7 @@ func (a *app) openStoreWith(ctx context.Context, opts analytics.Options) (*analy
 		}
 		return nil, nil, err
 	}
+	a.log.Debug("database opened", "path", a.cfg.Storage.Path, "huge_pages", analytics.HugePagesInUse())
 	return s, func() {
 		if err := s.Close(); err != nil {
 			a.log.Error("close database", "path", a.cfg.Storage.Path, "err", err)
