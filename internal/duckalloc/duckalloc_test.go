@@ -124,13 +124,21 @@ func TestUseHugePagesAdvisesWhatDuckDBMapsFromThenOn(t *testing.T) {
 
 	// Closing frees every block, on DuckDB's threads too: the extents
 	// merge back through the hooks without deadlocking.
-	closed := make(chan error, 1)
-	go func() { closed <- db.Close() }()
+	returnsWithin(t, 2*time.Minute, "closing DuckDB", db.Close)
+}
+
+// returnsWithin runs f and fails the test if it has not returned within
+// limit (the allocator deadlocks these tests look for never return), or
+// returned an error.
+func returnsWithin(t *testing.T, limit time.Duration, what string, f func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- f() }()
 	select {
-	case err := <-closed:
-		require.NoError(t, err)
-	case <-time.After(2 * time.Minute):
-		t.Fatal("closing DuckDB hung")
+	case err := <-done:
+		require.NoError(t, err, what)
+	case <-time.After(limit):
+		t.Fatalf("%s hung", what)
 	}
 }
 
@@ -142,15 +150,10 @@ func TestAFreeOnAFreshThreadMergesWithoutDeadlock(t *testing.T) {
 	require.NoError(t, UseHugePages())
 	// jemalloc's own merge hook sets up the calling thread's allocator
 	// state, allocating under the lock the merge runs in: with it, this
-	// never returns.
-	done := make(chan error, 1)
-	go func() { done <- freeNeighboursOnNewThread(1 << 20) }()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(time.Minute):
-		t.Fatal("a free on a new thread hung in the merge of two extents")
-	}
+	// never returns (5 runs of 5 hung, the whole test binary with it, so
+	// that go test's -timeout is what ends it).
+	returnsWithin(t, time.Minute, "a free on a new thread, merging two extents",
+		func() error { return freeNeighboursOnNewThread(16 << 20) })
 }
 
 // An arena with extent hooks of somebody else's keeps them: UseHugePages

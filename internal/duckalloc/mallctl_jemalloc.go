@@ -143,27 +143,33 @@ static int hooks_on_arena(unsigned i) {
 	return duckdb_je_mallctl(name, NULL, NULL, &ours, sizeof(ours));
 }
 
-extern void *duckdb_je_malloc(size_t size) __attribute__((weak));
-extern void duckdb_je_free(void *p) __attribute__((weak));
+extern void *duckdb_je_mallocx(size_t size, int flags) __attribute__((weak));
+extern void duckdb_je_dallocx(void *p, int flags) __attribute__((weak));
+
+// jemalloc's mallocx flags (jemalloc.h): an arena, and no thread cache.
+#define MALLOCX_ARENA(a) ((((int)(a)) + 1) << 20)
+#define MALLOCX_TCACHE_NONE ((int)((-1 + 2) << 8))
 
 static void *free_block(void *p) {
-	duckdb_je_free(p);
+	duckdb_je_dallocx(p, MALLOCX_TCACHE_NONE);
 	return NULL;
 }
 
-// free_neighbours_on_new_thread allocates blocks of size bytes (past the
-// thread caches) until two are neighbours in memory, frees the first, then
-// the second on a new thread, one that never allocated: its free merges
-// the two extents through the merge hook, from a thread whose allocator
-// state is not set up yet. 0, -1 when no neighbours came, or pthread's
-// error.
+// free_neighbours_on_new_thread allocates blocks of size bytes in arena 0,
+// past the thread caches, until two are neighbours in memory, frees the
+// first, then the second on a new thread, one that never allocated: its
+// free merges the two extents through the merge hook, from a thread whose
+// allocator state is not set up yet, and setting it up allocates the
+// thread cache from arena 0, whose lock the merge holds. 0, -1 when no
+// neighbours came, or pthread's error.
 static int free_neighbours_on_new_thread(size_t size) {
 	enum { tries = 64 };
+	const int flags = MALLOCX_ARENA(0) | MALLOCX_TCACHE_NONE;
 	char *blocks[tries];
 	char *a = NULL, *b = NULL;
 	int n = 0;
 	while (n < tries && b == NULL) {
-		blocks[n] = duckdb_je_malloc(size);
+		blocks[n] = duckdb_je_mallocx(size, flags);
 		if (blocks[n] == NULL) {
 			break;
 		}
@@ -180,17 +186,17 @@ static int free_neighbours_on_new_thread(size_t size) {
 	}
 	for (int i = 0; i < n; i++) {
 		if (blocks[i] != a && blocks[i] != b) {
-			duckdb_je_free(blocks[i]);
+			duckdb_je_dallocx(blocks[i], MALLOCX_TCACHE_NONE);
 		}
 	}
 	if (b == NULL) {
 		return -1;
 	}
-	duckdb_je_free(a);
+	duckdb_je_dallocx(a, MALLOCX_TCACHE_NONE);
 	pthread_t t;
 	int rc = pthread_create(&t, NULL, free_block, b);
 	if (rc != 0) {
-		duckdb_je_free(b);
+		duckdb_je_dallocx(b, MALLOCX_TCACHE_NONE);
 		return rc;
 	}
 	return pthread_join(t, NULL);
