@@ -87,9 +87,9 @@ type duckString struct {
 	ptr    unsafe.Pointer
 }
 
-// bytesAt is row's value of a VARCHAR or BLOB column col, in DuckDB's
-// memory.
-func (c *Chunk) bytesAt(col, row int) []byte {
+// Bytes is row's value of column col, a VARCHAR or BLOB column, in
+// DuckDB's memory: valid only until the function given the chunk returns.
+func (c *Chunk) Bytes(col, row int) []byte {
 	s := &unsafe.Slice((*duckString)(c.data[col]), c.size)[row]
 	if s.length <= 12 {
 		return unsafe.Slice((*byte)(unsafe.Pointer(&s.prefix)), s.length)
@@ -98,11 +98,7 @@ func (c *Chunk) bytesAt(col, row int) []byte {
 }
 
 // String is row's value of column col, a VARCHAR column, copied.
-func (c *Chunk) String(col, row int) string { return string(c.bytesAt(col, row)) }
-
-// Bytes is row's value of column col, a VARCHAR or BLOB column, in
-// DuckDB's memory: valid only until the function given the chunk returns.
-func (c *Chunk) Bytes(col, row int) []byte { return c.bytesAt(col, row) }
+func (c *Chunk) String(col, row int) string { return string(c.Bytes(col, row)) }
 
 // ScanChunks runs query with args (named arguments, as for QueryContext)
 // on a connection of db and hands each chunk of its result to each, in
