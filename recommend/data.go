@@ -430,52 +430,35 @@ SELECT th, peak, count(*), sum(calls) FROM pk GROUP BY ALL`, sql.Named("bucket_m
 // percentiles as DuckDB's quantile_disc gives them over the keys' peaks.
 func scanPeakCounts(rows *sql.Rows, names map[uint64]string) (map[string]*peakStats, error) {
 	defer rows.Close()
-	var pc peakCounts
+	type count struct{ peak, keys int64 }
+	counts := map[string][]count{}
+	out := map[string]*peakStats{}
 	for rows.Next() {
 		var th uint64
-		var peak, keys, calls int64
-		if err := rows.Scan(&th, &peak, &keys, &calls); err != nil {
+		var c count
+		var calls int64
+		if err := rows.Scan(&th, &c.peak, &c.keys, &calls); err != nil {
 			return nil, fmt.Errorf("peaks: %w", err)
 		}
 		tool, ok := names[th]
 		if !ok {
 			return nil, fmt.Errorf("peaks: a tool of the window is missing from its usage")
 		}
-		pc.add(tool, peak, keys, calls)
+		p := out[tool]
+		if p == nil {
+			p = &peakStats{Tool: tool}
+			out[tool] = p
+		}
+		p.Scopes += c.keys
+		p.Calls += calls
+		counts[tool] = append(counts[tool], c)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("peaks: %w", err)
 	}
-	return pc.stats(), nil
-}
-
-// peakCounts gathers, per tool, how many scope keys had each peak (and
-// their calls), and gives the tools' peakStats from them.
-type peakCounts struct {
-	counts map[string][]peakCount
-	calls  map[string]int64
-}
-
-type peakCount struct{ peak, keys int64 }
-
-func (pc *peakCounts) add(tool string, peak, keys, calls int64) {
-	if pc.counts == nil {
-		pc.counts, pc.calls = map[string][]peakCount{}, map[string]int64{}
-	}
-	pc.counts[tool] = append(pc.counts[tool], peakCount{peak, keys})
-	pc.calls[tool] += calls
-}
-
-// stats are the percentiles as DuckDB's quantile_disc gives them over the
-// keys' peaks.
-func (pc *peakCounts) stats() map[string]*peakStats {
-	out := map[string]*peakStats{}
-	for tool, cs := range pc.counts {
-		slices.SortFunc(cs, func(a, b peakCount) int { return cmp.Compare(a.peak, b.peak) })
-		p := &peakStats{Tool: tool, Calls: pc.calls[tool]}
-		for _, c := range cs {
-			p.Scopes += c.keys
-		}
+	for tool, cs := range counts {
+		slices.SortFunc(cs, func(a, b count) int { return cmp.Compare(a.peak, b.peak) })
+		p := out[tool]
 		p.Max = float64(cs[len(cs)-1].peak)
 		for _, pq := range []struct {
 			v *float64
@@ -490,9 +473,8 @@ func (pc *peakCounts) stats() map[string]*peakStats {
 				rank -= c.keys
 			}
 		}
-		out[tool] = p
 	}
-	return out
+	return out, nil
 }
 
 // pollPeaks is peaks for one polled tool and several windows, leaving out
@@ -501,12 +483,10 @@ func (pc *peakCounts) stats() map[string]*peakStats {
 //
 // The tool's calls are counted once per minute and scope key, inside and
 // outside runaway loops; every window rolls up from those minutes (hours
-// and days are whole minutes since the epoch), each from the window before
-// it when that divides it (the days from the hours: a fraction of the
-// rows). A call is inside a loop when it falls in the time span of one of
-// its session's loops: those calls are counted apart and subtracted, as a
-// per-row anti-join over all the tool's calls measured several times
-// slower.
+// and days are whole minutes since the epoch). A call is inside a loop when
+// it falls in the time span of one of its session's loops: those calls are
+// counted apart and subtracted, as a per-row anti-join over all the tool's
+// calls measured several times slower.
 func (q query) pollPeaks(ctx context.Context, tool, scope string, windows []string, runaway []run) (map[string]*peakStats, map[string]windowBuckets, error) {
 	conn, err := q.db.Conn(ctx)
 	if err != nil {
@@ -531,88 +511,43 @@ WITH c AS (
 	WHERE `+inWindow+` AND calls.tool = $tool AND decision IN ('allowed', 'rate_limited')
 	GROUP BY ALL
 )
-SELECT k, m AS w, per.n - coalesce(in_loops.n, 0) AS n, coalesce(in_loops.n, 0) AS n_loop
+SELECT k, m, per.n - coalesce(in_loops.n, 0) AS n, coalesce(in_loops.n, 0) AS n_loop
 FROM per LEFT JOIN in_loops USING (k, m)`,
 		q.args(sql.Named("tool", tool))...); err != nil {
 		return nil, nil, fmt.Errorf("peaks: %w", err)
 	}
-	var rolled []string // the windows' tables, dropped at the end
-	defer func() {
-		for _, t := range rolled {
-			_, _ = conn.ExecContext(context.Background(), `DROP TABLE IF EXISTS `+t)
-		}
-	}()
 	stats := map[string]*peakStats{}
 	cuts := map[string]windowBuckets{}
-	from, fromMinutes := "poll_minutes", int64(1)
 	for _, window := range windows {
-		minutes := bucketMillis(window) / 60000
-		if minutes != fromMinutes {
-			if minutes%fromMinutes != 0 {
-				from, fromMinutes = "poll_minutes", 1
-			}
-			table := "poll_" + window // a policy window: minute, hour or day
-			if _, err := conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE `+table+` AS
-SELECT k, w // $per AS w, sum(n)::BIGINT AS n, sum(n_loop)::BIGINT AS n_loop FROM `+from+` GROUP BY ALL`,
-				sql.Named("per", minutes/fromMinutes)); err != nil {
-				return nil, nil, fmt.Errorf("peaks: %s windows: %w", window, err)
-			}
-			rolled = append(rolled, table)
-			from, fromMinutes = table, minutes
-		}
-		st, b, err := pollWindowCounts(ctx, conn, from, tool)
+		args := []any{sql.Named("minutes", bucketMillis(window)/60000)}
+		// Buckets with no call left (all inside loops) are no peak.
+		rows, err := conn.QueryContext(ctx, `
+WITH per AS (
+	SELECT k, m // $minutes AS w, sum(n)::BIGINT AS n FROM poll_minutes WHERE n > 0 GROUP BY ALL
+), pk AS (
+	SELECT k, max(n) AS peak, sum(n) AS calls FROM per GROUP BY k
+)
+SELECT 0::UBIGINT, peak, count(*), sum(calls) FROM pk GROUP BY peak`, args...)
 		if err != nil {
-			return nil, nil, fmt.Errorf("peaks: %s windows: %w", window, err)
+			return nil, nil, fmt.Errorf("peaks: %w", err)
 		}
-		if st == nil {
+		st, err := scanPeakCounts(rows, map[uint64]string{0: tool})
+		if err != nil {
+			return nil, nil, err
+		}
+		if st[tool] == nil {
 			continue
 		}
-		stats[window], cuts[window] = st, b
+		stats[window] = st[tool]
+		b := windowBuckets{Runaway: bucketCounts{}, Normal: bucketCounts{}}
+		for col, into := range map[string]bucketCounts{"n_loop": b.Runaway, "n": b.Normal} {
+			if err := countBuckets(ctx, conn, col, args, into); err != nil {
+				return nil, nil, err
+			}
+		}
+		cuts[window] = b
 	}
 	return stats, cuts, nil
-}
-
-// pollWindowCounts reads a table of a polled tool's windows per scope key
-// (k, w, n: calls outside runaway loops, n_loop: inside them) in one
-// statement: the tool's peaks over the windows with a call outside loops
-// (a window whose calls all fall inside loops is no peak), and the windows
-// of either kind by how many calls they hold. Nil stats when no window has
-// a call outside loops.
-func pollWindowCounts(ctx context.Context, conn *sql.Conn, table, tool string) (*peakStats, windowBuckets, error) {
-	b := windowBuckets{Runaway: bucketCounts{}, Normal: bucketCounts{}}
-	rows, err := conn.QueryContext(ctx, `
-WITH pk AS (
-	SELECT k, max(n) AS peak, sum(n) AS calls FROM `+table+` WHERE n > 0 GROUP BY k
-)
-SELECT 'peak' AS kind, peak AS n, count(*) AS count, sum(calls)::BIGINT AS calls FROM pk GROUP BY peak
-UNION ALL
-SELECT 'normal', n, count(*), 0 FROM `+table+` WHERE n > 0 GROUP BY n
-UNION ALL
-SELECT 'runaway', n_loop, count(*), 0 FROM `+table+` WHERE n_loop > 0 GROUP BY n_loop`)
-	if err != nil {
-		return nil, b, err
-	}
-	defer rows.Close()
-	var pc peakCounts
-	for rows.Next() {
-		var kind string
-		var n, count, calls int64
-		if err := rows.Scan(&kind, &n, &count, &calls); err != nil {
-			return nil, b, err
-		}
-		switch kind {
-		case "peak":
-			pc.add(tool, n, count, calls)
-		case "normal":
-			b.Normal[n] = count
-		default:
-			b.Runaway[n] = count
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, b, err
-	}
-	return pc.stats()[tool], b, nil
 }
 
 // bucketCounts counts the windows (per scope key) of some calls by how many
@@ -622,6 +557,26 @@ type bucketCounts map[int64]int64
 // windowBuckets are a polled tool's windows per scope key, of its runaway
 // loops' calls and of its other calls, to size a limit's cut.
 type windowBuckets struct{ Runaway, Normal bucketCounts }
+
+// countBuckets fills into with the windows of poll_minutes' column col
+// (n: calls outside runaway loops, n_loop: inside them).
+func countBuckets(ctx context.Context, conn *sql.Conn, col string, args []any, into bucketCounts) error {
+	rows, err := conn.QueryContext(ctx, `
+WITH per AS (SELECT k, m // $minutes AS w, sum(`+col+`)::BIGINT AS n FROM poll_minutes WHERE `+col+` > 0 GROUP BY ALL)
+SELECT n, count(*) FROM per GROUP BY n`, args...)
+	if err != nil {
+		return fmt.Errorf("calls per window: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n, count int64
+		if err := rows.Scan(&n, &count); err != nil {
+			return fmt.Errorf("calls per window: %w", err)
+		}
+		into[n] = count
+	}
+	return rows.Err()
+}
 
 // cut tells how a limit of max calls per window and scope key would treat
 // these calls: their highest per-window count, and how many of them it
