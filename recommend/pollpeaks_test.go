@@ -20,11 +20,11 @@ import (
 // TestPollPeaksCountEveryWindowFromTheCalls: the peaks of a polled tool per
 // session and window, and its windows by how many calls they hold inside
 // and outside its runaway loops, equal those counted here from the calls
-// themselves, for each of the minute, hour and day (which pollPeaks rolls
-// up from one another) and for hour and day alone. The calls spread over
-// three days, with bursts inside one minute, loops that cross hours and a
-// day, sessionless calls (counted under the grant), calls of another tool,
-// refused ones and calls outside the window, none of which count.
+// themselves, for the minute, hour and day together and for hour and day
+// alone. The calls spread over three days, with bursts inside one minute
+// and pauses of hours; sessionless calls count under the grant, a session
+// whose calls all fall inside a loop has no peak, and calls of another
+// tool, denied calls and calls outside the window do not count.
 func TestPollPeaksCountEveryWindowFromTheCalls(t *testing.T) {
 	ctx := context.Background()
 	end := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
