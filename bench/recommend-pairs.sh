@@ -5,7 +5,7 @@
 # pair) over the same stored calls, each run on a fresh copy of the
 # database (a recommendation records its findings in it), each pair beside
 # the yardstick (one grouped scan of the window through `mcptrail query`),
-# run by each side's own build.
+# run by each side's own build, SCANS times a pair (default 3).
 # Prints every pair, the medians of wall time, CPU time and peak RSS, each
 # side's ratio to the median of its own scan, how many pairs the working
 # tree won, and whether both printed the same output. One run moves by ±10–40% with the
@@ -27,6 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE="${SIZE:-5000000}"
 PAIRS="${PAIRS:-8}"
+SCANS="${SCANS:-3}"
 BASE="${BASE:-HEAD~1}"
 CMD="${CMD:-recommend --server proxmox-mcp --format json}"
 source bench/recommend-window.sh pairs
@@ -83,14 +84,19 @@ for i in $(seq "$PAIRS"); do
 	done
 	# Each side's yardstick is the scan by its own build (how DuckDB's
 	# memory is mapped moves the scan too), over its own database (the
-	# working tree would migrate the base's).
-	/usr/bin/time -f "%e" -o "$WORK/time" "$WORK/mcptrail-base" --db "$db" query --sql "$SCAN" >/dev/null
-	cat "$WORK/time" >>"$WORK/scan_base"
-	line="$line scan: base $(cat "$WORK/time") s"
-	/usr/bin/time -f "%e" -o "$WORK/time" "$OUT/mcptrail" --db "$tree_db" query --sql "$SCAN" >/dev/null
-	cat "$WORK/time" >>"$WORK/scan_tree"
-	line="$line, tree $(cat "$WORK/time") s"
-	echo "$line"
+	# working tree would migrate the base's), SCANS times a pair (default
+	# 3, alternating): one scan's spread (0.26–0.45 s within an hour)
+	# would move the ratio more than most changes do.
+	base_scans="" tree_scans=""
+	for _ in $(seq "$SCANS"); do
+		/usr/bin/time -f "%e" -o "$WORK/time" "$WORK/mcptrail-base" --db "$db" query --sql "$SCAN" >/dev/null
+		cat "$WORK/time" >>"$WORK/scan_base"
+		base_scans="$base_scans $(cat "$WORK/time")"
+		/usr/bin/time -f "%e" -o "$WORK/time" "$OUT/mcptrail" --db "$tree_db" query --sql "$SCAN" >/dev/null
+		cat "$WORK/time" >>"$WORK/scan_tree"
+		tree_scans="$tree_scans $(cat "$WORK/time")"
+	done
+	echo "$line scans (s): base$base_scans, tree$tree_scans"
 done
 source bench/median.sh
 for side in base tree; do
