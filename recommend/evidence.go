@@ -15,7 +15,7 @@ import (
 // --sql` and gets one row whose columns are named like the evidence keys.
 // The scope (server, grant, window) is written into it as literals; the
 // sequence and peak work reuses the detectors' own SQL text (runsSQL,
-// scopeExpr, sessionKey), so that the two cannot drift apart.
+// ScopeKeySQL, sessionKey), so that the two cannot drift apart.
 
 // sqlString is s as a SQL string literal. Control and bidirectional
 // characters are spliced in with chr(), so that the query stays one
@@ -121,7 +121,7 @@ FROM calls WHERE ` + s.q.windowLit()
 func (s *state) rateLimitSQL(tool, scope, window string) string {
 	where := toolLit(s.q.windowLit(), tool)
 	return `WITH per AS (
-	SELECT ` + scopeExpr(scope) + ` AS scope_key, epoch_ms(ts) // ` + strconv.FormatInt(bucketMillis(window), 10) + ` AS w, count(*) AS n
+	SELECT ` + ScopeKeySQL(scope) + ` AS scope_key, epoch_ms(ts) // ` + strconv.FormatInt(bucketMillis(window), 10) + ` AS w, count(*) AS n
 	FROM calls WHERE ` + where + ` AND decision IN ('allowed', 'rate_limited') GROUP BY ALL
 ), peaks AS (
 	SELECT scope_key, max(n) AS peak FROM per GROUP BY scope_key
@@ -185,7 +185,7 @@ SELECT st.*, %s,
        (SELECT max(n_loop) FROM per WHERE n_loop > 0) AS runaway_peak,
        (SELECT sum(greatest(n_loop - %d, 0)) FROM per WHERE n_loop > 0) AS runaway_polls_refused,
        (SELECT sum(greatest(n - %d, 0)) FROM per WHERE n > 0) AS normal_polls_refused
-FROM st`, scopeExpr(limit.EffectiveScope()), sessionKey, toolLit(s.q.windowLit(), k.tool),
+FROM st`, ScopeKeySQL(limit.EffectiveScope()), sessionKey, toolLit(s.q.windowLit(), k.tool),
 		bucketMillis(limit.Window)/60000, runaway, limit.Max, limit.Max)
 	return b.String()
 }

@@ -190,7 +190,7 @@ func (q query) refusedIn(ctx context.Context, scope string, limits []GatewayLimi
 WITH l AS (
 	SELECT unnest($ids::BIGINT[]) AS id, unnest($tools::VARCHAR[]) AS t, unnest($ms::BIGINT[]) AS ms, unnest($maxes::BIGINT[]) AS mx
 ), c AS (
-	SELECT l.id, l.mx, calls.ts, calls.id AS cid, `+scopeExpr(scope)+` AS k, epoch_ms(calls.ts) // l.ms AS w, x.skh IS NOT NULL AS runaway
+	SELECT l.id, l.mx, calls.ts, calls.id AS cid, `+ScopeKeySQL(scope)+` AS k, epoch_ms(calls.ts) // l.ms AS w, x.skh IS NOT NULL AS runaway
 	FROM calls JOIN l ON calls.tool = l.t
 	LEFT JOIN excluded_runs x ON x.skh = hash(`+sessionKey+`) AND x.tool = calls.tool AND epoch_ms(calls.ts) BETWEEN x.t0 AND x.t1
 	WHERE `+inWindow+` AND decision IN ('allowed', 'rate_limited')

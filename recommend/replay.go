@@ -447,7 +447,7 @@ func anyPerSessionMinute(limits map[string]policy.Limit) bool {
 type overflowCount struct{ total, changed int64 }
 
 // limitKeyExpr is the counter key of a call under a replay_limits row's
-// scope (scopeExpr's, chosen per row).
+// scope (ScopeKeySQL's, chosen per row).
 const limitKeyExpr = `CASE limit_scope WHEN 'session' THEN ` + sessionScopeKey + `
 	                        WHEN 'agent' THEN ` + agentScopeKey + `
 	                        ELSE ` + grantScopeKey + ` END`

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/recommend"
 )
 
 // Time arithmetic here goes through epoch_ms, never date_trunc on
@@ -427,24 +428,6 @@ ORDER BY an DESC, c.a, tn DESC, c.tool`, sql.Named("agents", agents), sql.Named(
 	return m, nil
 }
 
-// limitScopeKey is the counter key of a limit's scope, as the policy
-// evaluator counts it (SPEC §4): a call without the scope's key counts under
-// its grant, and under the empty grant when that is missing too. The key
-// is a hash of its kind and value, as the recommender's replay keys them:
-// it is only grouped on, and a string built per call and grouped on took
-// ~1.4× the time (ops-bot's limits over 5M calls: 367–397 ms against
-// 255–264 ms).
-func limitScopeKey(scope string) string {
-	grant := `hash('g', coalesce("grant", ''))`
-	switch scope {
-	case "session":
-		return `CASE WHEN coalesce(session, '') <> '' THEN hash('s', session) ELSE ` + grant + ` END`
-	case "agent":
-		return `CASE WHEN coalesce(agent, '') <> '' THEN hash('a', agent) ELSE ` + grant + ` END`
-	}
-	return grant
-}
-
 // limitWindowMillis is the length of a limit's fixed, calendar-aligned UTC window.
 func limitWindowMillis(window string) int64 {
 	switch window {
@@ -502,7 +485,7 @@ WITH given AS (
 ), lim AS (
 	SELECT tool, hash(tool) AS th, mx FROM given
 ), per AS (
-	SELECT hash(tool) AS th, `+limitScopeKey(scope)+` AS k, epoch_ms(ts) // $bucket AS w, count(*) AS n
+	SELECT hash(tool) AS th, `+recommend.ScopeKeySQL(scope)+` AS k, epoch_ms(ts) // $bucket AS w, count(*) AS n
 	FROM calls WHERE `+q.calls()+` AND tool IN (SELECT tool FROM lim) AND decision IN ('allowed', 'rate_limited')
 	GROUP BY ALL
 ), pk AS (

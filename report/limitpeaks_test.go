@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/recommend"
 )
 
 // TestLimitPeaksMatchTheirDefinitions: each limit's figures against its
@@ -63,7 +65,7 @@ func TestLimitPeaksMatchTheirDefinitions(t *testing.T) {
 // definition at a time.
 func plainLimitPeak(t *testing.T, q querier, l LimitPeak) LimitPeak {
 	t.Helper()
-	per := `SELECT ` + limitScopeKey(l.Limit.Scope) + ` AS k, epoch_ms(ts) // $bucket AS w, count(*) AS n
+	per := `SELECT ` + recommend.ScopeKeySQL(l.Limit.Scope) + ` AS k, epoch_ms(ts) // $bucket AS w, count(*) AS n
 		FROM calls WHERE ` + q.calls() + ` AND tool = $tool AND decision IN ('allowed', 'rate_limited') GROUP BY ALL`
 	pk := `SELECT k, max(n) AS peak FROM (` + per + `) GROUP BY k`
 	args := q.args(sql.Named("bucket", limitWindowMillis(l.Limit.Window)), sql.Named("tool", l.Tool), sql.Named("mx", l.Limit.Max))
