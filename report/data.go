@@ -493,11 +493,11 @@ WITH given AS (
 	       coalesce(sum(n - mx) FILTER (n > mx), 0) AS excess
 	FROM per JOIN lim USING (th) GROUP BY th, k
 ), h AS MATERIALIZED (
-	SELECT tool, peak, count(*) AS n, sum(windows) AS windows, sum(over) AS over, sum(excess) AS excess
+	SELECT tool, mx, peak, count(*) AS n, sum(windows) AS windows, sum(over) AS over, sum(excess) AS excess
 	FROM pk JOIN lim USING (th) GROUP BY ALL
 ), c AS (
-	SELECT h.*, mx, sum(n) OVER (PARTITION BY tool ORDER BY peak) AS upto, sum(n) OVER (PARTITION BY tool) AS scopes
-	FROM h JOIN lim USING (tool)
+	SELECT *, sum(n) OVER (PARTITION BY tool ORDER BY peak) AS upto, sum(n) OVER (PARTITION BY tool) AS scopes
+	FROM h
 ), ps AS (
 	SELECT tool, any_value(scopes) AS scopes, coalesce(sum(n) FILTER (peak > mx), 0) AS scopes_over,
 	       min(peak) FILTER (upto >= greatest(ceil(scopes * 0.5), 1)) AS p50,
