@@ -229,7 +229,9 @@ func (a *app) openStoreWith(ctx context.Context, opts analytics.Options) (*analy
 		}
 		return nil, nil, err
 	}
-	a.log.Debug("database opened", "path", a.cfg.Storage.Path, "huge_pages", analytics.HugePagesInUse())
+	if a.log.Enabled(ctx, slog.LevelDebug) { // HugePagesInUse asks jemalloc about every arena
+		a.log.Debug("database opened", "path", a.cfg.Storage.Path, "huge_pages", analytics.HugePagesInUse())
+	}
 	return s, func() {
 		if err := s.Close(); err != nil {
 			a.log.Error("close database", "path", a.cfg.Storage.Path, "err", err)
