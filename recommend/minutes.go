@@ -214,14 +214,14 @@ WITH per_minute AS (
 	UNION ALL
 	SELECT tool, s, g FROM session_merged JOIN per_minute ON tool = limit_tool WHERE peak_all > lim
 )
-SELECT lid AS b_lid, ` + limitKeyExpr + ` AS b_k, epoch_ms(ts) // bucket_ms AS b_w, any_value(lim) AS b_lim
+SELECT lid AS b_lid, ` + limitKeyExpr + ` AS b_k, epoch_ms(ts) // bucket_ms AS b_w, any_value(lim) AS b_lim, ` + bucketFigures + `
 FROM calls JOIN replay_limits ON calls.tool = limit_tool
 SEMI JOIN hot ON calls.tool = h_tool AND coalesce(calls.session, '') = h_s
 	AND CASE WHEN coalesce(calls.session, '') = '' THEN coalesce(calls."grant", '') ELSE '' END = h_g
 WHERE ` + inWindow + ` AND ` + fromMinutes + `
 GROUP BY ALL HAVING count(*) > any_value(lim)
 UNION ALL
-SELECT lid, ` + limitKeyExpr + `, epoch_ms(ts) // bucket_ms, any_value(lim)
+SELECT lid, ` + limitKeyExpr + `, epoch_ms(ts) // bucket_ms, any_value(lim), ` + bucketFigures + `
 FROM calls JOIN replay_limits ON tool = limit_tool
 WHERE ` + inWindow + ` AND NOT (` + fromMinutes + `)
 GROUP BY ALL HAVING count(*) > any_value(lim)`

@@ -453,13 +453,27 @@ const limitKeyExpr = `CASE limit_scope WHEN 'session' THEN ` + sessionScopeKey +
 	                        ELSE ` + grantScopeKey + ` END`
 
 // overflowBucketsSQL fills overflow_buckets: each limit's windows and
-// scope keys over its limit, with the limit.
+// scope keys over its limit, with the limit and bucketFigures.
 const overflowBucketsSQL = `
 CREATE OR REPLACE TEMP TABLE overflow_buckets AS
-SELECT lid AS b_lid, ` + limitKeyExpr + ` AS b_k, epoch_ms(ts) // bucket_ms AS b_w, any_value(lim) AS b_lim
+SELECT lid AS b_lid, ` + limitKeyExpr + ` AS b_k, epoch_ms(ts) // bucket_ms AS b_w, any_value(lim) AS b_lim, ` + bucketFigures + `
 FROM calls JOIN replay_limits ON tool = limit_tool
 WHERE ` + inWindow + `
 GROUP BY ALL HAVING count(*) > any_value(lim)`
+
+// bucketFigures are what overflow_buckets keeps of a bucket over its limit
+// beside its key: its calls, their first and last instants, and whether
+// it is plain (b_plain: every call allowed, of one agent and one session
+// key, b_agent and b_skh). A plain bucket's overflow is its b_n - b_lim
+// calls past the limit, all changed, all of that session and agent: its
+// calls need no numbering unless they are among the earliest listed, or
+// a runaway loop may hold some of them (query.overflow). One hash of the
+// agent and session key tells the one pair (a missing agent and an empty
+// one differ there, and such a bucket is only numbered).
+const bucketFigures = `count(*) AS b_n, min(ts) AS b_t0, max(ts) AS b_t1,
+	count(*) FILTER (decision = 'allowed') = count(*)
+		AND min(hash(agent, ` + sessionKey + `)) = max(hash(agent, ` + sessionKey + `)) AS b_plain,
+	coalesce(any_value(agent), '') AS b_agent, hash(any_value(` + sessionKey + `)) AS b_skh`
 
 // overflow counts, in SQL, the calls each tool's single limit would refuse:
 // in each fixed window and scope key, every call after the first max (in
@@ -498,28 +512,61 @@ func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, loo
 	}
 	defer q.timed("replay overflow")()
 	// First the buckets over their limit (one aggregate over the window),
-	// then the calls of those buckets only, numbered in time order; the
-	// strings of a call are read only for the calls past the limit.
+	// then the calls of those buckets only that need numbering in time
+	// order (numbered_buckets); the strings of a call are read only for the
+	// calls past the limit.
 	if _, err := conn.ExecContext(ctx, buckets, bucketArgs...); err != nil {
 		return nil, nil, fmt.Errorf("replay: %w", err)
+	}
+	if len(loops) > 0 {
+		if err := loadExcluded(ctx, conn, loopRuns(loops)); err != nil {
+			return nil, nil, err
+		}
+		// runawayCut counts the calls past a limit inside a loop one by one.
+		if _, err := conn.ExecContext(ctx, `
+UPDATE overflow_buckets SET b_plain = false
+WHERE b_plain AND EXISTS (
+	SELECT 1 FROM excluded_runs x JOIN replay_limits ON x.tool = limit_tool
+	WHERE lid = b_lid AND x.skh = b_skh AND x.t0 <= epoch_ms(b_t1) AND x.t1 >= epoch_ms(b_t0))`); err != nil {
+			return nil, nil, fmt.Errorf("replay: %w", err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, numberedBucketsSQL, sql.Named("n", max(firstN*4, 0))); err != nil {
+		return nil, nil, fmt.Errorf("replay: %w", err)
+	}
+	// The span of the calls to number, as constants: the scan skips the
+	// row groups outside it (bounds from subqueries measured ten times
+	// slower where few buckets are numbered). None: an empty span.
+	var lo, hi sql.NullTime
+	if err := conn.QueryRowContext(ctx, `SELECT min(b_t0), max(b_t1) FROM numbered_buckets`).Scan(&lo, &hi); err != nil {
+		return nil, nil, fmt.Errorf("replay: %w", err)
+	}
+	if !lo.Valid {
+		lo.Time, hi.Time = q.from, q.from
 	}
 	if _, err := conn.ExecContext(ctx, `
 CREATE OR REPLACE TEMP TABLE overflow_calls AS
 WITH c AS (
 	SELECT id, ts, decision, session, agent, gateway, lid, `+limitKeyExpr+` AS k, epoch_ms(ts) // bucket_ms AS w
 	FROM calls JOIN replay_limits ON tool = limit_tool
-	WHERE `+inWindow+` AND lid IN (SELECT b_lid FROM overflow_buckets)
+	WHERE `+inWindow+` AND lid IN (SELECT b_lid FROM numbered_buckets)
+		AND ts >= $lo AND ts <= $hi
 ), o AS (
-	SELECT c.*, b_lim, row_number() OVER (PARTITION BY lid, k, w ORDER BY ts, id) AS rn
-	FROM c JOIN overflow_buckets ON lid = b_lid AND k = b_k AND w = b_w
+	SELECT c.*, b_lim, b_plain, row_number() OVER (PARTITION BY lid, k, w ORDER BY ts, id) AS rn
+	FROM c JOIN numbered_buckets ON lid = b_lid AND k = b_k AND w = b_w
 )
-SELECT id, ts, lid, decision, coalesce(session, '') AS session, coalesce(agent, '') AS agent,
+SELECT id, ts, lid, decision, b_plain, coalesce(session, '') AS session, coalesce(agent, '') AS agent,
        hash(`+sessionKey+`) AS skh
-FROM o WHERE rn > b_lim`, q.args()...); err != nil {
+FROM o WHERE rn > b_lim`, q.args(sql.Named("lo", lo.Time), sql.Named("hi", hi.Time))...); err != nil {
 		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
-	rows, err := conn.QueryContext(ctx, `SELECT limit_tool, count(*), count(*) FILTER (decision = 'allowed')
-FROM overflow_calls JOIN replay_limits USING (lid) GROUP BY limit_tool`)
+	rows, err := conn.QueryContext(ctx, `
+SELECT limit_tool, sum(n), sum(changed) FROM (
+	SELECT lid, count(*) AS n, count(*) FILTER (decision = 'allowed') AS changed
+	FROM overflow_calls WHERE NOT b_plain GROUP BY lid
+	UNION ALL
+	SELECT b_lid, sum(b_n - b_lim), sum(b_n - b_lim) FROM overflow_buckets WHERE b_plain GROUP BY b_lid
+) JOIN replay_limits USING (lid) GROUP BY limit_tool`)
 	if err != nil {
 		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
@@ -543,8 +590,11 @@ FROM overflow_calls JOIN replay_limits USING (lid) GROUP BY limit_tool`)
 	// order (affected keeps the earliest firstN*4 it is given).
 	rows, err = conn.QueryContext(ctx, `
 WITH d AS (
-	SELECT DISTINCT lid, skh, agent, NULL::VARCHAR AS id, NULL::TIMESTAMPTZ AS ts, NULL::VARCHAR AS session
-	FROM overflow_calls WHERE decision = 'allowed'
+	SELECT DISTINCT lid, skh, agent, NULL::VARCHAR AS id, NULL::TIMESTAMPTZ AS ts, NULL::VARCHAR AS session FROM (
+		SELECT lid, skh, agent FROM overflow_calls WHERE decision = 'allowed' AND NOT b_plain
+		UNION ALL
+		SELECT b_lid, b_skh, b_agent FROM overflow_buckets WHERE b_plain
+	)
 	UNION ALL (
 		SELECT lid, skh, agent, id, ts, session FROM overflow_calls WHERE decision = 'allowed'
 		ORDER BY ts, id LIMIT $n
@@ -579,15 +629,29 @@ ORDER BY ts NULLS FIRST, id`, sql.Named("n", max(firstN*4, 0)))
 	return out, cut, err
 }
 
-// runawayCut counts, by tool, the overflow calls that fall inside runaway
-// loops: all of them, and those the gateway allowed.
+// numberedBucketsSQL fills numbered_buckets: the buckets over their limit
+// whose calls query.overflow numbers, every bucket not plain and the plain
+// ones that may hold one of the $n earliest calls past a limit. Those $n
+// have no later instant than the first plain buckets' last calls that
+// hold $n calls past their limits together (e), so no plain bucket whose
+// first call comes after e holds one.
+const numberedBucketsSQL = `
+CREATE OR REPLACE TEMP TABLE numbered_buckets AS
+WITH plain AS (
+	SELECT b_t1, sum(b_n - b_lim) OVER (ORDER BY b_t1 ROWS UNBOUNDED PRECEDING) AS past
+	FROM overflow_buckets WHERE b_plain
+), e AS (
+	SELECT coalesce(min(b_t1) FILTER (past >= $n), 'infinity'::TIMESTAMPTZ) AS e FROM plain
+)
+SELECT * FROM overflow_buckets WHERE NOT b_plain OR b_t0 <= (SELECT e FROM e)`
+
+// runawayCut counts, by tool, the overflow calls that fall inside the
+// runaway loops (excluded_runs, loaded by query.overflow): all of them,
+// and those the gateway allowed.
 func runawayCut(ctx context.Context, conn *sql.Conn, loops []RunawayLoop) (map[string]overflowCount, error) {
 	out := map[string]overflowCount{}
 	if len(loops) == 0 {
 		return out, nil
-	}
-	if err := loadExcluded(ctx, conn, loopRuns(loops)); err != nil {
-		return nil, err
 	}
 	rows, err := conn.QueryContext(ctx, `
 SELECT limit_tool, count(*), count(*) FILTER (decision = 'allowed')
