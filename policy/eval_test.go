@@ -349,3 +349,16 @@ func TestTally(t *testing.T) {
 	assert.Equal(t, &Counts{Calls: 21, Allowed: 20, RateLimited: 1}, tally.ByTool["vm_agent_exec_status"])
 	assert.Equal(t, &Counts{Calls: 2, Denied: 2}, tally.ByTool["unknown"])
 }
+
+// SQL buckets a call as epoch_ms(ts) // WindowLength's milliseconds: those
+// buckets are the evaluator's windows, at their edges too.
+func TestWindowLengthBucketsAsTheEvaluator(t *testing.T) {
+	day := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+	for w, window := range Windows {
+		ms := WindowLength(window).Milliseconds()
+		for _, ts := range []time.Time{day, day.Add(-time.Millisecond), day.Add(59 * time.Second), day.Add(61 * time.Minute),
+			day.Add(23*time.Hour + 59*time.Minute + 59*time.Second), day.Add(25 * time.Hour)} {
+			assert.Equal(t, windowStart(ts, w).UnixMilli(), ts.UnixMilli()/ms*ms, "%s at %s", window, ts)
+		}
+	}
+}

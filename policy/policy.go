@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Values of Policy.Default.
@@ -19,6 +20,21 @@ const (
 	WindowHour   = "hour"
 	WindowDay    = "day"
 )
+
+// WindowLength is the length of a limit window (Limit.Window); a minute
+// for any other value, which Validate refuses. SQL buckets a call's window
+// as epoch_ms(ts) // its milliseconds: calendar-aligned in UTC like the
+// evaluator's windows, in integer arithmetic instead of a time-zone-aware
+// date_trunc over every row.
+func WindowLength(window string) time.Duration {
+	switch window {
+	case WindowHour:
+		return time.Hour
+	case WindowDay:
+		return 24 * time.Hour
+	}
+	return time.Minute
+}
 
 // Values of Limit.Scope. An empty scope means ScopeGrant (PolicyLayer's default).
 const (

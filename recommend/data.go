@@ -367,20 +367,6 @@ type peakStats struct {
 	RunawayPeak        float64 // highest peak among excluded runaway loops' sessions (polled tools)
 }
 
-// bucketMillis is the length of a fixed policy window. Buckets are computed
-// as epoch_ms(ts) // length: calendar-aligned in UTC like the evaluator's
-// windows, and plain integer arithmetic instead of a time-zone-aware
-// date_trunc over every row.
-func bucketMillis(window string) int64 {
-	switch window {
-	case "hour":
-		return 3_600_000
-	case "day":
-		return 86_400_000
-	}
-	return 60_000
-}
-
 // ScopeKeySQL is the SQL counter key of a limit's scope over the calls,
 // mirroring the policy evaluator (SPEC §4): a call without the scope's key
 // counts under its grant, and under the empty grant when that is missing
@@ -422,7 +408,7 @@ WITH c AS (
 ), pk AS (
 	SELECT th, k, max(n) AS peak, sum(n) AS calls FROM per GROUP BY ALL
 )
-SELECT th, peak, count(*), sum(calls) FROM pk GROUP BY ALL`, sql.Named("bucket_ms", bucketMillis(window)), sql.Named("tools", stringList(tools)))
+SELECT th, peak, count(*), sum(calls) FROM pk GROUP BY ALL`, sql.Named("bucket_ms", policy.WindowLength(window).Milliseconds()), sql.Named("tools", stringList(tools)))
 	if err != nil {
 		return nil, err
 	}
@@ -523,7 +509,7 @@ FROM per LEFT JOIN in_loops USING (k, m)`,
 	stats := map[string]*peakStats{}
 	cuts := map[string]windowBuckets{}
 	for _, window := range windows {
-		args := []any{sql.Named("minutes", bucketMillis(window)/60000)}
+		args := []any{sql.Named("minutes", int64(policy.WindowLength(window)/time.Minute))}
 		// Buckets with no call left (all inside loops) are no peak.
 		rows, err := conn.QueryContext(ctx, `
 WITH per AS (

@@ -121,7 +121,7 @@ FROM calls WHERE ` + s.q.windowLit()
 func (s *state) rateLimitSQL(tool, scope, window string) string {
 	where := toolLit(s.q.windowLit(), tool)
 	return `WITH per AS (
-	SELECT ` + ScopeKeySQL(scope) + ` AS scope_key, epoch_ms(ts) // ` + strconv.FormatInt(bucketMillis(window), 10) + ` AS w, count(*) AS n
+	SELECT ` + ScopeKeySQL(scope) + ` AS scope_key, epoch_ms(ts) // ` + strconv.FormatInt(policy.WindowLength(window).Milliseconds(), 10) + ` AS w, count(*) AS n
 	FROM calls WHERE ` + where + ` AND decision IN ('allowed', 'rate_limited') GROUP BY ALL
 ), peaks AS (
 	SELECT scope_key, max(n) AS peak FROM per GROUP BY scope_key
@@ -186,7 +186,7 @@ SELECT st.*, %s,
        (SELECT sum(greatest(n_loop - %d, 0)) FROM per WHERE n_loop > 0) AS runaway_polls_refused,
        (SELECT sum(greatest(n - %d, 0)) FROM per WHERE n > 0) AS normal_polls_refused
 FROM st`, ScopeKeySQL(limit.EffectiveScope()), sessionKey, toolLit(s.q.windowLit(), k.tool),
-		bucketMillis(limit.Window)/60000, runaway, limit.Max, limit.Max)
+		int64(policy.WindowLength(limit.Window)/time.Minute), runaway, limit.Max, limit.Max)
 	return b.String()
 }
 

@@ -182,7 +182,7 @@ func (q query) refusedIn(ctx context.Context, scope string, limits []GatewayLimi
 	for i, l := range limits {
 		ids = append(ids, int64(i))
 		tools = append(tools, l.Tool)
-		ms = append(ms, bucketMillis(l.Limit.Window))
+		ms = append(ms, policy.WindowLength(l.Limit.Window).Milliseconds())
 		maxes = append(maxes, int64(l.Limit.Max))
 	}
 	defer q.timed("gateway-scope refusals")()

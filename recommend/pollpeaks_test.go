@@ -127,7 +127,7 @@ func TestPollPeaksCountEveryWindowFromTheCalls(t *testing.T) {
 			if e.Tool != tool || !e.TS.After(from) || e.TS.After(end) || (e.Decision != audit.Allowed && e.Decision != audit.RateLimited) {
 				continue
 			}
-			b := bucket{"s:" + e.Session, e.TS.UnixMilli() / bucketMillis(window)}
+			b := bucket{"s:" + e.Session, e.TS.UnixMilli() / policy.WindowLength(window).Milliseconds()}
 			if e.Session == "" {
 				b.key = "g:ops-bot"
 			}

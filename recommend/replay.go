@@ -506,7 +506,7 @@ func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, loo
 	for i, t := range sortedKeys(limits) {
 		l := limits[t]
 		if _, err := conn.ExecContext(ctx, `INSERT INTO replay_limits VALUES (?, ?, ?, ?, ?, ?)`,
-			i, t, bucketMillis(l.Window), l.Max, l.EffectiveScope(), limitRule(t, l)); err != nil {
+			i, t, policy.WindowLength(l.Window).Milliseconds(), l.Max, l.EffectiveScope(), limitRule(t, l)); err != nil {
 			return nil, nil, fmt.Errorf("replay: %w", err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/policy"
 	"github.com/mcptrail/mcptrail/recommend"
 )
 
@@ -428,17 +429,6 @@ ORDER BY an DESC, c.a, tn DESC, c.tool`, sql.Named("agents", agents), sql.Named(
 	return m, nil
 }
 
-// limitWindowMillis is the length of a limit's fixed, calendar-aligned UTC window.
-func limitWindowMillis(window string) int64 {
-	switch window {
-	case "hour":
-		return msPerHour
-	case "day":
-		return msPerDay
-	}
-	return 60_000
-}
-
 // limitPeaks measures each proposed limit in its own unit: the calls of
 // its tool per window per scope value that the policy's other rules let
 // through (allowed or rate-limited, as the recommender counts them), each
@@ -507,7 +497,7 @@ WITH given AS (
 )
 SELECT h.tool, h.peak, h.n, ps.scopes, ps.scopes_over, round(ps.p50, 1), round(ps.p99, 1), ps.mxp, ps.windows, ps.over, ps.excess
 FROM h JOIN ps USING (tool)
-ORDER BY h.tool, h.peak`, sql.Named("tools", tools), sql.Named("maxes", maxes), sql.Named("bucket", limitWindowMillis(window)))
+ORDER BY h.tool, h.peak`, sql.Named("tools", tools), sql.Named("maxes", maxes), sql.Named("bucket", policy.WindowLength(window).Milliseconds()))
 	if err != nil {
 		return err
 	}

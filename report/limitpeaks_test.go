@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mcptrail/mcptrail/policy"
 	"github.com/mcptrail/mcptrail/recommend"
 )
 
@@ -68,7 +69,7 @@ func plainLimitPeak(t *testing.T, q querier, l LimitPeak) LimitPeak {
 	per := `SELECT ` + recommend.ScopeKeySQL(l.Limit.Scope) + ` AS k, epoch_ms(ts) // $bucket AS w, count(*) AS n
 		FROM calls WHERE ` + q.calls() + ` AND tool = $tool AND decision IN ('allowed', 'rate_limited') GROUP BY ALL`
 	pk := `SELECT k, max(n) AS peak FROM (` + per + `) GROUP BY k`
-	args := q.args(sql.Named("bucket", limitWindowMillis(l.Limit.Window)), sql.Named("tool", l.Tool), sql.Named("mx", l.Limit.Max))
+	args := q.args(sql.Named("bucket", policy.WindowLength(l.Limit.Window).Milliseconds()), sql.Named("tool", l.Tool), sql.Named("mx", l.Limit.Max))
 	want := LimitPeak{Tool: l.Tool, Limit: l.Limit, Histogram: []PeakCount{}}
 	var p50, p99, mx sql.NullFloat64
 	require.NoError(t, q.db.QueryRow(`SELECT
