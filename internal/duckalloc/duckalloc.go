@@ -57,20 +57,27 @@ func SetDecay(d Decay) error {
 	if err := setMillis("arenas.muzzy_decay_ms", d.Muzzy); err != nil {
 		return err
 	}
+	return eachArena(func(i int) error {
+		if err := setMillis(fmt.Sprintf("arena.%d.dirty_decay_ms", i), d.Dirty); err != nil {
+			return err
+		}
+		return setMillis(fmt.Sprintf("arena.%d.muzzy_decay_ms", i), d.Muzzy)
+	})
+}
+
+// eachArena calls f with the index of each arena jemalloc has made: f's
+// EFAULT says the index holds none yet (one made later takes the defaults
+// of "arenas."), and is passed over.
+func eachArena(f func(i int) error) error {
+	if !supported() {
+		return errUnsupported
+	}
 	n, err := arenaCount()
 	if err != nil {
 		return err
 	}
 	for i := range n {
-		// An index jemalloc has not used yet holds no arena (EFAULT); one
-		// made later takes the defaults just set.
-		if err := setMillis(fmt.Sprintf("arena.%d.dirty_decay_ms", i), d.Dirty); err != nil {
-			if errors.Is(err, syscall.EFAULT) {
-				continue
-			}
-			return err
-		}
-		if err := setMillis(fmt.Sprintf("arena.%d.muzzy_decay_ms", i), d.Muzzy); err != nil {
+		if err := f(i); err != nil && !errors.Is(err, syscall.EFAULT) {
 			return err
 		}
 	}
@@ -98,46 +105,27 @@ var (
 )
 
 func useHugePages() error {
-	if !supported() {
-		return errUnsupported
-	}
-	n, err := arenaCount()
-	if err != nil {
-		return err
-	}
-	for i := range n {
-		if err := hugePagesOnArena(i); err != nil {
-			if errors.Is(err, syscall.EFAULT) || errors.Is(err, errForeignHooks) {
-				continue // past the automatic arenas, none made; or hooks of somebody else's, kept
-			}
+	return eachArena(func(i int) error {
+		if err := hugePagesOnArena(i); !errors.Is(err, errForeignHooks) {
 			return err
 		}
-	}
-	return nil
+		return nil // hooks of somebody else's, kept
+	})
 }
 
 // HugePagesArenas counts the arenas that map through the huge-page hooks,
 // of those that exist.
 func HugePagesArenas() (int, error) {
-	if !supported() {
-		return 0, errUnsupported
-	}
-	n, err := arenaCount()
-	if err != nil {
-		return 0, err
-	}
 	count := 0
-	for i := range n {
+	err := eachArena(func(i int) error {
 		has, err := arenaHasHugePages(i)
-		if err != nil {
-			if errors.Is(err, syscall.EFAULT) {
-				continue
-			}
-			return 0, err
-		}
 		if has {
 			count++
 		}
+		return err
+	})
+	if err != nil {
+		return 0, err
 	}
 	return count, nil
 }
