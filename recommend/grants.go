@@ -364,7 +364,11 @@ func RecommendGrants(ctx context.Context, db *sql.DB, o GrantsOptions) (*Report,
 	})
 	for _, i := range order {
 		eg.Go(func() (err error) {
+			start := time.Now()
 			reports[i], err = one(ectx, grants[i])
+			if o.Log != nil {
+				o.Log.Debug("recommend grant", "grant", grants[i], "took", time.Since(start).Round(time.Millisecond))
+			}
 			return err
 		})
 	}
