@@ -61,7 +61,13 @@ func SetDecay(d Decay) error {
 		if err := setMillis(fmt.Sprintf("arena.%d.dirty_decay_ms", i), d.Dirty); err != nil {
 			return err
 		}
-		return setMillis(fmt.Sprintf("arena.%d.muzzy_decay_ms", i), d.Muzzy)
+		err := setMillis(fmt.Sprintf("arena.%d.muzzy_decay_ms", i), d.Muzzy)
+		if errors.Is(err, syscall.EFAULT) {
+			// The arena took its dirty decay: an EFAULT now is no unused
+			// index, and eachArena must not pass over it.
+			return fmt.Errorf("arena %d: muzzy decay: %v", i, err)
+		}
+		return err
 	})
 }
 
