@@ -63,8 +63,10 @@ func TestReplayOverflowOfPlainBucketsMatchesEvaluator(t *testing.T) {
 	loopFrom := at.Add(2 * time.Minute)
 	add("s7", "gw", a1, 5, ok) // plain, its last three calls in a runaway loop
 	loopTo := at.Add(-time.Minute)
-	add("", "gw1", a1, 3, ok) // no session: the grant's key, two gateways' sessions
-	add("", "gw2", a1, 3, ok)
+	// No session and no agent (with an agent the store derives a session,
+	// SPEC §3): the grant's key, and two gateways' session keys.
+	add("", "gw1", []string{""}, 3, ok)
+	add("", "gw2", []string{""}, 3, ok)
 	add("s8", "gw", []string{""}, 5, ok) // no agent
 	at = day(4)
 	add("s1", "gw", a1, 5, ok) // a session's next day
