@@ -191,7 +191,8 @@ func (a *app) grantsOptions(store *analytics.Store, server string, params recomm
 	o := recommend.GrantsOptions{Server: server, Now: a.now, Params: params,
 		Inputs: func(ctx context.Context, g string) (recommend.Options, error) {
 			opts, err := a.recommendInputs(ctx, store, server, g, nil, nil)
-			opts.Log = a.log.With("grant", g) // a grant's query timings, told apart from the others' running beside them
+			// A grant's query timings, told apart from the others' running beside them.
+			opts.Log = a.log.With("grant", g)
 			opts.Target = target // limits in the target gateway's scope (recommend/intercept.go)
 			return opts, err
 		},
