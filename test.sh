@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's test command: go vet, every test, then each fuzz target briefly.
+# The project's test command: gofmt, go vet, every test, then each fuzz target briefly.
 # FUZZTIME sets how long each fuzz target runs (default 10s; 0 skips fuzzing).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -15,6 +15,15 @@ if ! command -v chromium >/dev/null 2>&1; then
 	else
 		echo "chromium is missing and this is not root with apt-get: install Debian's chromium package" >&2
 	fi
+fi
+
+echo "== gofmt"
+# Every Go file as gofmt lays it out (go vet does not check the layout).
+unformatted=$(gofmt -l .)
+if [ -n "$unformatted" ]; then
+	echo "not gofmt-formatted (run gofmt -w on them):" >&2
+	echo "$unformatted" >&2
+	exit 1
 fi
 
 echo "== go vet"
