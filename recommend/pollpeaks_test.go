@@ -21,7 +21,7 @@ import (
 // session and window, and its windows by how many calls they hold inside
 // and outside its runaway loops, equal those counted here from the calls
 // themselves, for the minute, hour and day together and for hour and day
-// alone. The calls spread over three days, with bursts inside one minute
+// alone; a call inside two loops of its session counts once. The calls spread over three days, with bursts inside one minute
 // and pauses of hours; sessionless calls count under the grant, a session
 // whose calls all fall inside a loop has no peak, and calls of another
 // tool, denied calls and calls outside the window do not count.
@@ -100,6 +100,12 @@ func TestPollPeaksCountEveryWindowFromTheCalls(t *testing.T) {
 	whole := bySession["s30"]
 	slices.SortFunc(whole, func(a, b time.Time) int { return a.Compare(b) })
 	loops = append(loops, span{"s30", whole[0], whole[len(whole)-1]})
+	// Loops of one session that overlap, or share the millisecond where
+	// one ends and the next begins: their calls count once.
+	ts := bySession["s03"]
+	loops = append(loops, span{"s03", ts[len(ts)/8], ts[len(ts)/2]})
+	ts = bySession["s12"]
+	loops = append(loops, span{"s12", ts[len(ts)*3/4], ts[len(ts)-1]})
 	var runaway []run
 	for _, l := range loops {
 		r := run{Tool: tool, FirstMS: l.t0.UnixMilli(), LastMS: l.t1.UnixMilli()}
