@@ -87,7 +87,7 @@ type figures struct {
 // the calls without one) and in total (the first column is true for the
 // total row, which is there even without calls), in scanFigures' order
 // after those two columns: the days grant_days lists (analytics.FigureDays,
-// given as $days when there are any) from its rows, the rest of the window
+// admitted by listedDays) from its rows, the rest of the window
 // (parts, predicates on ts: outsideParts) from the calls. Sessions, agents
 // and days are counted by their hash (as everywhere here) over the calls
 // grouped by session, agent and day first (e): a session nearly always
@@ -98,15 +98,12 @@ type figures struct {
 // hashes, are told apart by a grouping too (s), per grant and then across
 // grants for the total: four distinct counts over the ~320,000 session rows
 // of 5M calls took 0.29 s, the groupings 0.13 s in all.
-func figuresSQL(parts []string, days bool) string {
+func figuresSQL(parts []string, days []int64) string {
 	edge := `false`
 	if len(parts) > 0 {
 		edge = `(` + strings.Join(parts, `) OR (`) + `)`
 	}
-	listed := `false`
-	if days {
-		listed = listedDay
-	}
+	listed := listedDays(days)
 	return `
 WITH e AS MATERIALIZED (
 	SELECT coalesce("grant", '') AS g, hash(` + sessionKey + `) AS skh, ` + sessionKey + ` <> '' AS has_s,

@@ -57,7 +57,7 @@ func grantFigures(ctx context.Context, q query) (byGrant map[string]*figures, al
 		return nil, nil, nil, 0, fmt.Errorf("window figures: %w", err)
 	}
 	parts, args := outsideParts(q.from, q.to, days)
-	rows, err := q.rows(ctx, "window figures", figuresSQL(parts, len(days) > 0), withDays(args, days)...)
+	rows, err := q.rows(ctx, "window figures", figuresSQL(parts, days), withDays(args, days)...)
 	if err != nil {
 		return nil, nil, nil, 0, err
 	}

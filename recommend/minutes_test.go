@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/policy"
 )
@@ -23,10 +24,11 @@ import (
 // other scopes, of an hour and of a day; minutes of another window are not
 // used.
 // Each holds before Recluster counted the sealed days' peaks (every day
-// from the calls) and after (the days inside the window from
-// session_peaks, the rest from the calls), for a window of whole days and
-// one that starts and ends inside days; the recommendation of each is the
-// same before and after.
+// from the calls), after (the days inside the window from session_peaks,
+// the rest from the calls) and with the middle day taken off the list
+// again (the counted days two ranges), for a window of whole days and one
+// that starts and ends inside days; the recommendation of each is the
+// same in all three.
 func TestCallMinutesMatchTheCalls(t *testing.T) {
 	ctx := context.Background()
 	end := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
@@ -57,18 +59,29 @@ func TestCallMinutesMatchTheCalls(t *testing.T) {
 		{end.Add(-3*24*time.Hour + 90*time.Minute + 30*time.Second), end.Add(-5*time.Hour - 30*time.Minute)},
 	}
 	recommendations := map[string]string{}
-	for _, counted := range []bool{false, true} {
-		if counted {
+	for _, counted := range []string{"none", "all", "gap"} {
+		switch counted {
+		case "all":
 			res, err := store.Recluster(ctx, end)
 			require.NoError(t, err)
 			require.Equal(t, 3, res.CountedDays, "the three sealed days counted")
+		case "gap":
+			// The middle day off the list (as a late event leaves it):
+			// the first and last days from their rows, two ranges apart,
+			// the middle one from its calls.
+			middle, _ := analytics.ToolDay(end.Add(-36 * time.Hour))
+			res, err := db.Exec(`DELETE FROM counted_days WHERE day = ?`, middle)
+			require.NoError(t, err)
+			n, err := res.RowsAffected()
+			require.NoError(t, err)
+			require.Equal(t, int64(1), n)
 		}
 		for wi, w := range windows {
 			for _, g := range []string{"", grant} {
-				name := fmt.Sprintf("counted=%t/window=%d/grant=%s", counted, wi, g)
+				name := fmt.Sprintf("counted=%s/window=%d/grant=%s", counted, wi, g)
 				t.Run(name, func(t *testing.T) {
 					q := query{db: db, server: "proxmox-mcp", grant: g, from: w[0], to: w[1]}
-					checkCallMinutes(t, q, variants, counted && wi == 0)
+					checkCallMinutes(t, q, variants, counted == "all" && wi == 0)
 					params := DefaultParams()
 					params.Window = w[1].Sub(w[0])
 					r, err := Recommend(ctx, db, Options{Server: q.server, Grant: g, Now: w[1], Params: params})
@@ -77,7 +90,7 @@ func TestCallMinutesMatchTheCalls(t *testing.T) {
 					out, err := json.Marshal(r)
 					require.NoError(t, err)
 					key := fmt.Sprintf("%d/%s", wi, g)
-					if !counted {
+					if counted == "none" {
 						recommendations[key] = string(out)
 						return
 					}
@@ -189,4 +202,16 @@ func TestPeakCountsGiveDuckDBsPercentiles(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, got["t"], "set %d", i)
 	}
+}
+
+// TestDayRangesJoinConsecutiveDays: the counted days as ranges of
+// consecutive days, in order, whatever order and repeats they come in;
+// none for none.
+func TestDayRangesJoinConsecutiveDays(t *testing.T) {
+	assert.Empty(t, dayRanges(nil))
+	assert.Equal(t, [][2]int64{{5, 5}}, dayRanges([]int64{5}))
+	assert.Equal(t, [][2]int64{{1, 3}, {5, 6}, {9, 9}}, dayRanges([]int64{9, 2, 1, 5, 3, 6, 2}))
+	assert.Equal(t, "(day BETWEEN $dlo0 AND $dhi0 OR day BETWEEN $dlo1 AND $dhi1)", listedDays([]int64{1, 2, 4}))
+	assert.Equal(t, "false", listedDays(nil))
+	assert.Len(t, withDays([]any{1}, []int64{1, 2, 4}), 5, "the scope's argument and two bounds per range")
 }
