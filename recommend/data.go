@@ -686,22 +686,24 @@ func stringList(s []string) []string {
 }
 
 // refusedStats counts, per tool, refused calls and the sessions and agents
-// behind them, for allow candidates and unknown tools.
+// behind them, for allow candidates.
 type refusedStats struct {
 	Tool                             string
 	Calls, Refused, Sessions, Agents int64
 	First, Last                      time.Time
 }
 
-func (q query) refusedByTool(ctx context.Context, exclude []string) (map[string]*refusedStats, error) {
+// refusedByTool counts the refused calls of tools outside the sessions
+// given (exclude: probing sessions), by tool.
+func (q query) refusedByTool(ctx context.Context, tools, exclude []string) (map[string]*refusedStats, error) {
 	rows, err := q.rows(ctx, "refused calls", `
 WITH refused AS (
 	SELECT tool, ts, agent, `+sessionKey+` AS sk
-	FROM calls WHERE `+inWindow+` AND tool IS NOT NULL AND decision <> 'allowed'
+	FROM calls WHERE `+inWindow+` AND list_contains($tools, tool) AND decision <> 'allowed'
 )
 SELECT tool, count(*), count(*), count(DISTINCT sk) FILTER (sk <> ''), count(DISTINCT agent), min(ts), max(ts)
 FROM refused WHERE NOT list_contains($exclude, sk)
-GROUP BY tool`, sql.Named("exclude", stringList(exclude)))
+GROUP BY tool`, sql.Named("tools", stringList(tools)), sql.Named("exclude", stringList(exclude)))
 	if err != nil {
 		return nil, err
 	}

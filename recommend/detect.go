@@ -637,6 +637,10 @@ func (s *state) detectProbes(ctx context.Context) (map[string]bool, error) {
 		}
 		sort.Strings(unknown)
 	}
+	if s.probeTools(unknown) < probeMinTools {
+		// No session can hit that many: the calls need no reading.
+		return map[string]bool{}, nil
+	}
 	probes, err := s.q.probes(ctx, probeMinTools, unknown)
 	if err != nil {
 		return nil, err
@@ -686,12 +690,31 @@ func (s *state) detectProbes(ctx context.Context) (map[string]bool, error) {
 	return probeSessions, nil
 }
 
+// probeTools counts the tools of the window that a probe's burst can hit,
+// from their usage (the aggregates' counts): those with denied or hidden
+// calls, and the unknown ones called.
+func (s *state) probeTools(unknown []string) int {
+	n := 0
+	for t, u := range s.usage {
+		if u.Denied+u.Hidden > 0 || (u.Calls > 0 && slices.Contains(unknown, t)) {
+			n++
+		}
+	}
+	return n
+}
+
 // detectRefused reports unknown tools and allow candidates.
 func (s *state) detectRefused(ctx context.Context, probeSessions map[string]bool) error {
 	excluded := sortedKeys(probeSessions)
-	stats, err := s.q.refusedByTool(ctx, excluded)
-	if err != nil {
-		return err
+	stats := map[string]*refusedStats{}
+	// Only a read-only tool of the catalog that was refused and never
+	// allowed can be an allow candidate: the calls are read for those
+	// alone, and not at all without one.
+	if candidates := s.allowCandidates(); len(candidates) > 0 {
+		var err error
+		if stats, err = s.q.refusedByTool(ctx, candidates, excluded); err != nil {
+			return err
+		}
 	}
 	for _, t := range sortedKeys(s.usage) {
 		u := s.usage[t]
@@ -722,6 +745,23 @@ func (s *state) detectRefused(ctx context.Context, probeSessions map[string]bool
 		}
 	}
 	return nil
+}
+
+// allowCandidates are the tools detectRefused may propose to allow, from
+// their usage, sorted: in the catalog (when there is one), read-only,
+// refused in the window and never allowed there.
+func (s *state) allowCandidates() []string {
+	var out []string
+	for _, t := range sortedKeys(s.usage) {
+		u := s.usage[t]
+		if len(s.opts.Catalog) > 0 && !s.inCat[t] && u.Calls > 0 {
+			continue // an unknown tool
+		}
+		if s.classes[t].Category == catalog.Read && u.Allowed == 0 && u.Refused > 0 {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 func unknownSeverity(u *usage) string {

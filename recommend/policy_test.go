@@ -191,3 +191,34 @@ func TestAllowCandidateIsForReviewOnly(t *testing.T) {
 	assert.Equal(t, int64(8), f.Evidence["refused"])
 	assert.NotContains(t, r.Policy.Tools, "get_vm_config", "an allow candidate is never applied")
 }
+
+// TestProbeBurstOfEachKindOfRefusedTool: a burst of three tools, one
+// denied, one hidden and one called that the catalog does not hold, is a
+// probe; the window's usage holds just those three such tools, as many as
+// a probe needs, so the recommender reads the calls for it; with any of the
+// three left out of that count it would not (and finds nothing).
+func TestProbeBurstOfEachKindOfRefusedTool(t *testing.T) {
+	store, err := analytics.Open(context.Background(), filepath.Join(t.TempDir(), "p.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	defer store.Close()
+	var evs []audit.Event
+	add := func(id, session, tool string, at time.Time, d audit.Decision) {
+		evs = append(evs, audit.Event{ID: id, TS: at, Server: "srv", Tool: tool, Method: "tools/call", Decision: d,
+			Agent: "prober", Session: session})
+	}
+	for i := range 12 {
+		add(fmt.Sprintf("ok%d", i), fmt.Sprintf("s%d", i%3), "list_vms", now.Add(-time.Duration(i)*time.Hour), audit.Allowed)
+	}
+	at := now.Add(-3 * time.Hour)
+	add("p1", "burst", "delete_vm", at, audit.Denied)
+	add("p2", "burst", "get_vm_config", at.Add(time.Second), audit.Hidden)
+	add("p3", "burst", "mystery_tool", at.Add(2*time.Second), audit.Allowed)
+	_, err = store.Append(context.Background(), ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	r, err := recommend.Recommend(context.Background(), store.DB(), recommend.Options{Server: "srv", Now: now,
+		Params: recommend.DefaultParams(), Catalog: classes("list_vms", "delete_vm", "get_vm_config")})
+	require.NoError(t, err)
+	f, ok := findings(r, recommend.KindDeniedProbe)["prober"]
+	require.True(t, ok, "the burst is a probe")
+	assert.Equal(t, []string{"delete_vm", "get_vm_config", "mystery_tool"}, f.Evidence["tools"])
+}
