@@ -123,7 +123,15 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 				minutes = own
 			}
 		}
-		limited, cut, err := q.overflow(ctx, limits, o.Loops, acc, o.FirstN, minutes)
+		// Only a tool with calls the gateway did not allow can have one the
+		// limit newly allows.
+		var refusedFast []string
+		for _, t := range fast {
+			if tools[t].calls > tools[t].allowed {
+				refusedFast = append(refusedFast, t)
+			}
+		}
+		limited, cut, err := q.overflow(ctx, limits, refusedFast, o.Loops, acc, o.FirstN, minutes)
 		if err != nil {
 			return nil, err
 		}
@@ -481,8 +489,9 @@ const bucketFigures = `count(*) AS b_n, min(ts) AS b_t0, max(ts) AS b_t1,
 // It also returns, by tool, the refused calls that fall inside the runaway
 // loops given.
 // minutes, when they count q's window, give the buckets of its per-session,
-// per-minute limits.
-func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, loops []RunawayLoop, acc *affected, firstN int, minutes *callMinutes) (map[string]overflowCount, map[string]overflowCount, error) {
+// per-minute limits. refused are the limited tools with calls the gateway
+// did not allow: the earliest of those the limit allows are listed (acc).
+func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, refused []string, loops []RunawayLoop, acc *affected, firstN int, minutes *callMinutes) (map[string]overflowCount, map[string]overflowCount, error) {
 	out := map[string]overflowCount{}
 	var conn *sql.Conn
 	buckets, bucketArgs := overflowBucketsSQL, q.args()
@@ -582,8 +591,10 @@ SELECT limit_tool, sum(n), sum(changed) FROM (
 	if err := rows.Err(); err != nil {
 		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
-	if err := q.newlyAllowed(ctx, conn, sortedKeys(limits), "id IN (SELECT id FROM overflow_calls WHERE decision <> 'allowed')", acc); err != nil {
-		return nil, nil, err
+	if len(refused) > 0 {
+		if err := q.newlyAllowed(ctx, conn, refused, "id IN (SELECT id FROM overflow_calls WHERE decision <> 'allowed')", acc); err != nil {
+			return nil, nil, err
+		}
 	}
 	// The calls whose recorded "allowed" the limit changes: their sessions
 	// and agents (rows without a call), then the earliest of them in time
