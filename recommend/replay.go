@@ -370,48 +370,44 @@ FROM calls WHERE `+inWindow+` AND tool IS NOT NULL GROUP BY tool`)
 
 // affectedStatic records the recorded-allowed calls of the tools (in order)
 // that the policy refuses outright (verdicts): their sessions and agents,
-// and each tool's earliest firstN calls, tool by tool. One query each for
-// all the tools: a query per tool read the whole window again for each.
+// and each tool's earliest firstN calls, tool by tool. One query for all
+// the tools, reading the window once: its calls of those tools, then their
+// distinct sessions and agents (the rows without an id) and each tool's
+// earliest calls (a query per tool read the whole window again for each;
+// the two parts as two queries read it twice).
 func (q query) affectedStatic(ctx context.Context, tools []string, verdicts map[string]policy.Verdict, acc *affected, firstN int) error {
-	rows, err := q.rows(ctx, "replay", `
-SELECT DISTINCT tool, `+sessionID+`, coalesce(agent, '') FROM calls
-WHERE `+inWindow+` AND list_contains($tools, tool) AND decision = 'allowed'`, sql.Named("tools", tools))
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var tool, sk, agent string
-		if err := rows.Scan(&tool, &sk, &agent); err != nil {
-			rows.Close()
-			return fmt.Errorf("replay: %w", err)
-		}
-		acc.add(AffectedCall{Tool: tool, Agent: agent}, sk, 0)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("replay: %w", err)
-	}
-	first, err := q.rows(ctx, "replay", `
-SELECT tool, id, ts, session, agent FROM (
-	SELECT tool, id, ts, coalesce(session, '') AS session, coalesce(agent, '') AS agent,
-	       row_number() OVER (PARTITION BY tool ORDER BY ts, id) AS rn
+	rows, err := q.rows(ctx, "replay affected", `
+WITH a AS MATERIALIZED (
+	SELECT tool, id, ts, coalesce(session, '') AS session, coalesce(agent, '') AS agent, `+sessionID+` AS sk
 	FROM calls WHERE `+inWindow+` AND list_contains($tools, tool) AND decision = 'allowed'
+)
+SELECT DISTINCT tool, NULL::VARCHAR AS id, NULL::TIMESTAMPTZ AS ts, NULL::VARCHAR AS session, agent, sk FROM a
+UNION ALL
+SELECT tool, id, ts, session, agent, NULL FROM (
+	SELECT *, row_number() OVER (PARTITION BY tool ORDER BY ts, id) AS rn FROM a
 ) WHERE rn <= $n`, sql.Named("tools", tools), sql.Named("n", firstN))
 	if err != nil {
 		return err
 	}
-	defer first.Close()
+	defer rows.Close()
 	byTool := map[string][]AffectedCall{}
-	for first.Next() {
+	for rows.Next() {
 		var c AffectedCall
-		if err := first.Scan(&c.Tool, &c.ID, &c.TS, &c.Session, &c.Agent); err != nil {
+		var id, session, sk sql.NullString
+		var ts sql.NullTime
+		if err := rows.Scan(&c.Tool, &id, &ts, &session, &c.Agent, &sk); err != nil {
 			return fmt.Errorf("replay: %w", err)
 		}
+		if !id.Valid { // a session and agent
+			acc.add(AffectedCall{Tool: c.Tool, Agent: c.Agent}, sk.String, 0)
+			continue
+		}
 		v := verdicts[c.Tool]
-		c.TS, c.Recorded, c.Replayed, c.Rule = c.TS.UTC(), policy.Allowed, v.Decision, v.Rule
+		c.ID, c.Session = id.String, session.String
+		c.TS, c.Recorded, c.Replayed, c.Rule = ts.Time.UTC(), policy.Allowed, v.Decision, v.Rule
 		byTool[c.Tool] = append(byTool[c.Tool], c)
 	}
-	if err := first.Err(); err != nil {
+	if err := rows.Err(); err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
 	// In the order the per-tool queries gave them: acc.add's bound on the
