@@ -385,9 +385,25 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []*run) error
 	if len(runaway) == 0 {
 		windows = windows[:1] // nothing to cut: the per-minute limit
 	}
-	peaks, buckets, err := s.q.pollPeaks(ctx, k.tool, scope, windows, runaway)
-	if err != nil {
-		return err
+	var peaks map[string]*peakStats
+	var buckets map[string]windowBuckets
+	if len(runaway) == 0 && scope == policy.ScopeSession {
+		// Nothing to leave out, per session and minute: the call minutes
+		// count it (shared with the rate limits), and only the keys over
+		// the limit need their calls read.
+		st, b, err := s.minutes.pollWindows(ctx, s.names, k.tool, func(st *peakStats) int { return s.limitValue(st.P99) })
+		if err != nil {
+			return err
+		}
+		peaks, buckets = map[string]*peakStats{}, map[string]windowBuckets{policy.WindowMinute: b}
+		if st != nil {
+			peaks[policy.WindowMinute] = st
+		}
+	} else {
+		var err error
+		if peaks, buckets, err = s.q.pollPeaks(ctx, k.tool, scope, windows, runaway); err != nil {
+			return err
+		}
 	}
 	var chosen *windowChoice
 	for _, window := range windows {

@@ -67,8 +67,10 @@ func (m *callMinutes) covers(q query) bool {
 // (overflowBucketsFromMinutesSQL), which reads these tables again rather
 // than have every key with two calls in a minute kept for it.
 func (m *callMinutes) build(ctx context.Context, names map[uint64]string, tools []string) (map[string]*peakStats, error) {
-	if err := m.count(ctx, false); err != nil {
-		return nil, err
+	if !m.built {
+		if err := m.count(ctx, false); err != nil {
+			return nil, err
+		}
 	}
 	stored := storedRows(m.days)
 	rows, err := m.conn.QueryContext(ctx, `
@@ -226,6 +228,53 @@ func (m *callMinutes) sessionPeaks(ctx context.Context, names map[uint64]string,
 		return nil, fmt.Errorf("peaks: %w", err)
 	}
 	return out, nil
+}
+
+// pollWindows are a polled tool's minutes without runaway loops, as
+// query.pollPeaks counts them, from the call minutes instead of every call
+// of the tool: its peaks per session key and minute (the tables count the
+// same calls, allowed and rate-limited, under the same keys), and, for a
+// limit of lim calls, its minutes over it by how many calls they hold
+// (windowBuckets.Normal, which holds no other minute: a limit's cut counts
+// those alone), read from the calls of the keys whose busiest minute is
+// over lim. Nil stats: the tool has no such call in the window.
+func (m *callMinutes) pollWindows(ctx context.Context, names map[uint64]string, tool string, limit func(*peakStats) int) (*peakStats, windowBuckets, error) {
+	b := windowBuckets{Runaway: bucketCounts{}, Normal: bucketCounts{}}
+	stats, err := m.build(ctx, names, []string{tool})
+	if err != nil || stats[tool] == nil {
+		return nil, b, err
+	}
+	defer m.scope.timed("peaks " + tool + " from minutes")()
+	rows, err := m.conn.QueryContext(ctx, `
+WITH hot AS (
+	SELECT session AS h_s, '' AS h_g FROM session_peaks
+	WHERE `+storedRows(m.days)+` AND tool = $tool AND alone AND peak > $lim AND `+unseenKey+`
+	UNION ALL
+	SELECT s, g FROM session_merged WHERE tool = $tool AND peak > $lim
+), per AS (
+	SELECT `+sessionScopeKey+` AS k, epoch_ms(ts) // 60000 AS w, count(*) AS n
+	FROM calls SEMI JOIN hot ON coalesce(calls.session, '') = h_s
+		AND CASE WHEN coalesce(calls.session, '') = '' THEN coalesce(calls."grant", '') ELSE '' END = h_g
+	WHERE `+inWindow+` AND tool = $tool AND decision IN ('allowed', 'rate_limited')
+	GROUP BY ALL
+)
+SELECT n, count(*) FROM per WHERE n > $lim GROUP BY n`,
+		append(m.storedArgs(), sql.Named("tool", tool), sql.Named("lim", limit(stats[tool])))...)
+	if err != nil {
+		return nil, b, fmt.Errorf("peaks: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n, count int64
+		if err := rows.Scan(&n, &count); err != nil {
+			return nil, b, fmt.Errorf("peaks: %w", err)
+		}
+		b.Normal[n] = count
+	}
+	if err := rows.Err(); err != nil {
+		return nil, b, fmt.Errorf("peaks: %w", err)
+	}
+	return stats[tool], b, nil
 }
 
 // overflowBucketsFromMinutesSQL fills overflow_buckets (see

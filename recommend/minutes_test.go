@@ -150,6 +150,30 @@ func checkCallMinutes(t *testing.T, q query, variants []policy.Limit, wholeDays 
 		WHERE limit_scope = 'session' AND bucket_ms = 60000 AND b_lim = 1`).Scan(&fromTable))
 	assert.Positive(t, fromTable, "buckets of two calls over a limit of one, of the keys the minutes found over it")
 
+	// A polled tool's minutes without runaway loops, from the call
+	// minutes (pollWindows), are pollPeaks' own from the calls: its peaks,
+	// and its minutes over a limit by how many calls they hold.
+	over := 0
+	for _, tool := range tools[:min(6, len(tools))] {
+		want, wantBuckets, err := q.pollPeaks(ctx, tool, policy.ScopeSession, []string{policy.WindowMinute}, nil)
+		require.NoError(t, err)
+		for _, lim := range []int{1, 2, 4} {
+			st, b, err := m.pollWindows(ctx, names, tool, func(*peakStats) int { return lim })
+			require.NoError(t, err)
+			assert.Equal(t, want[policy.WindowMinute], st, tool)
+			wantOver := bucketCounts{}
+			for n, c := range wantBuckets[policy.WindowMinute].Normal {
+				if n > int64(lim) {
+					wantOver[n] = c
+				}
+			}
+			assert.Equal(t, wantOver, b.Normal, "%s: its minutes over %d", tool, lim)
+			assert.Empty(t, b.Runaway)
+			over += len(b.Normal)
+		}
+	}
+	assert.Positive(t, over, "minutes over a limit")
+
 	if !wholeDays {
 		return
 	}

@@ -73,7 +73,21 @@ func TestStatelessLoopsAreFoundAndLimitedPerAgent(t *testing.T) {
 		assert.Equal(t, int64(0), f.Evidence["normal_polls_refused"], f.Summary)
 		if runaway > 0 {
 			assert.Positive(t, f.Evidence["runaway_polls_refused"], f.Summary)
+			continue
 		}
+		// Its peaks are each agent's busiest minute (a call without an
+		// agent under its grant), not each derived session's.
+		var p50, p99, peak float64
+		require.NoError(t, store.DB().QueryRow(`
+SELECT quantile_disc(peak, 0.5), quantile_disc(peak, 0.99), max(peak) FROM (
+	SELECT k, max(n) AS peak FROM (
+		SELECT CASE WHEN coalesce(agent, '') <> '' THEN 'a:' || agent ELSE 'g:' || coalesce("grant", '') END AS k,
+		       epoch_ms(ts) // 60000, count(*) AS n
+		FROM calls WHERE server = ? AND tool = ? AND ts > ? AND ts <= ? AND decision IN ('allowed', 'rate_limited')
+		GROUP BY ALL)
+	GROUP BY k)`, r.Server, pp.PollTool, r.Window.From, r.Window.To).Scan(&p50, &p99, &peak))
+		assert.Equal(t, []float64{p50, p99, peak}, []float64{f.Evidence["p50"].(float64), f.Evidence["p99"].(float64), f.Evidence["max"].(float64)},
+			"%s: its peaks per agent", pp.PollTool)
 	}
 	assert.Len(t, findings(r, recommend.KindRetryStorm), len(simulate.LoopsTruth.RetryStorms))
 	assert.Equal(t, r.Window.Calls, r.Window.SessionSources.Derived)
