@@ -653,7 +653,7 @@ func (s *state) detectProbes(ctx context.Context) (map[string]bool, error) {
 		}
 		sort.Strings(unknown)
 	}
-	if s.probeTools(unknown) < probeMinTools {
+	if s.probeTools() < probeMinTools {
 		// No session can hit that many: the calls need no reading.
 		return map[string]bool{}, nil
 	}
@@ -709,14 +709,21 @@ func (s *state) detectProbes(ctx context.Context) (map[string]bool, error) {
 // probeTools counts the tools of the window that a probe's burst can hit,
 // from their usage (the aggregates' counts): those with denied or hidden
 // calls, and the unknown ones called.
-func (s *state) probeTools(unknown []string) int {
+func (s *state) probeTools() int {
 	n := 0
 	for t, u := range s.usage {
-		if u.Denied+u.Hidden > 0 || (u.Calls > 0 && slices.Contains(unknown, t)) {
+		if u.Denied+u.Hidden > 0 || s.calledUnknown(t) {
 			n++
 		}
 	}
 	return n
+}
+
+// calledUnknown says whether t is a tool the catalog (when there is one)
+// does not hold, called in the window.
+func (s *state) calledUnknown(t string) bool {
+	u := s.usage[t]
+	return len(s.opts.Catalog) > 0 && !s.inCat[t] && u != nil && u.Calls > 0
 }
 
 // detectRefused reports unknown tools and allow candidates.
@@ -734,7 +741,7 @@ func (s *state) detectRefused(ctx context.Context, probeSessions map[string]bool
 	}
 	for _, t := range sortedKeys(s.usage) {
 		u := s.usage[t]
-		if len(s.opts.Catalog) > 0 && !s.inCat[t] && u.Calls > 0 {
+		if s.calledUnknown(t) {
 			s.add(Finding{
 				Kind: KindUnknownTool, Tool: t, Severity: unknownSeverity(u), Confidence: s.confid,
 				Summary: fmt.Sprintf("%s is not in the catalog but was called %s (%d allowed)", t, plural(u.Calls, "time", "times"), u.Allowed),
@@ -744,9 +751,8 @@ func (s *state) detectRefused(ctx context.Context, probeSessions map[string]bool
 			})
 			continue
 		}
-		st := stats[t]
-		c := s.classes[t]
-		if st == nil || c.Category != catalog.Read || u.Allowed > 0 {
+		st := stats[t] // an allow candidate's alone
+		if st == nil {
 			continue
 		}
 		if st.Refused >= 5 && st.Sessions >= 3 {
@@ -770,8 +776,8 @@ func (s *state) allowCandidates() []string {
 	var out []string
 	for _, t := range sortedKeys(s.usage) {
 		u := s.usage[t]
-		if len(s.opts.Catalog) > 0 && !s.inCat[t] && u.Calls > 0 {
-			continue // an unknown tool
+		if s.calledUnknown(t) {
+			continue
 		}
 		if s.classes[t].Category == catalog.Read && u.Allowed == 0 && u.Refused > 0 {
 			out = append(out, t)
