@@ -253,8 +253,7 @@ WITH hot AS (
 	SELECT s, g FROM session_merged WHERE tool = $tool AND peak > $lim
 ), per AS (
 	SELECT `+sessionScopeKey+` AS k, epoch_ms(ts) // 60000 AS w, count(*) AS n
-	FROM calls SEMI JOIN hot ON coalesce(calls.session, '') = h_s
-		AND CASE WHEN coalesce(calls.session, '') = '' THEN coalesce(calls."grant", '') ELSE '' END = h_g
+	FROM calls SEMI JOIN hot ON `+hotKey+`
 	WHERE `+inWindow+` AND tool = $tool AND decision IN ('allowed', 'rate_limited')
 	GROUP BY ALL
 )
@@ -277,6 +276,12 @@ SELECT n, count(*) FROM per WHERE n > $lim GROUP BY n`,
 	return stats[tool], b, nil
 }
 
+// hotKey matches a call to a session key of the call minutes (h_s, h_g:
+// session_merged's s and g, or an alone row's session and an empty g): its
+// session, or its grant when it has none.
+const hotKey = `coalesce(calls.session, '') = h_s
+	AND CASE WHEN coalesce(calls.session, '') = '' THEN coalesce(calls."grant", '') ELSE '' END = h_g`
+
 // overflowBucketsFromMinutesSQL fills overflow_buckets (see
 // query.overflow): the buckets of every limit per session and minute of at
 // least one call from the calls of the tools and session keys whose
@@ -296,8 +301,7 @@ WITH per_minute AS (
 )
 SELECT lid AS b_lid, ` + limitKeyExpr + ` AS b_k, epoch_ms(ts) // bucket_ms AS b_w, any_value(lim) AS b_lim, ` + bucketFigures + `
 FROM calls JOIN replay_limits ON calls.tool = limit_tool
-SEMI JOIN hot ON calls.tool = h_tool AND coalesce(calls.session, '') = h_s
-	AND CASE WHEN coalesce(calls.session, '') = '' THEN coalesce(calls."grant", '') ELSE '' END = h_g
+SEMI JOIN hot ON calls.tool = h_tool AND ` + hotKey + `
 WHERE ` + inWindow + ` AND ` + fromMinutes + `
 GROUP BY ALL HAVING count(*) > any_value(lim)
 UNION ALL
