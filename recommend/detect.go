@@ -343,9 +343,16 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []*run) error
 	for i, r := range loops {
 		polls[i], gaps[i], cvs[i] = float64(r.Polls), r.MedianGap, cv(r)
 	}
-	p95, limitRunaway, runaway := s.runawayOf(loops)
+	// Each sorted once for all its quantiles (a polled tool can have tens
+	// of thousands of loops).
+	slices.Sort(polls)
+	slices.Sort(gaps)
+	slices.Sort(cvs)
+	medianPolls, medianGap := quantileSorted(polls, 0.5), quantileSorted(gaps, 0.5)
+	p95 := quantileSorted(polls, 0.95)
+	limitRunaway, runaway := s.runawayAbove(loops, p95)
 	var wasted int64
-	sessions := map[uint64]bool{}
+	sessions := make(map[uint64]bool, len(loops))
 	runawaySessions := map[uint64]bool{}
 	for _, r := range loops {
 		sessions[r.SessionHash] = true
@@ -356,8 +363,8 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []*run) error
 		s.runawaySessions[r.session()] = true
 	}
 	ev := map[string]any{
-		"start_tool": k.start, "loops": len(loops), "median_polls": round(quantile(polls, 0.5), 2), "p95_polls": round(p95, 2),
-		"median_interval_s": round(quantile(gaps, 0.5), 2), "interval_cv": round(quantile(cvs, 0.5), 3),
+		"start_tool": k.start, "loops": len(loops), "median_polls": round(medianPolls, 2), "p95_polls": round(p95, 2),
+		"median_interval_s": round(medianGap, 2), "interval_cv": round(quantileSorted(cvs, 0.5), 3),
 		"wasted_calls": wasted, "runaway_loops": len(runaway), "runaway_sessions": len(runawaySessions),
 		"runaway_threshold_polls": round(limitRunaway, 1), "sessions": len(sessions),
 	}
@@ -426,7 +433,7 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []*run) error
 		f.Severity = string(catalog.SeverityHigh)
 	}
 	f.Summary = fmt.Sprintf("%s is polled after %s: %s, median %s polls every %ss",
-		k.tool, k.start, plural(int64(len(loops)), "loop", "loops"), trimFloat(quantile(polls, 0.5)), trimFloat(round(quantile(gaps, 0.5), 1)))
+		k.tool, k.start, plural(int64(len(loops)), "loop", "loops"), trimFloat(medianPolls), trimFloat(round(medianGap, 1)))
 	if wasted > 0 {
 		f.Summary += fmt.Sprintf("; %s beyond a backoff's needs", plural(wasted, "poll", "polls"))
 	}
@@ -475,13 +482,21 @@ func (s *state) runawayOf(loops []*run) (p95, limit float64, runaway []run) {
 		polls[i] = float64(r.Polls)
 	}
 	p95 = quantile(polls, 0.95)
+	limit, runaway = s.runawayAbove(loops, p95)
+	return p95, limit, runaway
+}
+
+// runawayAbove are the loops of one pair with more polls than
+// RunawayThreshold of p95 (their polls' 95th percentile), with that
+// threshold.
+func (s *state) runawayAbove(loops []*run, p95 float64) (limit float64, runaway []run) {
 	limit = RunawayThreshold(p95, s.p)
 	for _, r := range loops {
 		if float64(r.Polls) > limit {
 			runaway = append(runaway, *r)
 		}
 	}
-	return p95, limit, runaway
+	return limit, runaway
 }
 
 // normalTolerance is the share of a polled tool's calls outside runaway
@@ -800,11 +815,16 @@ func unknownSeverity(u *usage) string {
 // the p95 loop length that they are measured against. The evidence SQL
 // computes the same with list_sort(list(x))[⌊q·(n−1)⌋+1].
 func quantile(v []float64, q float64) float64 {
-	if len(v) == 0 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return quantileSorted(s, q)
+}
+
+// quantileSorted is quantile of values already sorted.
+func quantileSorted(s []float64, q float64) float64 {
+	if len(s) == 0 {
 		return 0
 	}
-	s := slices.Clone(v)
-	sort.Float64s(s)
 	return s[int(math.Floor(q*float64(len(s)-1)+1e-9))]
 }
 
