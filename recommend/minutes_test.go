@@ -123,6 +123,10 @@ func checkCallMinutes(t *testing.T, q query, variants []policy.Limit, wholeDays 
 	require.NotEmpty(t, fromCalls)
 	assert.Equal(t, fromCalls, fromMinutes)
 	require.True(t, m.covers(q))
+	one, err := m.sessionPeaks(ctx, names, tools[:1])
+	require.NoError(t, err)
+	require.NotNil(t, fromCalls[tools[0]])
+	assert.Equal(t, map[string]*peakStats{tools[0]: fromCalls[tools[0]]}, one, "one tool's peaks asked alone")
 	other := q
 	other.from = other.from.Add(time.Minute)
 	assert.False(t, m.covers(other), "another window")
@@ -181,6 +185,10 @@ func checkCallMinutes(t *testing.T, q query, variants []policy.Limit, wholeDays 
 	// the window's.
 	_, err = m.conn.ExecContext(ctx, `UPDATE session_peaks SET peak = peak * 2`)
 	require.NoError(t, err)
+	again, err := m.sessionPeaks(ctx, names, tools)
+	require.NoError(t, err)
+	assert.Equal(t, fromMinutes, again, "the peaks are read once")
+	m.peaks = nil
 	doubled, err := m.sessionPeaks(ctx, names, tools)
 	require.NoError(t, err)
 	_, err = m.conn.ExecContext(ctx, `UPDATE session_peaks SET peak = peak / 2`)
