@@ -229,20 +229,20 @@ func (s *state) detectRetryStorms() map[string]bool {
 		rs := byTool[t]
 		sessions := map[uint64]bool{}
 		var calls, maxRepeats int64
-		last := rs[0].LastMS
+		first, last := rs[0].FirstMS, rs[0].LastMS
 		for _, r := range rs {
 			sessions[r.SessionHash] = true
 			stormSessions[r.session()] = true
 			calls += r.Polls
 			maxRepeats = max(maxRepeats, r.Polls)
-			last = max(last, r.LastMS)
+			first, last = min(first, r.FirstMS), max(last, r.LastMS)
 		}
 		s.add(Finding{
 			Kind: KindRetryStorm, Tool: t, Severity: string(catalog.SeverityMedium), Confidence: s.confid,
 			Summary: fmt.Sprintf("%s was retried with the same arguments after errors in %s (%s, up to %d in a row)",
 				t, plural(int64(len(rs)), "burst", "bursts"), plural(calls, "call", "calls"), maxRepeats),
 			Evidence: map[string]any{"storms": len(rs), "calls": calls, "sessions": len(sessions), "max_repeats": maxRepeats,
-				"first": rs[0].first(), "last": time.UnixMilli(last).UTC(), "sql": s.stormSQL(t)},
+				"first": time.UnixMilli(first).UTC(), "last": time.UnixMilli(last).UTC(), "sql": s.stormSQL(t)},
 			Action: Action{Op: OpNone},
 		})
 	}

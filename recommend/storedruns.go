@@ -76,10 +76,10 @@ func (q query) crossingEnd(ctx context.Context) (time.Time, error) {
 	return end.Time, nil
 }
 
-// storedRunsSQL reads the window's runs of at least minCalls calls (the
-// columns, types and order of readRuns: a HUGEINT the driver hands over as a
-// big integer, which database/sql then scans through its text); from
-// call_runs; a run crossing the
+// storedRunsSQL reads the window's runs of at least minCalls calls, in no
+// order (readRuns' columns, in its column order and types: a HUGEINT the
+// driver hands over as a big integer, which database/sql then scans
+// through its text); from call_runs; a run crossing the
 // window's start as its calls inside the window, read between the start
 // and $cut_to (crossingEnd); and every run of a session read from the
 // calls (runsSQL) when a tie at the start's millisecond, or later calls
@@ -122,6 +122,5 @@ FROM stored WHERE polls >= ` + minN + ` AND first_ts > $from AND skh NOT IN (SEL
 UNION ALL
 SELECT skh, th, 0::UBIGINT, 0::DOUBLE, polls, span_s, mean_gap, sd_gap, median_gap, errors, last_err, t0, t1 FROM cut_runs
 UNION ALL
-SELECT skh, th, prev_th, start_gap, polls, span_s, mean_gap, sd_gap, median_gap, errors, last_err, t0, t1 FROM runs
-ORDER BY t0, skh`
+SELECT skh, th, prev_th, start_gap, polls, span_s, mean_gap, sd_gap, median_gap, errors, last_err, t0, t1 FROM runs`
 }
