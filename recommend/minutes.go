@@ -67,10 +67,9 @@ func (m *callMinutes) covers(q query) bool {
 // (session_merged); the rest are read as they are, each time for what it
 // is needed: the tools' peaks here (every tool's at the first call), as
 // counts of keys per peak (an aggregate over a few groups instead of
-// quantiles over every key), and
-// the keys over a limit per session and minute in the replay
-// (overflowBucketsFromMinutesSQL), which reads these tables again rather
-// than have every key with two calls in a minute kept for it.
+// quantiles over every key), and the keys over a limit per session and
+// minute in the replay (fillOverflowBuckets), which reads these tables
+// again rather than have every key with two calls in a minute kept for it.
 func (m *callMinutes) build(ctx context.Context, names map[uint64]string, tools []string) (map[string]*peakStats, error) {
 	if !m.built {
 		if err := m.count(ctx, false); err != nil {
@@ -120,11 +119,14 @@ func (m *callMinutes) count(ctx context.Context, onlyCounted bool) error {
 	// too by a join on session_edge: as a predicate beside NOT alone, the
 	// key's NOT IN was a mark join over every row of the scope (~2× the
 	// time over ops-bot's 640,000 rows of 5M calls).
-	edge := []string{`SELECT NULL::VARCHAR AS tool, NULL::VARCHAR AS s, NULL::VARCHAR AS g, 0::BIGINT AS peak, 0::BIGINT AS calls, 0::BIGINT AS peak_all WHERE false`}
+	// Both keep each key's first and last day with calls (d0, d1), which
+	// bound the calls of the keys over a limit the replay reads.
+	edge := []string{`SELECT NULL::VARCHAR AS tool, NULL::VARCHAR AS s, NULL::VARCHAR AS g, 0::BIGINT AS peak, 0::BIGINT AS calls, 0::BIGINT AS peak_all,
+	0::BIGINT AS d0, 0::BIGINT AS d1 WHERE false`}
 	parts, partArgs := outsideParts(q.from, q.to, days)
 	args := append(q.args(), partArgs...)
 	for _, part := range parts {
-		edge = append(edge, `SELECT tool, s, g, max(n), sum(n), max(n_all) FROM (`+
+		edge = append(edge, `SELECT tool, s, g, max(n), sum(n), max(n_all), min(w) // 1440, max(w) // 1440 FROM (`+
 			analytics.SessionMinutesSQL(inScope+` AND `+part)+
 			`) GROUP BY tool, s, g`)
 	}
@@ -133,17 +135,17 @@ func (m *callMinutes) count(ctx context.Context, onlyCounted bool) error {
 		{"session_edge", `CREATE OR REPLACE TEMP TABLE session_edge AS ` + strings.Join(edge, "\nUNION ALL\n")},
 		{"session_merged", `CREATE OR REPLACE TEMP TABLE session_merged AS
 WITH d AS (
-	SELECT tool, s, g, peak, calls, peak_all FROM session_edge
+	SELECT tool, s, g, peak, calls, peak_all, d0, d1 FROM session_edge
 	UNION ALL
-	SELECT tool, session, "grant", peak, calls, peak_all FROM session_peaks
+	SELECT tool, session, "grant", peak, calls, peak_all, day, day FROM session_peaks
 	WHERE ` + stored + ` AND NOT alone
 	UNION ALL
-	SELECT tool, session, "grant", peak, calls, peak_all
+	SELECT tool, session, "grant", peak, calls, peak_all, day, day
 	FROM session_peaks SEMI JOIN session_edge e ON e.tool = session_peaks.tool AND e.s = session_peaks.session
 	WHERE ` + stored + ` AND alone
 )
 SELECT tool, coalesce(s, '') AS s, CASE WHEN s IS NULL THEN g ELSE '' END AS g,
-       max(peak) AS peak, sum(calls) AS calls, max(peak_all) AS peak_all
+       max(peak) AS peak, sum(calls) AS calls, max(peak_all) AS peak_all, min(d0) AS d0, max(d1) AS d1
 FROM d GROUP BY ALL`},
 	}
 	for _, st := range steps {
@@ -306,33 +308,79 @@ SELECT n, count(*) FROM per WHERE n > $lim GROUP BY n`,
 const hotKey = `coalesce(calls.session, '') = h_s
 	AND CASE WHEN coalesce(calls.session, '') = '' THEN coalesce(calls."grant", '') ELSE '' END = h_g`
 
-// overflowBucketsFromMinutesSQL fills overflow_buckets (see
-// query.overflow): the buckets of every limit per session and minute of at
-// least one call from the calls of the tools and session keys whose
-// busiest minute (of any decision) is over it (hot: the alone rows of
-// session_peaks' counted days and session_merged, as build read them), the
-// others' from all the calls. Its arguments are storedArgs'.
-func (m *callMinutes) overflowBucketsFromMinutesSQL() string {
-	return `
-CREATE OR REPLACE TEMP TABLE overflow_buckets AS
+// fillOverflowBuckets fills overflow_buckets (see query.overflow) on m's
+// connection, which holds replay_limits: the buckets of every limit per
+// session and minute of at least one call from the calls of the tools and
+// session keys whose busiest minute (of any decision) is over it
+// (minute_hot: the alone rows of session_peaks' counted days and
+// session_merged, as build read them), read on the days those keys have
+// calls only, the others' from all the calls. Each run of consecutive
+// days is one scan of the calls between two constant instants, which
+// skips the rest of the window by the calls' times (a predicate of several
+// ranges joined by OR skips nothing): over 5M calls, ops-bot's one key
+// over its limit was found among the ~1M calls of its 24 tools limited per
+// minute, 55–80 ms a run.
+func (m *callMinutes) fillOverflowBuckets(ctx context.Context) error {
+	if _, err := m.conn.ExecContext(ctx, `
+CREATE OR REPLACE TEMP TABLE minute_hot AS
 WITH per_minute AS (
-	SELECT * FROM replay_limits WHERE ` + fromMinutes + `
-), hot AS (
-	SELECT tool AS h_tool, session AS h_s, '' AS h_g FROM session_peaks JOIN per_minute ON tool = limit_tool
-	WHERE ` + storedRows(m.days) + ` AND alone AND peak_all > lim AND ` + unseenKey + `
-	UNION ALL
-	SELECT tool, s, g FROM session_merged JOIN per_minute ON tool = limit_tool WHERE peak_all > lim
+	SELECT * FROM replay_limits WHERE `+fromMinutes+`
 )
-SELECT lid AS b_lid, ` + limitKeyExpr + ` AS b_k, epoch_ms(ts) // bucket_ms AS b_w, any_value(lim) AS b_lim, ` + bucketFigures + `
-FROM calls JOIN replay_limits ON calls.tool = limit_tool
-SEMI JOIN hot ON calls.tool = h_tool AND ` + hotKey + `
-WHERE ` + inWindow + ` AND ` + fromMinutes + `
-GROUP BY ALL HAVING count(*) > any_value(lim)
+SELECT tool AS h_tool, session AS h_s, '' AS h_g, day AS d0, day AS d1 FROM session_peaks JOIN per_minute ON tool = limit_tool
+WHERE `+storedRows(m.days)+` AND alone AND peak_all > lim AND `+unseenKey+`
 UNION ALL
-SELECT lid, ` + limitKeyExpr + `, epoch_ms(ts) // bucket_ms, any_value(lim), ` + bucketFigures + `
+SELECT tool, s, g, d0, d1 FROM session_merged JOIN per_minute ON tool = limit_tool WHERE peak_all > lim`,
+		m.storedArgs()...); err != nil {
+		return fmt.Errorf("keys over a limit: %w", err)
+	}
+	days, err := queryDays(ctx, m.conn, `SELECT DISTINCT unnest(range(d0, d1 + 1)) FROM minute_hot`)
+	if err != nil {
+		return fmt.Errorf("keys over a limit: %w", err)
+	}
+	args := m.scope.args()
+	var hot []string
+	for i, r := range dayRanges(days) {
+		lo, hi := fmt.Sprintf("hlo%d", i), fmt.Sprintf("hhi%d", i)
+		hot = append(hot, `SELECT * FROM calls WHERE ts >= $`+lo+` AND ts < $`+hi)
+		args = append(args, sql.Named(lo, analytics.DayStart(r[0])), sql.Named(hi, analytics.DayStart(r[1]+1)))
+	}
+	text := `
+CREATE OR REPLACE TEMP TABLE overflow_buckets AS
+SELECT lid AS b_lid, ` + limitKeyExpr + ` AS b_k, epoch_ms(ts) // bucket_ms AS b_w, any_value(lim) AS b_lim, ` + bucketFigures + `
 FROM calls JOIN replay_limits ON tool = limit_tool
 WHERE ` + inWindow + ` AND NOT (` + fromMinutes + `)
 GROUP BY ALL HAVING count(*) > any_value(lim)`
+	if len(hot) > 0 {
+		text += `
+UNION ALL
+SELECT lid, ` + limitKeyExpr + `, epoch_ms(ts) // bucket_ms, any_value(lim), ` + bucketFigures + `
+FROM (` + strings.Join(hot, "\nUNION ALL\n") + `) calls JOIN replay_limits ON calls.tool = limit_tool
+SEMI JOIN minute_hot ON calls.tool = h_tool AND ` + hotKey + `
+WHERE ` + inWindow + ` AND ` + fromMinutes + `
+GROUP BY ALL HAVING count(*) > any_value(lim)`
+	}
+	if _, err := m.conn.ExecContext(ctx, text, args...); err != nil {
+		return fmt.Errorf("buckets over a limit: %w", err)
+	}
+	return nil
+}
+
+// queryDays runs a query of one BIGINT column of days, in order.
+func queryDays(ctx context.Context, conn *sql.Conn, text string) ([]int64, error) {
+	rows, err := conn.QueryContext(ctx, text)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var days []int64
+	for rows.Next() {
+		var d int64
+		if err := rows.Scan(&d); err != nil {
+			return nil, err
+		}
+		days = append(days, d)
+	}
+	return days, rows.Err()
 }
 
 // storedArgs are the arguments of a statement over the built tables and
@@ -340,6 +388,5 @@ GROUP BY ALL HAVING count(*) > any_value(lim)`
 func (m *callMinutes) storedArgs() []any { return withDays(m.scope.args(), m.days) }
 
 // fromMinutes are the limits per session and minute: their buckets are
-// looked for among the session keys over them
-// (overflowBucketsFromMinutesSQL).
+// looked for among the session keys over them (fillOverflowBuckets).
 const fromMinutes = `limit_scope = 'session' AND bucket_ms = 60000 AND lim >= 1`

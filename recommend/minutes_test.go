@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
 	"github.com/mcptrail/mcptrail/policy"
 )
 
@@ -202,6 +203,72 @@ func checkCallMinutes(t *testing.T, q query, variants []policy.Limit, wholeDays 
 		}
 	}
 	assert.Greater(t, twice, len(fromCalls)/2, "most tools' busiest minutes read from session_peaks")
+}
+
+// TestOverflowReadsEveryDayOfAKeyOverItsLimit: a replay whose buckets
+// over a per-session, per-minute limit come from the call minutes reads
+// the calls of the sessions over it on the days they have calls, from
+// their first to their last (fillOverflowBuckets): a session with one
+// call on the first day and its busiest minute on the last is found over
+// the limit there, whether its days are counted (its rows merged), read
+// from the calls (the window's edges), or both (the middle day off the
+// list), as the replay counted from the calls alone finds it.
+func TestOverflowReadsEveryDayOfAKeyOverItsLimit(t *testing.T) {
+	ctx := context.Background()
+	end := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	day0 := end.Add(-72 * time.Hour)
+	const tool = "get_vm_status"
+	var evs []audit.Event
+	add := func(session string, at time.Time) {
+		evs = append(evs, audit.Event{ID: fmt.Sprintf("e%d", len(evs)), TS: at, Server: "proxmox-mcp", Tool: tool, Method: "tools/call",
+			Decision: audit.Allowed, Grant: "ops-bot", Agent: "bot", Session: session, Gateway: "gw1"})
+	}
+	add("busy", day0.Add(3*time.Hour))
+	for i := range 3 {
+		add("busy", day0.Add(68*time.Hour+time.Duration(i)*time.Second))
+	}
+	for d := range 3 {
+		for i := range 4 {
+			add(fmt.Sprintf("calm-%d-%d", d, i), day0.Add(time.Duration(24*d+5+i)*time.Hour))
+		}
+	}
+	store := tempStore(t)
+	_, err := store.Append(ctx, ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	db := store.DB()
+	p := &policy.Policy{Version: "1", Default: policy.DefaultAllow, Tools: map[string]*policy.ToolRule{
+		tool: {Limits: []policy.Limit{{Counter: "status", Window: policy.WindowMinute, Max: 2, Scope: policy.ScopeSession}}}}}
+	require.NoError(t, p.Validate())
+	windows := [][2]time.Time{{day0, end}, {day0.Add(time.Hour), end.Add(-time.Hour)}}
+	for _, counted := range []string{"none", "all", "gap"} {
+		switch counted {
+		case "all":
+			res, err := store.Recluster(ctx, end)
+			require.NoError(t, err)
+			require.Equal(t, 3, res.CountedDays)
+		case "gap":
+			middle, _ := analytics.ToolDay(day0.Add(36 * time.Hour))
+			_, err := db.Exec(`DELETE FROM counted_days WHERE day = ?`, middle)
+			require.NoError(t, err)
+		}
+		for wi, w := range windows {
+			t.Run(fmt.Sprintf("counted=%s/window=%d", counted, wi), func(t *testing.T) {
+				q := query{db: db, server: "proxmox-mcp", grant: "ops-bot", from: w[0], to: w[1]}
+				m, err := openCallMinutes(ctx, q)
+				require.NoError(t, err)
+				defer m.close()
+				require.NoError(t, m.count(ctx, false))
+				o := ReplayOptions{Server: q.server, Grant: q.grant, From: q.from, To: q.to, Policy: p, plain: true}
+				plain, err := Run(ctx, db, o)
+				require.NoError(t, err)
+				require.Equal(t, int64(1), plain.RateLimited, "the busy minute's third call")
+				o.plain, o.minutes = false, m
+				withMinutes, err := Run(ctx, db, o)
+				require.NoError(t, err)
+				assert.Equal(t, plain, withMinutes)
+			})
+		}
+	}
 }
 
 // TestPeakCountsGiveDuckDBsPercentiles: the percentiles scanPeakCounts

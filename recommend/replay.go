@@ -490,10 +490,14 @@ const bucketFigures = `count(*) AS b_n, min(ts) AS b_t0, max(ts) AS b_t1,
 func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, refused []string, loops []RunawayLoop, acc *affected, firstN int, minutes *callMinutes) (map[string]overflowCount, map[string]overflowCount, error) {
 	out := map[string]overflowCount{}
 	var conn *sql.Conn
-	buckets, bucketArgs := overflowBucketsSQL, q.args()
+	fill := func() error {
+		_, err := conn.ExecContext(ctx, overflowBucketsSQL, q.args()...)
+		return err
+	}
 	if minutes.covers(q) {
 		// Its temporary tables are on its connection.
-		conn, buckets, bucketArgs = minutes.conn, minutes.overflowBucketsFromMinutesSQL(), minutes.storedArgs()
+		conn = minutes.conn
+		fill = func() error { return minutes.fillOverflowBuckets(ctx) }
 	} else {
 		c, err := q.db.Conn(ctx)
 		if err != nil {
@@ -520,7 +524,7 @@ func (q query) overflow(ctx context.Context, limits map[string]policy.Limit, ref
 	// then the calls of those buckets only that need numbering in time
 	// order (numbered_buckets); the strings of a call are read only for the
 	// calls past the limit.
-	if _, err := conn.ExecContext(ctx, buckets, bucketArgs...); err != nil {
+	if err := fill(); err != nil {
 		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
 	if len(loops) > 0 {
