@@ -139,7 +139,7 @@ FROM alerts WHERE ended_at IS NULL ORDER BY first_ts, id`)
 
 // CallServers lists the servers with calls at or after since.
 func (s *Store) CallServers(ctx context.Context, since time.Time) ([]string, error) {
-	out, err := queryStrings(ctx, s.db, `SELECT DISTINCT server FROM calls WHERE ts >= ? ORDER BY 1`, since.UTC())
+	out, err := QueryColumn[string](ctx, s.db, `SELECT DISTINCT server FROM calls WHERE ts >= ? ORDER BY 1`, since.UTC())
 	if err != nil {
 		return nil, fmt.Errorf("servers: %w", err)
 	}

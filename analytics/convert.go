@@ -171,7 +171,7 @@ func tablesOf(ctx context.Context, conn *sql.Conn, name string) ([]string, error
 	if name != "" {
 		db = "'" + sqlQuote(name) + "'"
 	}
-	out, err := queryStrings(ctx, conn, `SELECT table_name FROM duckdb_tables() WHERE database_name = `+db+` AND schema_name = 'main' AND NOT temporary ORDER BY 1`)
+	out, err := QueryColumn[string](ctx, conn, `SELECT table_name FROM duckdb_tables() WHERE database_name = `+db+` AND schema_name = 'main' AND NOT temporary ORDER BY 1`)
 	if err != nil {
 		return nil, fmt.Errorf("convert: list tables: %w", err)
 	}

@@ -194,16 +194,17 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// queryStrings runs a query of one string column and returns its values.
-func queryStrings(ctx context.Context, q querier, query string, args ...any) ([]string, error) {
+// QueryColumn runs a query of one column and returns its values, in the
+// query's order.
+func QueryColumn[T any](ctx context.Context, q querier, query string, args ...any) ([]T, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []string
+	var out []T
 	for rows.Next() {
-		var v string
+		var v T
 		if err := rows.Scan(&v); err != nil {
 			return nil, err
 		}
@@ -247,20 +248,8 @@ func sealedDays(ctx context.Context, q querier, server, grant string, from, to t
 			firstDay++
 		}
 	}
-	rows, err := q.QueryContext(ctx, `SELECT day FROM counted_days WHERE day >= ? AND day < ? ORDER BY day`, firstDay, lastDay)
+	days, err := QueryColumn[int64](ctx, q, `SELECT day FROM counted_days WHERE day >= ? AND day < ? ORDER BY day`, firstDay, lastDay)
 	if err != nil {
-		return nil, fmt.Errorf("counted days: %w", err)
-	}
-	defer rows.Close()
-	var days []int64
-	for rows.Next() {
-		var d int64
-		if err := rows.Scan(&d); err != nil {
-			return nil, fmt.Errorf("counted days: %w", err)
-		}
-		days = append(days, d)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("counted days: %w", err)
 	}
 	return days, nil

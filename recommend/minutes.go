@@ -333,7 +333,7 @@ SELECT tool, s, g, d0, d1 FROM session_merged JOIN per_minute ON tool = limit_to
 		m.storedArgs()...); err != nil {
 		return fmt.Errorf("keys over a limit: %w", err)
 	}
-	days, err := queryDays(ctx, m.conn, `SELECT DISTINCT unnest(range(d0, d1 + 1)) FROM minute_hot`)
+	days, err := analytics.QueryColumn[int64](ctx, m.conn, `SELECT DISTINCT unnest(range(d0, d1 + 1)) AS d FROM minute_hot ORDER BY d`)
 	if err != nil {
 		return fmt.Errorf("keys over a limit: %w", err)
 	}
@@ -363,24 +363,6 @@ GROUP BY ALL HAVING count(*) > any_value(lim)`
 		return fmt.Errorf("buckets over a limit: %w", err)
 	}
 	return nil
-}
-
-// queryDays runs a query of one BIGINT column of days, in order.
-func queryDays(ctx context.Context, conn *sql.Conn, text string) ([]int64, error) {
-	rows, err := conn.QueryContext(ctx, text)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var days []int64
-	for rows.Next() {
-		var d int64
-		if err := rows.Scan(&d); err != nil {
-			return nil, err
-		}
-		days = append(days, d)
-	}
-	return days, rows.Err()
 }
 
 // storedArgs are the arguments of a statement over the built tables and
