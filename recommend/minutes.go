@@ -48,7 +48,8 @@ func openCallMinutes(ctx context.Context, q query) (*callMinutes, error) {
 
 func (m *callMinutes) close() {
 	if m.built {
-		_, _ = m.conn.ExecContext(context.Background(), `DROP TABLE IF EXISTS session_edge; DROP TABLE IF EXISTS session_merged`)
+		_, _ = m.conn.ExecContext(context.Background(), `DROP TABLE IF EXISTS session_edge; DROP TABLE IF EXISTS session_merged;
+DROP TABLE IF EXISTS minute_hot; DROP TABLE IF EXISTS poll_hot`)
 	}
 	_ = m.conn.Close()
 }
@@ -263,7 +264,8 @@ func (m *callMinutes) sessionPeaks(ctx context.Context, names map[uint64]string,
 // limit of lim calls, its minutes over it by how many calls they hold
 // (windowBuckets.Normal, which holds no other minute: a limit's cut counts
 // those alone), read from the calls of the keys whose busiest minute is
-// over lim. Nil stats: the tool has no such call in the window.
+// over lim (poll_hot) on their days (hotCalls). Nil stats: the tool has no
+// such call in the window.
 func (m *callMinutes) pollWindows(ctx context.Context, names map[uint64]string, tool string, limit func(*peakStats) int) (*peakStats, windowBuckets, error) {
 	b := windowBuckets{Runaway: bucketCounts{}, Normal: bucketCounts{}}
 	stats, err := m.build(ctx, names, []string{tool})
@@ -271,20 +273,28 @@ func (m *callMinutes) pollWindows(ctx context.Context, names map[uint64]string, 
 		return nil, b, err
 	}
 	defer m.scope.timed("peaks " + tool + " from minutes")()
+	if _, err := m.conn.ExecContext(ctx, `
+CREATE OR REPLACE TEMP TABLE poll_hot AS
+SELECT session AS h_s, '' AS h_g, day AS d0, day AS d1 FROM session_peaks
+WHERE `+storedRows(m.days)+` AND tool = $tool AND alone AND peak > $lim AND `+unseenKey+`
+UNION ALL
+SELECT s, g, d0, d1 FROM session_merged WHERE tool = $tool AND peak > $lim`,
+		append(m.storedArgs(), sql.Named("tool", tool), sql.Named("lim", limit(stats[tool])))...); err != nil {
+		return nil, b, fmt.Errorf("peaks: %w", err)
+	}
+	calls, args, err := m.hotCalls(ctx, "poll_hot")
+	if err != nil || calls == "" {
+		return stats[tool], b, err
+	}
 	rows, err := m.conn.QueryContext(ctx, `
-WITH hot AS (
-	SELECT session AS h_s, '' AS h_g FROM session_peaks
-	WHERE `+storedRows(m.days)+` AND tool = $tool AND alone AND peak > $lim AND `+unseenKey+`
-	UNION ALL
-	SELECT s, g FROM session_merged WHERE tool = $tool AND peak > $lim
-), per AS (
+WITH per AS (
 	SELECT `+sessionScopeKey+` AS k, epoch_ms(ts) // 60000 AS w, count(*) AS n
-	FROM calls SEMI JOIN hot ON `+hotKey+`
+	FROM `+calls+` SEMI JOIN poll_hot ON `+hotKey+`
 	WHERE `+inWindow+` AND tool = $tool AND decision IN ('allowed', 'rate_limited')
 	GROUP BY ALL
 )
 SELECT n, count(*) FROM per WHERE n > $lim GROUP BY n`,
-		append(m.storedArgs(), sql.Named("tool", tool), sql.Named("lim", limit(stats[tool])))...)
+		append(args, sql.Named("tool", tool), sql.Named("lim", limit(stats[tool])))...)
 	if err != nil {
 		return nil, b, fmt.Errorf("peaks: %w", err)
 	}
@@ -308,18 +318,40 @@ SELECT n, count(*) FROM per WHERE n > $lim GROUP BY n`,
 const hotKey = `coalesce(calls.session, '') = h_s
 	AND CASE WHEN coalesce(calls.session, '') = '' THEN coalesce(calls."grant", '') ELSE '' END = h_g`
 
+// hotCalls are the calls on the days of the session keys in table (a
+// temporary table of keys over a limit with their first and last days, d0
+// and d1), as a FROM item named calls, with its arguments and the scope's:
+// each run of consecutive days is one scan of the calls between two
+// constant instants, which skips the rest of the window by the calls'
+// times (a predicate of several ranges joined by OR skips nothing). Over
+// 5M calls, ops-bot's one key over its limits was otherwise looked for
+// among the ~1M calls of its 24 tools limited per minute, 55–80 ms a run.
+// Empty without a key.
+func (m *callMinutes) hotCalls(ctx context.Context, table string) (string, []any, error) {
+	days, err := analytics.QueryColumn[int64](ctx, m.conn, `SELECT DISTINCT unnest(range(d0, d1 + 1)) AS d FROM `+table+` ORDER BY d`)
+	if err != nil {
+		return "", nil, fmt.Errorf("days of the keys over a limit: %w", err)
+	}
+	args := m.scope.args()
+	var scans []string
+	for i, r := range dayRanges(days) {
+		lo, hi := fmt.Sprintf("hlo%d", i), fmt.Sprintf("hhi%d", i)
+		scans = append(scans, `SELECT * FROM calls WHERE ts >= $`+lo+` AND ts < $`+hi)
+		args = append(args, sql.Named(lo, analytics.DayStart(r[0])), sql.Named(hi, analytics.DayStart(r[1]+1)))
+	}
+	if len(scans) == 0 {
+		return "", args, nil
+	}
+	return `(` + strings.Join(scans, "\nUNION ALL\n") + `) calls`, args, nil
+}
+
 // fillOverflowBuckets fills overflow_buckets (see query.overflow) on m's
 // connection, which holds replay_limits: the buckets of every limit per
 // session and minute of at least one call from the calls of the tools and
 // session keys whose busiest minute (of any decision) is over it
 // (minute_hot: the alone rows of session_peaks' counted days and
-// session_merged, as build read them), read on the days those keys have
-// calls only, the others' from all the calls. Each run of consecutive
-// days is one scan of the calls between two constant instants, which
-// skips the rest of the window by the calls' times (a predicate of several
-// ranges joined by OR skips nothing): over 5M calls, ops-bot's one key
-// over its limit was found among the ~1M calls of its 24 tools limited per
-// minute, 55–80 ms a run.
+// session_merged, as build read them) on those keys' days (hotCalls), the
+// others' from all the calls.
 func (m *callMinutes) fillOverflowBuckets(ctx context.Context) error {
 	if _, err := m.conn.ExecContext(ctx, `
 CREATE OR REPLACE TEMP TABLE minute_hot AS
@@ -333,16 +365,9 @@ SELECT tool, s, g, d0, d1 FROM session_merged JOIN per_minute ON tool = limit_to
 		m.storedArgs()...); err != nil {
 		return fmt.Errorf("keys over a limit: %w", err)
 	}
-	days, err := analytics.QueryColumn[int64](ctx, m.conn, `SELECT DISTINCT unnest(range(d0, d1 + 1)) AS d FROM minute_hot ORDER BY d`)
+	calls, args, err := m.hotCalls(ctx, "minute_hot")
 	if err != nil {
-		return fmt.Errorf("keys over a limit: %w", err)
-	}
-	args := m.scope.args()
-	var hot []string
-	for i, r := range dayRanges(days) {
-		lo, hi := fmt.Sprintf("hlo%d", i), fmt.Sprintf("hhi%d", i)
-		hot = append(hot, `SELECT * FROM calls WHERE ts >= $`+lo+` AND ts < $`+hi)
-		args = append(args, sql.Named(lo, analytics.DayStart(r[0])), sql.Named(hi, analytics.DayStart(r[1]+1)))
+		return err
 	}
 	text := `
 CREATE OR REPLACE TEMP TABLE overflow_buckets AS
@@ -350,11 +375,11 @@ SELECT lid AS b_lid, ` + limitKeyExpr + ` AS b_k, epoch_ms(ts) // bucket_ms AS b
 FROM calls JOIN replay_limits ON tool = limit_tool
 WHERE ` + inWindow + ` AND NOT (` + fromMinutes + `)
 GROUP BY ALL HAVING count(*) > any_value(lim)`
-	if len(hot) > 0 {
+	if calls != "" {
 		text += `
 UNION ALL
 SELECT lid, ` + limitKeyExpr + `, epoch_ms(ts) // bucket_ms, any_value(lim), ` + bucketFigures + `
-FROM (` + strings.Join(hot, "\nUNION ALL\n") + `) calls JOIN replay_limits ON calls.tool = limit_tool
+FROM ` + calls + ` JOIN replay_limits ON calls.tool = limit_tool
 SEMI JOIN minute_hot ON calls.tool = h_tool AND ` + hotKey + `
 WHERE ` + inWindow + ` AND ` + fromMinutes + `
 GROUP BY ALL HAVING count(*) > any_value(lim)`
