@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
+	"iter"
 	"log/slog"
 	"math"
 	"slices"
@@ -246,7 +247,7 @@ func (r *run) last() time.Time  { return time.UnixMilli(r.LastMS).UTC() }
 // sequence work (LAG over each session's calls in time order) in DuckDB;
 // only the runs, far fewer than the calls, come back. names maps tool
 // hashes back to the tools (toolNames).
-func (q query) runs(ctx context.Context, names map[uint64]string, minCalls int, maxInterval time.Duration) ([]run, error) {
+func (q query) runs(ctx context.Context, names map[uint64]string, minCalls int, maxInterval time.Duration) (runList, error) {
 	stored, later, err := q.storedRunsUsable(ctx, minCalls, maxInterval)
 	if err != nil {
 		return nil, err
@@ -277,18 +278,43 @@ var runColumns = []analytics.ColumnKind{analytics.Uint64Column, analytics.Uint64
 	analytics.Float64Column, analytics.Int64Column, analytics.Float64Column, analytics.Float64Column, analytics.Float64Column,
 	analytics.Float64Column, analytics.Int64Column, analytics.BoolColumn, analytics.Int64Column, analytics.Int64Column}
 
+// runList is a window's runs as read, a slice per result chunk: copied
+// into one slice, ops-bot's ~80,000 runs of 5M calls (10 MB) cost 33–70
+// ms in page faults and collection, as much as reading them.
+type runList [][]run
+
+// all yields every run.
+func (l runList) all() iter.Seq[*run] {
+	return func(yield func(*run) bool) {
+		for _, c := range l {
+			for i := range c {
+				if !yield(&c[i]) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// len is the number of runs.
+func (l runList) len() int {
+	n := 0
+	for _, c := range l {
+		n += len(c)
+	}
+	return n
+}
+
 // readRuns runs a query of runs (scanRunsSQL, storedRunsSQL), which come
 // in no order: the detectors need none (ordering the ~80,000 runs of each
 // of the two busiest grants of 5M calls cost ~30 ms of a ~60 ms read). A
 // window can hold hundreds of thousands of runs a grant: they are read a
 // result chunk at a time, each column as one slice (analytics.ScanChunks;
 // row by row through database/sql, reading them took longer than the
-// query, ~160 ms for each of the two busiest grants of 5M calls), into a
-// slice per chunk copied once into one of their number.
-func (q query) readRuns(ctx context.Context, names map[uint64]string, text string, extra ...any) ([]run, error) {
-	lap := q.timed("call sequences")
-	var chunks [][]run
-	n := 0
+// query, ~160 ms for each of the two busiest grants of 5M calls).
+func (q query) readRuns(ctx context.Context, names map[uint64]string, text string, extra ...any) (runList, error) {
+	defer q.timed("call sequences")()
+	var runs runList
 	err := analytics.ScanChunks(ctx, q.db, text, q.args(extra...), runColumns, func(c *analytics.Chunk) error {
 		skh, th, prev := c.Uint64(0), c.Uint64(1), c.Uint64(2)
 		startGap, polls, span, mean, sd, median := c.Float64(3), c.Int64(4), c.Float64(5), c.Float64(6), c.Float64(7), c.Float64(8)
@@ -299,22 +325,13 @@ func (q query) readRuns(ctx context.Context, names map[uint64]string, text strin
 				SpanS: span[i], MeanGap: mean[i], SDGap: sd[i], MedianGap: median[i], Errors: errs[i], LastErr: lastErr[i],
 				FirstMS: t0[i], LastMS: t1[i]}
 		}
-		chunks = append(chunks, rs)
-		n += len(rs)
+		runs = append(runs, rs)
 		return nil
 	})
-	lap()
 	if err != nil {
 		return nil, fmt.Errorf("call sequences: %w", err)
 	}
-	if n == 0 {
-		return nil, nil
-	}
-	out := make([]run, 0, n)
-	for _, c := range chunks {
-		out = append(out, c...)
-	}
-	return out, nil
+	return runs, nil
 }
 
 // runsSQL is the common table expressions that end in runs: every run of at

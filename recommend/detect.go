@@ -219,8 +219,8 @@ func isStorm(r *run) bool { return IsRetryStorm(r.Polls, r.Errors, r.LastErr) }
 // after errors.
 func (s *state) detectRetryStorms() map[string]bool {
 	byTool := map[string][]*run{}
-	for i := range s.runs {
-		if r := &s.runs[i]; isStorm(r) {
+	for r := range s.runs.all() {
+		if isStorm(r) {
 			byTool[r.Tool] = append(byTool[r.Tool], r)
 		}
 	}
@@ -265,8 +265,8 @@ func (s *state) eachPolledTool(fn func(k loopPair, loops []*run) error) error {
 	// Counted first, so that each pair's slice is allocated once: there
 	// are hundreds of thousands of loops in a large window.
 	counts := map[loopPair]int{}
-	for i := range s.runs {
-		if r := &s.runs[i]; s.isLoop(r) {
+	for r := range s.runs.all() {
+		if s.isLoop(r) {
 			counts[loopPair{r.StartTool, r.Tool}]++
 		}
 	}
@@ -274,8 +274,8 @@ func (s *state) eachPolledTool(fn func(k loopPair, loops []*run) error) error {
 	for k, n := range counts {
 		pairs[k] = make([]*run, 0, n)
 	}
-	for i := range s.runs {
-		if r := &s.runs[i]; s.isLoop(r) {
+	for r := range s.runs.all() {
+		if s.isLoop(r) {
 			k := loopPair{r.StartTool, r.Tool}
 			pairs[k] = append(pairs[k], r)
 		}

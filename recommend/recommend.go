@@ -32,7 +32,7 @@ type state struct {
 	classes  map[string]catalog.Classification
 	inCat    map[string]bool
 	universe []string
-	runs     []run
+	runs     runList
 	findings []Finding
 	// polled maps a polled tool to its loop finding's limit, so that the
 	// rate-limit detector leaves it alone.

@@ -87,7 +87,7 @@ func TestStoredRunsMatchTheScan(t *testing.T) {
 			got, err := q.runs(ctx, names, 3, analytics.RunsMaxGap)
 			require.NoError(t, err)
 			require.Equal(t, runLines(want), runLines(got), "window (%s, %s] of %v", from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano), sc)
-			runs += len(want)
+			runs += want.len()
 			var n, crossing int
 			require.NoError(t, store.DB().QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (first_ts <= $3) FROM call_runs WHERE server = $1 AND "grant" = $2
 				AND last_ts > $3 AND first_ts <= $4 AND (first_ts <= $3 OR last_ts > $4)`, sc[0], sc[1], from, to).Scan(&n, &crossing))
@@ -134,11 +134,11 @@ func queryTools(t *testing.T, db *sql.DB, text string, args ...any) []string {
 
 // runLines prints runs one per line, sorted: runs that start in the same
 // millisecond of a session come in either order.
-func runLines(rs []run) []string {
-	out := make([]string, len(rs))
-	for i, r := range rs {
-		out[i] = fmt.Sprintf("%s %s<-%s %.6f %d %.6f %.6f %.6f %.6f %d %t %s %s", r.session(), r.Tool, r.StartTool, r.StartGap, r.Polls,
-			r.SpanS, r.MeanGap, r.SDGap, r.MedianGap, r.Errors, r.LastErr, r.first().Format(time.RFC3339Nano), r.last().Format(time.RFC3339Nano))
+func runLines(rs runList) []string {
+	var out []string
+	for r := range rs.all() {
+		out = append(out, fmt.Sprintf("%s %s<-%s %.6f %d %.6f %.6f %.6f %.6f %d %t %s %s", r.session(), r.Tool, r.StartTool, r.StartGap, r.Polls,
+			r.SpanS, r.MeanGap, r.SDGap, r.MedianGap, r.Errors, r.LastErr, r.first().Format(time.RFC3339Nano), r.last().Format(time.RFC3339Nano)))
 	}
 	slices.Sort(out)
 	return out
@@ -196,9 +196,9 @@ func TestStoredRunsTiesAtTheEdges(t *testing.T) {
 	require.NoError(t, err)
 	want, err := q.readRuns(ctx, names, scanRunsSQL(3, analytics.RunsMaxGap))
 	require.NoError(t, err)
-	require.Len(t, want, 3)
+	require.Equal(t, 3, want.len())
 	shapes := map[string]bool{}
-	for _, r := range want {
+	for r := range want.all() {
 		shapes[fmt.Sprintf("%s<-%s %d", r.Tool, r.StartTool, r.Polls)] = true
 	}
 	assert.True(t, shapes["vm_agent_exec_status<-"+first+" 3"], "the run starts after the call inside the window: %v", shapes)

@@ -17,12 +17,12 @@ func TestRetryStormsSpanEveryBurst(t *testing.T) {
 	storm := func(session uint64, first, last int64) run {
 		return run{SessionHash: session, Tool: "retry_me", Polls: 4, Errors: 4, LastErr: true, FirstMS: first, LastMS: last}
 	}
-	s.runs = []run{
+	s.runs = runList{{
 		storm(1, 5000, 9000),
 		storm(2, 1000, 2000),
 		{SessionHash: 4, Tool: "retry_me", Polls: 4, FirstMS: 500, LastMS: 20000},
 		storm(3, 3000, 12000),
-	}
+	}}
 	sessions := s.detectRetryStorms()
 	require.Len(t, s.findings, 1)
 	ev := s.findings[0].Evidence
