@@ -147,7 +147,10 @@ func (a *app) runDemo(ctx context.Context, dir string, days int) error {
 	}
 	step("imported the Proxmox MCP catalog", "tools", tools)
 
-	report, set, err := a.recommendAll(ctx, store, catalog.ProxmoxServer, "", nil, nil, a.recommendParams(), "text")
+	report, set, history, err := a.recommendAll(ctx, store, catalog.ProxmoxServer, "", nil, nil, a.recommendParams(), "text")
+	if err == nil {
+		err = history.wait()
+	}
 	if err != nil {
 		_ = stop()
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -109,14 +110,26 @@ func (a *app) runRecommend(ctx context.Context, store *analytics.Store, req *api
 			return err
 		}
 	}
-	report, set, err := a.recommendAll(ctx, store, req.Server, req.Grant, req.Catalog, req.Policy, params, f)
+	report, set, history, err := a.recommendAll(ctx, store, req.Server, req.Grant, req.Catalog, req.Policy, params, f)
 	if err != nil {
 		return err
 	}
+	// What goes to stdout is rendered while the finding history commits,
+	// and written (as the PR folder) once it has.
+	var out bytes.Buffer
 	if set != nil {
 		if f == "policy" || f == "intercept" {
+			if err := history.wait(); err != nil {
+				return err
+			}
 			return usageErrorf("--format %s prints one policy, and %s has %d grants in the window (%s): pass --grant G, or --out DIR for every grant's policy.json",
 				f, req.Server, len(set.Grants), strings.Join(set.Grants, ", "))
+		}
+		if err := recommend.WriteSet(&out, set, f, req.Color); err != nil {
+			return errors.Join(err, history.wait())
+		}
+		if err := history.wait(); err != nil {
+			return err
 		}
 		if req.Out != "" {
 			if err := recommend.WriteSetFolder(a.outPath(req.Out), set); err != nil {
@@ -127,10 +140,18 @@ func (a *app) runRecommend(ctx context.Context, store *analytics.Store, req *api
 			}
 			a.log.Info("wrote the PR folder", "dir", req.Out, "grants", len(set.Grants))
 		}
-		if err := recommend.WriteSet(a.stdout, set, f, req.Color); err != nil {
+		if _, err := a.stdout.Write(out.Bytes()); err != nil {
 			return err
 		}
 		return gate.check(set.Reports()...)
+	}
+	if f != recommend.FormatIntercept { // which warns on stderr as it writes
+		if err := recommend.Write(&out, report, f, req.Color); err != nil {
+			return errors.Join(err, history.wait())
+		}
+	}
+	if err := history.wait(); err != nil {
+		return err
 	}
 	if req.Out != "" {
 		if err := recommend.WriteFolder(a.outPath(req.Out), report); err != nil {
@@ -141,11 +162,11 @@ func (a *app) runRecommend(ctx context.Context, store *analytics.Store, req *api
 		}
 		a.log.Info("wrote the PR folder", "dir", req.Out)
 	}
-	write := func() error { return recommend.Write(a.stdout, report, f, req.Color) }
 	if f == recommend.FormatIntercept {
-		write = func() error { return recommend.WriteIntercept(a.stdout, a.stderr, report, req.AllowLossy) }
-	}
-	if err := write(); err != nil {
+		if err := recommend.WriteIntercept(a.stdout, a.stderr, report, req.AllowLossy); err != nil {
+			return err
+		}
+	} else if _, err := a.stdout.Write(out.Bytes()); err != nil {
 		return err
 	}
 	return gate.check(report)
@@ -155,19 +176,23 @@ func (a *app) runRecommend(ctx context.Context, store *analytics.Store, req *api
 // one grant (or a server whose calls carry none) a single report, otherwise
 // one report per grant seen in the window (a set). --catalog and --policy
 // files are recorded first, the policy for the grant asked or, without one,
-// as the server-wide policy (for every grant without one of its own).
+// as the server-wide policy (for every grant without one of its own). The
+// run's finding history commits in the background (recordFindingsBeside):
+// the caller renders, then waits for it before writing anything.
 func (a *app) recommendAll(ctx context.Context, store *analytics.Store, server, grant string, catalogFile, policyFile *api.File,
-	params recommend.Params, target string) (*recommend.Report, *recommend.Set, error) {
+	params recommend.Params, target string) (*recommend.Report, *recommend.Set, *pendingHistory, error) {
 	if catalogFile != nil || policyFile != nil {
 		if _, err := a.recommendInputs(ctx, store, server, grant, catalogFile, policyFile); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	o := a.grantsOptions(store, server, params, target, "recommend")
 	o.Grant = grant
+	var history *pendingHistory
+	o.Record, history = a.recordFindingsBeside(store, "recommend")
 	calls, done, err := a.callsDB(ctx, store, params.Window)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer done()
 	r, set, err := recommend.RecommendGrants(ctx, calls, o)
@@ -178,7 +203,7 @@ func (a *app) recommendAll(ctx context.Context, store *analytics.Store, server, 
 		a.log.Info("recorded the given policy as the server-wide policy: the current policy of every grant without one of its own",
 			"server", server, "grants", len(set.Grants))
 	}
-	return r, set, err
+	return r, set, history, err
 }
 
 // grantsOptions select a server's recommendation for every grant, as

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"sort"
@@ -10,7 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/policy"
+	"github.com/mcptrail/mcptrail/recommend"
 )
 
 // Without --grant, a server whose calls carry grants gets one proposal per
@@ -76,4 +80,42 @@ func loopsCase(t *testing.T) (tmp string, expand func(string) string, env []stri
 	require.NoError(t, err)
 	expand, env = setUpCase(t, "testdata/recommend/out-folder", tmp, samples)
 	return tmp, expand, env
+}
+
+// TestRecommendPrintsNothingWhoseHistoryFailed: the output is rendered
+// while the run's finding history commits, and written only once it has;
+// when the history cannot be written (its transition log gone, the last
+// table the transaction writes, after every report's history is set),
+// recommend fails, naming it, and prints no recommendation nor writes the
+// PR folder. With the table back it prints one, with the findings' history.
+func TestRecommendPrintsNothingWhoseHistoryFailed(t *testing.T) {
+	tmp, expand, env := loopsCase(t)
+	db := expand("$DB")
+	ddl := func(stmt string) {
+		store, err := analytics.Open(context.Background(), db, analytics.Options{})
+		require.NoError(t, err)
+		_, err = store.DB().ExecContext(context.Background(), stmt)
+		require.NoError(t, err)
+		require.NoError(t, store.Close())
+	}
+	ddl(`ALTER TABLE finding_log RENAME TO finding_log_away`)
+	out := filepath.Join(tmp, "pr")
+	args := []string{"recommend", "--server", "proxmox-mcp", "--grant", "ops-bot", "--format", "json", "--out", out, "--db", db}
+	stdout, code, stderr := runCLI(t, tmp, env, args)
+	assert.Equal(t, 1, code, stderr)
+	assert.Empty(t, stdout)
+	assert.Contains(t, stderr, "finding history")
+	assert.NoDirExists(t, out)
+
+	ddl(`ALTER TABLE finding_log_away RENAME TO finding_log`)
+	stdout, code, stderr = runCLI(t, tmp, env, args)
+	require.Zero(t, code, stderr)
+	var r recommend.Report
+	require.NoError(t, json.Unmarshal([]byte(stdout), &r))
+	require.NotEmpty(t, r.Findings)
+	for _, f := range r.Findings {
+		require.NotNil(t, f.History, f.ID)
+		assert.Equal(t, recommend.StateOpen, f.History.State, f.ID)
+	}
+	assert.FileExists(t, filepath.Join(out, "policy.json"))
 }
