@@ -175,10 +175,19 @@ func (q query) scopeFigures(ctx context.Context, given *figures) (figures, error
 func (q query) dates(ctx context.Context, w *Window) error {
 	var first sql.NullTime
 	_, day0 := analytics.ToolDay(q.from)
+	// The scope's first call is nearly always on the window's first day:
+	// looked for there (its row groups alone) before the rest of the
+	// window, whose earliest call took a scan of the scope's every call
+	// (~10 ms warm for a grant of 5M calls, and once more for the server).
+	day1 := day0.Add(24 * time.Hour)
 	err := q.db.QueryRowContext(ctx, `
 SELECT coalesce((SELECT ts FROM calls WHERE `+inScope+` AND ts < $day0 LIMIT 1),
-                (SELECT min(ts) FROM calls WHERE `+inScope+` AND ts >= $day0 AND ts <= $to))`,
-		q.args(sql.Named("day0", day0))...).Scan(&first)
+                (SELECT min(ts) FROM calls WHERE `+inScope+` AND ts >= $day0 AND ts < $day1 AND ts <= $to))`,
+		q.args(sql.Named("day0", day0), sql.Named("day1", day1))...).Scan(&first)
+	if err == nil && !first.Valid && q.to.Compare(day1) >= 0 {
+		err = q.db.QueryRowContext(ctx, `SELECT min(ts) FROM calls WHERE `+inScope+` AND ts >= $day1 AND ts <= $to`,
+			q.args(sql.Named("day1", day1))...).Scan(&first)
+	}
 	if err != nil {
 		return fmt.Errorf("window statistics: %w", err)
 	}
