@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"time"
 
@@ -222,31 +223,128 @@ func (a *affected) noteNewly(c AffectedCall) {
 // newlyAllowed lists the earliest refused calls of each tool that the policy
 // allows. exclude is a condition naming calls the policy still refuses (the
 // overflow of a limit), or "".
+//
+// They are looked for first up to the day by which every tool had
+// newlyPerTool refused calls, by tool_day_use's counts (newlyUntil): the
+// scan skips the rest of the window by the calls' times, where it read
+// every call of the tools (readonly-dashboard's limited tools over 5M
+// calls: ~20 ms). A tool with fewer there (some excluded, or counted
+// before the window's start on its first day) has the whole window read.
 func (q query) newlyAllowed(ctx context.Context, db interface {
 	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
 }, tools []string, exclude string, acc *affected) error {
+	if len(tools) == 0 {
+		return nil
+	}
+	defer q.timed("replay newly allowed")()
+	until, err := q.newlyUntil(ctx, db, tools)
+	if err != nil {
+		return err
+	}
+	var calls []AffectedCall
+	if until.Before(q.to) {
+		if calls, err = q.readNewly(ctx, db, tools, exclude, until); err != nil {
+			return err
+		}
+		perTool := map[string]int{}
+		for _, c := range calls {
+			perTool[c.Tool]++
+		}
+		for _, t := range tools {
+			if perTool[t] < newlyPerTool {
+				calls = nil
+				break
+			}
+		}
+	}
+	if calls == nil {
+		if calls, err = q.readNewly(ctx, db, tools, exclude, time.Time{}); err != nil {
+			return err
+		}
+	}
+	for _, c := range calls {
+		acc.noteNewly(c)
+	}
+	return nil
+}
+
+// newlyUntil is the end of the day by which each of tools had
+// newlyPerTool refused calls in the window's days, by tool_day_use's
+// counts (q.to when some tool had fewer).
+func (q query) newlyUntil(ctx context.Context, db interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, tools []string) (time.Time, error) {
+	d0, _ := analytics.ToolDay(q.from)
+	d1, _ := analytics.ToolDay(q.to)
+	rows, err := db.QueryContext(ctx, `
+SELECT tool, day, sum(calls - allowed)::BIGINT FROM tool_day_use
+WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND list_contains($tools, tool) AND day BETWEEN $d0 AND $d1
+GROUP BY ALL ORDER BY tool, day`, sql.Named("server", q.server), sql.Named("grant", q.grant), sql.Named("tools", stringList(tools)),
+		sql.Named("d0", d0), sql.Named("d1", d1))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("replay: %w", err)
+	}
+	defer rows.Close()
+	refused, reached := map[string]int64{}, map[string]int64{}
+	for rows.Next() {
+		var tool string
+		var day, n int64
+		if err := rows.Scan(&tool, &day, &n); err != nil {
+			return time.Time{}, fmt.Errorf("replay: %w", err)
+		}
+		if _, done := reached[tool]; done {
+			continue
+		}
+		if refused[tool] += n; refused[tool] >= newlyPerTool {
+			reached[tool] = day
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return time.Time{}, fmt.Errorf("replay: %w", err)
+	}
+	last := int64(math.MinInt64)
+	for _, t := range tools {
+		day, ok := reached[t]
+		if !ok {
+			return q.to, nil
+		}
+		last = max(last, day)
+	}
+	return analytics.DayStart(last + 1), nil
+}
+
+// readNewly reads each tool's earliest newlyPerTool refused calls in the
+// window, in tool and time order, before until unless it is zero.
+func (q query) readNewly(ctx context.Context, db interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, tools []string, exclude string, until time.Time) ([]AffectedCall, error) {
 	if exclude != "" {
 		exclude = " AND NOT (" + exclude + ")"
 	}
-	defer q.timed("replay newly allowed")()
+	args := q.args(sql.Named("tools", tools), sql.Named("n", newlyPerTool))
+	if !until.IsZero() {
+		exclude += " AND ts < $until"
+		args = append(args, sql.Named("until", until))
+	}
 	rows, err := db.QueryContext(ctx, `
 SELECT tool, id, ts, coalesce(session, ''), coalesce(agent, ''), decision FROM (
 	SELECT *, row_number() OVER (PARTITION BY tool ORDER BY ts, id) AS rn
 	FROM calls WHERE `+inWindow+` AND list_contains($tools, tool) AND decision <> 'allowed'`+exclude+`
-) WHERE rn <= $n ORDER BY tool, ts, id`, q.args(sql.Named("tools", tools), sql.Named("n", newlyPerTool))...)
+) WHERE rn <= $n ORDER BY tool, ts, id`, args...)
 	if err != nil {
-		return fmt.Errorf("replay: %w", err)
+		return nil, fmt.Errorf("replay: %w", err)
 	}
 	defer rows.Close()
+	var out []AffectedCall
 	for rows.Next() {
 		c := AffectedCall{Replayed: policy.Allowed}
 		if err := rows.Scan(&c.Tool, &c.ID, &c.TS, &c.Session, &c.Agent, &c.Recorded); err != nil {
-			return fmt.Errorf("replay: %w", err)
+			return nil, fmt.Errorf("replay: %w", err)
 		}
 		c.TS = c.TS.UTC()
-		acc.noteNewly(c)
+		out = append(out, c)
 	}
-	return rows.Err()
+	return out, rows.Err()
 }
 
 func toolRule(p *policy.Policy, tool string) *policy.ToolRule {

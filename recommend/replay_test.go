@@ -224,3 +224,38 @@ func TestReplayStreamAcrossDays(t *testing.T) {
 	require.Len(t, r.FirstAffected, 1)
 	assert.Equal(t, "next-slice", r.FirstAffected[0].ID)
 }
+
+// TestReplayNewlyAllowedBeyondTheFirstDays: a tool's earliest calls the
+// proposal newly allows are looked for first up to the day by which each
+// tool had three refused calls; a tool whose refused calls of that day lie
+// before the window's start (the day counted whole) gets its calls from
+// the rest of the window all the same.
+func TestReplayNewlyAllowedBeyondTheFirstDays(t *testing.T) {
+	ctx := context.Background()
+	day0 := time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
+	var evs []audit.Event
+	add := func(tool string, at time.Time) {
+		evs = append(evs, audit.Event{ID: fmt.Sprintf("n%02d", len(evs)), TS: at, Server: "srv", Tool: tool, Method: "tools/call",
+			Decision: audit.Denied, Grant: "g", Agent: "a", Session: fmt.Sprintf("s%d", len(evs))})
+	}
+	for i := range 3 {
+		add("get_a", day0.Add(6*time.Hour+time.Duration(i)*time.Minute))  // before the window
+		add("get_a", day0.Add(50*time.Hour+time.Duration(i)*time.Minute)) // its third day
+	}
+	for i := range 5 {
+		add("get_b", day0.Add(13*time.Hour+time.Duration(i)*time.Minute))
+	}
+	store, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "n.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	defer store.Close()
+	_, err = store.Append(ctx, ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	p := &policy.Policy{Version: "1", Default: policy.DefaultAllow}
+	r, err := recommend.Run(ctx, store.DB(), recommend.ReplayOptions{Server: "srv", Grant: "g", From: day0.Add(12 * time.Hour), To: day0.Add(71 * time.Hour), Policy: p})
+	require.NoError(t, err)
+	var got []string
+	for _, c := range r.FirstNewlyAllowed {
+		got = append(got, c.Tool+"@"+c.TS.Format("02T15:04"))
+	}
+	assert.ElementsMatch(t, []string{"get_a@22T02:00", "get_a@22T02:01", "get_a@22T02:02", "get_b@20T13:00", "get_b@20T13:01", "get_b@20T13:02"}, got)
+}
