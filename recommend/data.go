@@ -305,15 +305,6 @@ func (l runList) all() iter.Seq[*run] {
 	}
 }
 
-// len is the number of runs.
-func (l runList) len() int {
-	n := 0
-	for _, c := range l {
-		n += len(c)
-	}
-	return n
-}
-
 // readRuns runs a query of runs (scanRunsSQL, storedRunsSQL), which come
 // in no order: the detectors need none (ordering the ~80,000 runs of each
 // of the two busiest grants of 5M calls cost ~30 ms of a ~60 ms read). A

@@ -273,13 +273,14 @@ func (m *callMinutes) pollWindows(ctx context.Context, names map[uint64]string, 
 		return nil, b, err
 	}
 	defer m.scope.timed("peaks " + tool + " from minutes")()
+	lim := limit(stats[tool])
 	if _, err := m.conn.ExecContext(ctx, `
 CREATE OR REPLACE TEMP TABLE poll_hot AS
 SELECT session AS h_s, '' AS h_g, day AS d0, day AS d1 FROM session_peaks
 WHERE `+storedRows(m.days)+` AND tool = $tool AND alone AND peak > $lim AND `+unseenKey+`
 UNION ALL
 SELECT s, g, d0, d1 FROM session_merged WHERE tool = $tool AND peak > $lim`,
-		append(m.storedArgs(), sql.Named("tool", tool), sql.Named("lim", limit(stats[tool])))...); err != nil {
+		append(m.storedArgs(), sql.Named("tool", tool), sql.Named("lim", lim))...); err != nil {
 		return nil, b, fmt.Errorf("peaks: %w", err)
 	}
 	calls, args, err := m.hotCalls(ctx, "poll_hot")
@@ -294,7 +295,7 @@ WITH per AS (
 	GROUP BY ALL
 )
 SELECT n, count(*) FROM per WHERE n > $lim GROUP BY n`,
-		append(args, sql.Named("tool", tool), sql.Named("lim", limit(stats[tool])))...)
+		append(args, sql.Named("tool", tool), sql.Named("lim", lim))...)
 	if err != nil {
 		return nil, b, fmt.Errorf("peaks: %w", err)
 	}

@@ -111,10 +111,8 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 			return nil, err
 		}
 	}
-	if len(newlyStatic) > 0 {
-		if err := q.newlyAllowed(ctx, q.db, newlyStatic, "", acc); err != nil {
-			return nil, err
-		}
+	if err := q.newlyAllowed(ctx, q.db, newlyStatic, "", acc); err != nil {
+		return nil, err
 	}
 	if len(fast) > 0 {
 		limits := make(map[string]policy.Limit, len(fast))
@@ -220,8 +218,13 @@ func (a *affected) noteNewly(c AffectedCall) {
 	}
 }
 
+// rowsQuerier is the database, or a connection holding temporary tables.
+type rowsQuerier interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}
+
 // newlyAllowed lists the earliest refused calls of each tool that the policy
-// allows. exclude is a condition naming calls the policy still refuses (the
+// allows (none without a tool). exclude is a condition naming calls the policy still refuses (the
 // overflow of a limit), or "".
 //
 // They are looked for first up to the day by which every tool had
@@ -230,9 +233,7 @@ func (a *affected) noteNewly(c AffectedCall) {
 // every call of the tools (readonly-dashboard's limited tools over 5M
 // calls: ~20 ms). A tool with fewer there (some excluded, or counted
 // before the window's start on its first day) has the whole window read.
-func (q query) newlyAllowed(ctx context.Context, db interface {
-	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-}, tools []string, exclude string, acc *affected) error {
+func (q query) newlyAllowed(ctx context.Context, db rowsQuerier, tools []string, exclude string, acc *affected) error {
 	if len(tools) == 0 {
 		return nil
 	}
@@ -271,16 +272,13 @@ func (q query) newlyAllowed(ctx context.Context, db interface {
 // newlyUntil is the end of the day by which each of tools had
 // newlyPerTool refused calls in the window's days, by tool_day_use's
 // counts (q.to when some tool had fewer).
-func (q query) newlyUntil(ctx context.Context, db interface {
-	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-}, tools []string) (time.Time, error) {
+func (q query) newlyUntil(ctx context.Context, db rowsQuerier, tools []string) (time.Time, error) {
 	d0, _ := analytics.ToolDay(q.from)
 	d1, _ := analytics.ToolDay(q.to)
 	rows, err := db.QueryContext(ctx, `
 SELECT tool, day, sum(calls - allowed)::BIGINT FROM tool_day_use
 WHERE server = $server AND ($grant = '' OR "grant" = $grant) AND list_contains($tools, tool) AND day BETWEEN $d0 AND $d1
-GROUP BY ALL ORDER BY tool, day`, sql.Named("server", q.server), sql.Named("grant", q.grant), sql.Named("tools", stringList(tools)),
-		sql.Named("d0", d0), sql.Named("d1", d1))
+GROUP BY ALL ORDER BY tool, day`, q.args(sql.Named("tools", stringList(tools)), sql.Named("d0", d0), sql.Named("d1", d1))...)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("replay: %w", err)
 	}
@@ -315,9 +313,7 @@ GROUP BY ALL ORDER BY tool, day`, sql.Named("server", q.server), sql.Named("gran
 
 // readNewly reads each tool's earliest newlyPerTool refused calls in the
 // window, in tool and time order, before until unless it is zero.
-func (q query) readNewly(ctx context.Context, db interface {
-	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-}, tools []string, exclude string, until time.Time) ([]AffectedCall, error) {
+func (q query) readNewly(ctx context.Context, db rowsQuerier, tools []string, exclude string, until time.Time) ([]AffectedCall, error) {
 	if exclude != "" {
 		exclude = " AND NOT (" + exclude + ")"
 	}
@@ -726,10 +722,8 @@ SELECT limit_tool, sum(n), sum(changed) FROM (
 	if err := rows.Err(); err != nil {
 		return nil, nil, fmt.Errorf("replay: %w", err)
 	}
-	if len(refused) > 0 {
-		if err := q.newlyAllowed(ctx, conn, refused, "id IN (SELECT id FROM overflow_calls WHERE decision <> 'allowed')", acc); err != nil {
-			return nil, nil, err
-		}
+	if err := q.newlyAllowed(ctx, conn, refused, "id IN (SELECT id FROM overflow_calls WHERE decision <> 'allowed')", acc); err != nil {
+		return nil, nil, err
 	}
 	// The calls whose recorded "allowed" the limit changes: their sessions
 	// and agents (rows without a call), then the earliest of them in time

@@ -208,3 +208,12 @@ func TestStoredRunsTiesAtTheEdges(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, runLines(want), runLines(got))
 }
+
+// len is the number of runs.
+func (l runList) len() int {
+	n := 0
+	for _, c := range l {
+		n += len(c)
+	}
+	return n
+}
