@@ -25,15 +25,19 @@ func (a *app) recordFindings(store *analytics.Store, source string) func(context
 // pendingHistory is a finding history whose transaction commits while its
 // caller goes on (recordFindingsBeside).
 type pendingHistory struct {
-	done chan error // the outcome, once; nil when nothing was recorded
+	done chan error // the outcome, sent once; nil when nothing was recorded
+	err  error      // the outcome, once received
 }
 
-// wait is the outcome of the history's commit.
+// wait is the outcome of the history's commit, the same at every call.
 func (p *pendingHistory) wait() error {
-	if p == nil || p.done == nil {
+	if p == nil {
 		return nil
 	}
-	return <-p.done
+	if p.done != nil {
+		p.err, p.done = <-p.done, nil
+	}
+	return p.err
 }
 
 // recordFindingsBeside is recordFindings returning as soon as every
