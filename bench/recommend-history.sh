@@ -35,6 +35,7 @@ echo "30 days: $short; $DAYS days: $long; $CMD${BASE:+; base $BASE over $DAYS da
 run() {
 	cp "$3" "$WORK/run.duckdb"
 	rm -f "$WORK/run.duckdb.wal"
+	sync # the copy at rest, as in bench/recommend-pairs.sh
 	# shellcheck disable=SC2086 # CMD is words
 	/usr/bin/time -f "%e %U %S %M" -o "$WORK/time" "$2" --db "$WORK/run.duckdb" --now 2026-11-29T00:00:00Z $CMD >"$WORK/$1.out"
 	/usr/bin/time -f "%e" -o "$WORK/scan" "$OUT/mcptrail" --db "$3" query --sql "$SCAN" >/dev/null
