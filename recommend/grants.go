@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -125,15 +126,11 @@ func PathSegment(name string) string {
 
 // WriteSet renders a set in format f: json, text, markdown or diff (a policy
 // document, or Intercept YAML, is one grant's: --grant chooses it).
-func WriteSet(w interface{ Write([]byte) (int, error) }, s *Set, f string, color bool) error {
+func WriteSet(w io.Writer, s *Set, f string, color bool) error {
 	var out string
 	switch f {
 	case "json":
-		var buf bytes.Buffer
-		if err := encodeJSON(&buf, s); err != nil {
-			return err
-		}
-		out = buf.String()
+		return encodeJSON(w, s)
 	case "markdown":
 		out = SetMarkdown(s)
 	case "diff":
