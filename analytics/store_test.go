@@ -100,6 +100,25 @@ func TestOpenErrors(t *testing.T) {
 	assert.Contains(t, err.Error(), "no such file")
 }
 
+// WriteBack leaves nothing committed in the write-ahead log: what a
+// batch wrote there is written into the database file.
+func TestWriteBackEmptiesTheLog(t *testing.T) {
+	ctx := context.Background()
+	s := openTemp(t)
+	_, err := s.Append(ctx, ingest.Batch{Events: sampleEvents(3, time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))})
+	require.NoError(t, err)
+	wal, err := os.Stat(s.Path() + ".wal")
+	require.NoError(t, err)
+	require.Positive(t, wal.Size(), "the batch in the log")
+
+	require.NoError(t, s.WriteBack(ctx))
+	if wal, err := os.Stat(s.Path() + ".wal"); err == nil {
+		assert.Zero(t, wal.Size(), "the log after the write-back")
+	} else {
+		require.ErrorIs(t, err, os.ErrNotExist)
+	}
+}
+
 func TestAppendDeduplicates(t *testing.T) {
 	s := openTemp(t)
 	ctx := context.Background()
