@@ -219,6 +219,8 @@ CREATE TABLE calls_clustered (clustered_until TIMESTAMPTZ NOT NULL);
 	// are counted here.
 	{12, "grant days", grantDaysSchema, countListedGrantDays},
 	{13, "counted days", countedDaysSchema, nil},
+	// Empty: the next recluster sorts every epoch of session_peaks once.
+	{14, "peaks clustered", peaksClusteredSchema, nil},
 }
 
 // rekeyedGatewaysSQL lists the gateways of the calls whose session is

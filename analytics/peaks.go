@@ -98,6 +98,9 @@ func countSessionPeaks(ctx context.Context, conn *sql.Conn, day int64) error {
 	if err := recountDay(ctx, conn, "session_peaks", sessionPeaksSQL, day); err != nil {
 		return fmt.Errorf("session peaks: %w", err)
 	}
+	if err := unclusterPeaksDay(ctx, conn, day); err != nil {
+		return err
+	}
 	// The day's sessions that other rows (of other days or grants) share:
 	// none of those rows is alone.
 	if _, err := conn.ExecContext(ctx, `

@@ -112,3 +112,68 @@ func TestSessionPeaksCountSealedDays(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, res.CountedDays, "nothing left to count")
 }
+
+// TestReclusterSortsPeaksByGrant: once Recluster has counted the sealed
+// days, each epoch's session_peaks rows are stored sorted by server,
+// grant, day, tool and session (by rowid, the order a scan meets them),
+// across an epoch's boundary, and the sort changes no row. A late call
+// counts its day again at the table's end: the next Recluster sorts that
+// epoch again, and leaves the other one as it was.
+func TestReclusterSortsPeaksByGrant(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	today := now.Truncate(24 * time.Hour)
+	start := today.Add(-40 * 24 * time.Hour) // two epochs
+	rng := rand.New(rand.NewPCG(3, 4))
+	var evs []audit.Event
+	for i := range 4000 {
+		evs = append(evs, audit.Event{ID: fmt.Sprintf("e-%04d", i), TS: start.Add(time.Duration(rng.Int64N(int64(40 * 24 * time.Hour)))),
+			Server: []string{"pve", "k8s"}[i%2], Tool: fmt.Sprintf("tool_%d", i%3), Decision: audit.Allowed,
+			Grant: []string{"ops", "ci", "", "helpdesk"}[i%4], Session: fmt.Sprintf("s-%d", rng.IntN(40))})
+	}
+	s := openTemp(t)
+	appendInBatches(t, s, evs, 500)
+
+	// The rows as counted, day by day (every grant's sessions of a day
+	// together), then as clusterPeaks leaves them.
+	const rows = `SELECT string_agg(concat_ws('|', server, "grant", tool, day, coalesce(session, '-'), peak, calls, peak_all, alone), ','
+		ORDER BY server, "grant", tool, day, session) FROM session_peaks`
+	// unsorted counts, per epoch, the rows that come after one sorting
+	// after them, in rowid order.
+	const unsorted = `SELECT count(*) FROM (
+		SELECT (server, "grant", day, tool, coalesce(session, '')) AS k,
+		       lag((server, "grant", day, tool, coalesce(session, ''))) OVER (PARTITION BY day // 32 ORDER BY rowid) AS prev
+		FROM session_peaks) WHERE k < prev`
+	counted, err := s.countSealedDays(ctx, today)
+	require.NoError(t, err)
+	require.Equal(t, 40, counted)
+	asCounted := readString(t, s, rows)
+	require.Positive(t, count(t, s, unsorted), "counted a day at a time, every grant's rows interleave")
+	require.Equal(t, 2, count(t, s, `SELECT count(DISTINCT day // 32) FROM session_peaks`), "two epochs")
+
+	_, err = s.Recluster(ctx, now)
+	require.NoError(t, err)
+	assert.Zero(t, count(t, s, unsorted), "each epoch sorted")
+	assert.Equal(t, asCounted, readString(t, s, rows), "the same rows")
+	assert.Equal(t, 2, count(t, s, `SELECT count(*) FROM peaks_clustered`))
+
+	// A late call of the first day (the first epoch) counts the day again.
+	late := evs[0]
+	for _, e := range evs {
+		if e.TS.Before(late.TS) {
+			late = e
+		}
+	}
+	late.ID = "late"
+	_, err = s.Append(ctx, ingest.Batch{Events: []audit.Event{late}})
+	require.NoError(t, err)
+	lateEpoch := dayNumber(late.TS) / peaksEpochDays
+	other := readString(t, s, fmt.Sprintf(`SELECT string_agg(rowid::VARCHAR, ',' ORDER BY rowid) FROM session_peaks WHERE day // 32 <> %d`, lateEpoch))
+	res, err := s.Recluster(ctx, now)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.CountedDays, "the late call's day")
+	assert.Zero(t, count(t, s, unsorted), "its epoch sorted again")
+	assert.Equal(t, 2, count(t, s, `SELECT count(*) FROM peaks_clustered`))
+	assert.Equal(t, other, readString(t, s, fmt.Sprintf(`SELECT string_agg(rowid::VARCHAR, ',' ORDER BY rowid) FROM session_peaks WHERE day // 32 <> %d`, lateEpoch)),
+		"the other epoch's rows where they were")
+}

@@ -60,7 +60,8 @@ type ReclusterResult struct {
 // only speeds queries up, every query reads the same calls either way.
 // Then every sealed day not counted yet has its peaks per session and
 // minute and its window figures counted (countSealedDays), whether its
-// calls were rewritten or not.
+// calls were rewritten or not, and the epochs of session_peaks that got
+// rows are sorted by server and grant again (clusterPeaks).
 func (s *Store) Recluster(ctx context.Context, now time.Time) (ReclusterResult, error) {
 	return s.recluster(ctx, now, ReclusterMinCalls, ReclusterMaxCalls)
 }
@@ -80,7 +81,10 @@ func (s *Store) recluster(ctx context.Context, now time.Time, minCalls, maxCalls
 		}
 		res.Until, res.Waiting = sp.until, sp.waiting
 		if !sp.done {
-			res.CountedDays, err = s.countSealedDays(ctx, sealed)
+			if res.CountedDays, err = s.countSealedDays(ctx, sealed); err != nil {
+				return res, err
+			}
+			_, err = s.clusterPeaks(ctx)
 			return res, err
 		}
 		res.Calls += sp.calls
