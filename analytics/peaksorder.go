@@ -35,16 +35,13 @@ func unclusterPeaksDay(ctx context.Context, conn *sql.Conn, day int64) error {
 // clusterPeaks rewrites, sorted by server, grant, day, tool and session,
 // the session_peaks rows of every epoch not listed in peaks_clustered,
 // an epoch per transaction that holds the store's writer (~0.5 s for an
-// epoch of 625,000 rows here), and lists it. It returns how
-// many epochs it sorted.
-func (s *Store) clusterPeaks(ctx context.Context) (int, error) {
-	n := 0
+// epoch of 625,000 rows here), and lists it.
+func (s *Store) clusterPeaks(ctx context.Context) error {
 	for {
 		sorted, err := s.clusterNextEpoch(ctx)
 		if err != nil || !sorted {
-			return n, err
+			return err
 		}
-		n++
 	}
 }
 

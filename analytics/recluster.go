@@ -84,8 +84,7 @@ func (s *Store) recluster(ctx context.Context, now time.Time, minCalls, maxCalls
 			if res.CountedDays, err = s.countSealedDays(ctx, sealed); err != nil {
 				return res, err
 			}
-			_, err = s.clusterPeaks(ctx)
-			return res, err
+			return res, s.clusterPeaks(ctx)
 		}
 		res.Calls += sp.calls
 		res.Spans++
