@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcptrail/mcptrail/analytics"
+	"golang.org/x/sync/errgroup"
 )
 
 // usage is one tool's use: in the window, and over the whole history.
@@ -94,7 +95,18 @@ FROM k LEFT JOIN f USING (g, tool) LEFT JOIN h USING (g, tool) FULL JOIN d USING
 // usageHistorySQL.
 func (q query) usage(ctx context.Context, what string, window time.Duration, byGrant bool) (map[string]map[string]*usage, error) {
 	defer q.timed(what)()
+	// The history is read beside the window's use: its query runs while
+	// WindowUse decodes and counts session sets in Go.
+	var history []usageHistory
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.Go(func() (err error) {
+		history, err = q.usageHistory(ectx, window, byGrant)
+		return err
+	})
 	inWindow, err := analytics.WindowUse(ctx, q.db, q.server, q.grant, q.from, q.to, byGrant)
+	if werr := eg.Wait(); err == nil {
+		err = werr
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -128,27 +140,41 @@ func (q query) usage(ctx context.Context, what string, window time.Duration, byG
 			later(u, w.LastAllowed)
 		}
 	}
-	rows, err := q.db.QueryContext(ctx, usageHistorySQL(byGrant), q.args(q.usageArgs(window)...)...)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var g, tool string
-		var inHistory bool
-		var days, last, periods int64
-		if err := rows.Scan(&g, &tool, &inHistory, &days, &last, &periods); err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
-		}
-		if !inHistory && (out[g] == nil || out[g][tool] == nil) {
+	for _, h := range history {
+		if !h.inHistory && (out[h.g] == nil || out[h.g][h.tool] == nil) {
 			continue // allowed days of a tool with no call left in the window
 		}
-		u := get(g, tool)
-		u.AllowedDays, u.EarlierPeriods = days, periods
-		later(u, last)
+		u := get(h.g, h.tool)
+		u.AllowedDays, u.EarlierPeriods = h.days, h.periods
+		later(u, h.last)
+	}
+	return out, nil
+}
+
+// usageHistory is a row of usageHistorySQL.
+type usageHistory struct {
+	g, tool             string
+	inHistory           bool
+	days, last, periods int64
+}
+
+// usageHistory reads usageHistorySQL's rows.
+func (q query) usageHistory(ctx context.Context, window time.Duration, byGrant bool) ([]usageHistory, error) {
+	rows, err := q.db.QueryContext(ctx, usageHistorySQL(byGrant), q.args(q.usageArgs(window)...)...)
+	if err != nil {
+		return nil, fmt.Errorf("usage history: %w", err)
+	}
+	defer rows.Close()
+	var out []usageHistory
+	for rows.Next() {
+		var h usageHistory
+		if err := rows.Scan(&h.g, &h.tool, &h.inHistory, &h.days, &h.last, &h.periods); err != nil {
+			return nil, fmt.Errorf("usage history: %w", err)
+		}
+		out = append(out, h)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return nil, fmt.Errorf("usage history: %w", err)
 	}
 	return out, nil
 }
