@@ -1,0 +1,5 @@
+//go:build !linux
+
+package goheap
+
+func advise(int) (uintptr, uintptr, error) { return 0, 0, nil }
