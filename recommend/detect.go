@@ -343,13 +343,10 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []*run) error
 	for i, r := range loops {
 		polls[i], gaps[i], cvs[i] = float64(r.Polls), r.MedianGap, cv(r)
 	}
-	// Each sorted once for all its quantiles (a polled tool can have tens
-	// of thousands of loops).
-	slices.Sort(polls)
-	slices.Sort(gaps)
-	slices.Sort(cvs)
-	medianPolls, medianGap := quantileSorted(polls, 0.5), quantileSorted(gaps, 0.5)
-	p95 := quantileSorted(polls, 0.95)
+	// Ranks selected, not sorted for (a polled tool can have tens of
+	// thousands of loops).
+	medianPolls, medianGap := quantileSelect(polls, 0.5), quantileSelect(gaps, 0.5)
+	p95 := quantileSelect(polls, 0.95)
 	limitRunaway, runaway := s.runawayAbove(loops, p95)
 	var wasted int64
 	sessions := make(map[uint64]bool, len(loops))
@@ -364,7 +361,7 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []*run) error
 	}
 	ev := map[string]any{
 		"start_tool": k.start, "loops": len(loops), "median_polls": round(medianPolls, 2), "p95_polls": round(p95, 2),
-		"median_interval_s": round(medianGap, 2), "interval_cv": round(quantileSorted(cvs, 0.5), 3),
+		"median_interval_s": round(medianGap, 2), "interval_cv": round(quantileSelect(cvs, 0.5), 3),
 		"wasted_calls": wasted, "runaway_loops": len(runaway), "runaway_sessions": len(runawaySessions),
 		"runaway_threshold_polls": round(limitRunaway, 1), "sessions": len(sessions),
 	}
@@ -815,17 +812,7 @@ func unknownSeverity(u *usage) string {
 // the p95 loop length that they are measured against. The evidence SQL
 // computes the same with list_sort(list(x))[⌊q·(n−1)⌋+1].
 func quantile(v []float64, q float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return quantileSorted(s, q)
-}
-
-// quantileSorted is quantile of values already sorted.
-func quantileSorted(s []float64, q float64) float64 {
-	if len(s) == 0 {
-		return 0
-	}
-	return s[int(math.Floor(q*float64(len(s)-1)+1e-9))]
+	return quantileSelect(slices.Clone(v), q)
 }
 
 func round(f float64, digits int) float64 {
