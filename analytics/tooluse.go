@@ -570,10 +570,7 @@ type hashSet struct {
 
 // distinct is the number of distinct values in sets.
 func (h *hashSet) distinct(sets [][]uint64) int64 {
-	n := 0
-	for _, s := range sets {
-		n += len(s)
-	}
+	n := setsLen(sets)
 	size := 16
 	for size < 2*n {
 		size *= 2

@@ -343,8 +343,8 @@ func (s *state) loopFinding(ctx context.Context, k loopPair, loops []*run) error
 	for i, r := range loops {
 		polls[i], gaps[i], cvs[i] = float64(r.Polls), r.MedianGap, cv(r)
 	}
-	// Ranks selected, not sorted for (a polled tool can have tens of
-	// thousands of loops).
+	// Each rank found by selection, not by sorting (a polled tool can
+	// have tens of thousands of loops).
 	medianPolls, medianGap := quantileSelect(polls, 0.5), quantileSelect(gaps, 0.5)
 	p95 := quantileSelect(polls, 0.95)
 	limitRunaway, runaway := s.runawayAbove(loops, p95)

@@ -1,22 +1,22 @@
 package recommend
 
-import "math"
+import (
+	"cmp"
+	"math"
+)
 
 // quantileSelect is quantile of s: the value at rank ⌊q·(n−1)⌋ of s
-// sorted (slices.Sort's order, NaNs first), found by selection: s is
-// reordered, not sorted. A polled tool
-// can have tens of thousands of loops, whose polls, gaps and variations
-// were each sorted for one or two ranks (~1.5% of a recommendation's CPU
-// over 5M calls); selection reads each a few times instead.
+// sorted (slices.Sort's order, cmp.Less: NaNs first), found by selection:
+// s is reordered, not sorted. A polled tool can have tens of thousands
+// of loops, whose polls, gaps and variations were each sorted for one or
+// two ranks (~1.5% of a recommendation's CPU over 5M calls); selection
+// reads each a few times instead.
 func quantileSelect(s []float64, q float64) float64 {
 	if len(s) == 0 {
 		return 0
 	}
 	return nthSmallest(s, int(math.Floor(q*float64(len(s)-1)+1e-9)))
 }
-
-// floatLess is slices.Sort's order of float64s: NaNs before the rest.
-func floatLess(a, b float64) bool { return a < b || (a != a && b == b) }
 
 // nthSmallest reorders s so that s[k] holds what sorting would put there,
 // and returns it (quickselect: the range holding rank k is split around
@@ -26,13 +26,13 @@ func nthSmallest(s []float64, k int) float64 {
 	for lo < hi {
 		// Median of three as the pivot, moved to hi.
 		mid := lo + (hi-lo)/2
-		if floatLess(s[mid], s[lo]) {
+		if cmp.Less(s[mid], s[lo]) {
 			s[mid], s[lo] = s[lo], s[mid]
 		}
-		if floatLess(s[hi], s[lo]) {
+		if cmp.Less(s[hi], s[lo]) {
 			s[hi], s[lo] = s[lo], s[hi]
 		}
-		if floatLess(s[mid], s[hi]) {
+		if cmp.Less(s[mid], s[hi]) {
 			s[mid], s[hi] = s[hi], s[mid]
 		}
 		pivot := s[hi]
@@ -41,11 +41,11 @@ func nthSmallest(s []float64, k int) float64 {
 		lt, i, gt := lo, lo, hi
 		for i <= gt {
 			switch {
-			case floatLess(s[i], pivot):
+			case cmp.Less(s[i], pivot):
 				s[lt], s[i] = s[i], s[lt]
 				lt++
 				i++
-			case floatLess(pivot, s[i]):
+			case cmp.Less(pivot, s[i]):
 				s[i], s[gt] = s[gt], s[i]
 				gt--
 			default:

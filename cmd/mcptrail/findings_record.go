@@ -46,9 +46,9 @@ func (p *pendingHistory) wait() error {
 // the background: its commit (21–28 ms for 4 grants of 5M calls, its
 // write-ahead log's fsync ~1 ms for a database at rest) and the write-back
 // after it go on while the caller renders what it prints (2.3 MB of JSON,
-// 28–42 ms). The caller waits for the
-// commit (pending.wait) before it writes anything, so no output shows a
-// history that failed to be recorded.
+// 28–42 ms). The caller waits for the commit (pending.wait) before it
+// writes anything, so no output shows a history that failed to be
+// recorded.
 func (a *app) recordFindingsBeside(store *analytics.Store, source string) (func(context.Context, []*recommend.Report) error, *pendingHistory) {
 	pending := &pendingHistory{}
 	return func(ctx context.Context, reports []*recommend.Report) error {
