@@ -16,7 +16,6 @@ import (
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/ingest"
-	"github.com/mcptrail/mcptrail/internal/goheap"
 	"github.com/mcptrail/mcptrail/internal/threadprio"
 	"github.com/mcptrail/mcptrail/otlp"
 )
@@ -71,14 +70,6 @@ const (
 	ingestSoftLimit = 448 << 20
 )
 
-// ingestGoHeapAdvised is how much of Go's heap `ingest` has advised for
-// transparent huge pages (internal/goheap) before it starts: its staged
-// batches keep ~115 MB of heap live and churn through more, 4 KiB a page
-// fault where the kernel's mode is "madvise" (1M events: ~93,000 faults,
-// ~55,000 with this; DuckDB's own memory keeps 4 KiB pages, as it gives
-// freed pages back).
-const ingestGoHeapAdvised = 128 << 20
-
 // otlpGCPercent and otlpSoftLimit replace them while an OTLP/JSON file is
 // read: protojson allocates about 14 KB per span, which at GOGC=25 kept the
 // collector busy for about half of the command's CPU. A higher target under
@@ -126,11 +117,7 @@ reported; they fail the command only with --strict.`,
 			// 100 (1M events: 367-382 against 434-462 MiB of RSS).
 			gcPercent(ingestGCPercent)
 			softMemoryLimit(ingestSoftLimit)
-			if a.cfg.Storage.HugePages {
-				if err := goheap.AdviseHugePages(ingestGoHeapAdvised); err != nil {
-					a.log.Debug("Go heap in huge pages", "err", err)
-				}
-			}
+			a.goHeapHugePages()
 			workers := runtime.GOMAXPROCS(0)
 			extraProcs(ingestExtraProcs)
 			store, closeStore, err := a.openStoreWith(cmd.Context(), analytics.Options{MemoryLimit: ingestMemoryLimit, ReturnMemory: true, IngestThreads: ingestThreads})

@@ -10,7 +10,6 @@ import (
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/audit"
-	"github.com/mcptrail/mcptrail/internal/goheap"
 	"github.com/mcptrail/mcptrail/internal/threadprio"
 	"github.com/mcptrail/mcptrail/server"
 )
@@ -38,11 +37,7 @@ SIGINT or SIGTERM stops it gracefully.`,
 			// The daemon runs for weeks at any volume: keep DuckDB's buffers and
 			// the Go heap small (measured peak RSS with these limits: see README).
 			softMemoryLimit(192 << 20)
-			if a.cfg.Storage.HugePages {
-				if err := goheap.AdviseHugePages(serveGoHeapAdvised); err != nil {
-					a.log.Debug("Go heap in huge pages", "err", err)
-				}
-			}
+			a.goHeapHugePages()
 			store, err := analytics.Open(cmd.Context(), a.cfg.Storage.Path, analytics.Options{MemoryLimit: "256MB", IngestMemoryLimit: "160MB", ReturnMemory: true, IngestThreads: 1,
 				SessionGap: a.cfg.Recommend.SessionGap, ArchiveDir: a.cfg.Storage.Archive})
 			if err != nil {
@@ -138,8 +133,3 @@ func (a *app) logDatabaseOpen(ctx context.Context, store *analytics.Store) {
 			"format", format, "current", analytics.StorageVersion, "command", "mcptrail convert --db "+a.dbPath()+" --out NEW.duckdb")
 	}
 }
-
-// serveGoHeapAdvised is how much of Go's heap `serve` has advised for
-// transparent huge pages before it opens the store (internal/goheap), as
-// `ingest` does: within its 192 MiB soft limit.
-const serveGoHeapAdvised = 128 << 20
