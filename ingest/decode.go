@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -165,12 +166,36 @@ func DecodeMessages(ctx context.Context, msgs []Message, opts audit.Options, wor
 // checkSubject refuses an event published on another server's subject.
 func checkSubject(subject, server string) error {
 	last := subject[strings.LastIndexByte(subject, '.')+1:]
-	if last == SubjectToken(server) {
+	if isSubjectToken(last, server) || last == SubjectToken(server) {
 		return nil
 	}
 	return &audit.Rejection{Reason: audit.ReasonSubjectMismatch, Detail: fmt.Sprintf(
 		"the event's server %q arrived on subject %q: publish each server's events to <prefix>%s",
 		server, subject, SubjectToken(server))}
+}
+
+// isSubjectToken reports whether token is SubjectToken(server) for a
+// server name of ASCII bytes, without building that string: it runs for
+// every event that serve stores, where SubjectToken's rune mapping cost
+// about 1% of the daemon's CPU. It is false for the other names (and for
+// ""), which checkSubject then compares the slow way.
+func isSubjectToken(token, server string) bool {
+	if len(token) != len(server) || server == "" {
+		return false
+	}
+	for i := 0; i < len(server); i++ {
+		c := server[i]
+		switch {
+		case c >= utf8.RuneSelf:
+			return false
+		case c == '.' || c == '*' || c == '>' || c == ' ' || c == '\t' || c == '\r' || c == '\n':
+			c = '_'
+		}
+		if token[i] != c {
+			return false
+		}
+	}
+	return true
 }
 
 // SubjectToken makes a server name usable as one subject token, as
