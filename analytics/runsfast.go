@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"hash/maphash"
 	"slices"
 )
 
@@ -104,6 +105,14 @@ func (b *batchCalls) storedArgsRef(args string) argsRef {
 	return argsRef(-1 - len(b.storedArgs))
 }
 
+// sessionKeyHash hashes a session's key for collectCalls' table (a
+// variable so that a test can make every key collide).
+var sessionKeyHash = func(key string) uint64 { return maphash.String(idSeed, key) }
+
+// sessionSGMix spreads a session's server and grant over its key's hash
+// (an odd constant: the golden ratio's).
+const sessionSGMix = 0x9E3779B97F4A7C15
+
 // dayKey is a tool day's key while a batch is collected: its server and
 // grant (an index in the batch's), tool and day, without strings to hash.
 type dayKey struct {
@@ -116,17 +125,26 @@ type dayKey struct {
 func collectCalls(c *columns) *batchCalls {
 	b := &batchCalls{cols: c, toolIDs: map[string]int32{}}
 	// Sessions are found by their server and grant's index in
-	// serverGrants and their key: one string to hash a call, not three.
+	// serverGrants and their key: one string to hash a call, not three,
+	// in a flat table of hashes (idSet; a Go map keyed by both cost twice
+	// as much, BenchmarkCollectCalls). The rare key whose hash an earlier
+	// session took is found in collided, exactly.
 	type sessionIndexKey struct {
 		serverGrant int32
 		key         string
 	}
-	index := map[sessionIndexKey]int32{}
+	index := &idSet{slots: make([]idSlot, 1<<14)} // not the staging's pool: its sets are a batch's ids large
+	var collided map[sessionIndexKey]int32
 	var serverGrants []clusterKey
 	sgIDs := map[clusterKey]int32{}
 	sg := int32(-1) // the previous call's server and grant, which most calls share
 	sessionSG := []int32{}
 	days := map[dayKey]*toolDay{}
+	// Each tool's last tool day: a tool's next call is mostly of the same
+	// server, grant and day (the staged chunks are of one server and
+	// grant), which spares days its lookup.
+	var lastDays []*toolDay
+	var lastKeys []dayKey
 	// First each call's session (-1: no tool) and tool, then each call in
 	// its session's place: one copy of the calls, not two.
 	of := make([]int32, 0, c.n)
@@ -148,12 +166,22 @@ func collectCalls(c *columns) *batchCalls {
 					serverGrants = append(serverGrants, k)
 				}
 			}
-			sk := sessionIndexKey{serverGrant: sg, key: ch.sessionKey(j)}
-			i, ok := index[sk]
-			if !ok {
-				i = int32(len(b.sessions))
-				index[sk] = i
-				b.sessions = append(b.sessions, runSession{server: serverGrants[sg].server, grant: serverGrants[sg].grant, key: sk.key})
+			key := ch.sessionKey(j)
+			next := int32(len(b.sessions))
+			i, found := index.lookupOrAdd(sessionKeyHash(key)^sessionSGMix*uint64(sg+1), next)
+			if found && (sessionSG[i] != sg || b.sessions[i].key != key) {
+				if collided == nil {
+					collided = map[sessionIndexKey]int32{}
+				}
+				sk := sessionIndexKey{serverGrant: sg, key: key}
+				if i, found = collided[sk]; !found {
+					i = next
+					collided[sk] = i
+				}
+			}
+			if !found {
+				i = next
+				b.sessions = append(b.sessions, runSession{server: serverGrants[sg].server, grant: serverGrants[sg].grant, key: key})
 				sessionSG = append(sessionSG, sg)
 				counts = append(counts, 0)
 			}
@@ -161,10 +189,16 @@ func collectCalls(c *columns) *batchCalls {
 			tool := b.toolID(name)
 			of, toolOf = append(of, i), append(toolOf, tool)
 			dk := dayKey{serverGrant: sg, tool: tool, day: ch.ts[j] / 1000 / dayMillis}
-			d := days[dk]
-			if d == nil {
-				d = &toolDay{first: ch.ts[j]}
-				days[dk] = d
+			if int(tool) >= len(lastDays) {
+				lastDays, lastKeys = append(lastDays, nil), append(lastKeys, dayKey{})
+			}
+			d := lastDays[tool]
+			if d == nil || lastKeys[tool] != dk {
+				if d = days[dk]; d == nil {
+					d = &toolDay{first: ch.ts[j]}
+					days[dk] = d
+				}
+				lastDays[tool], lastKeys[tool] = d, dk
 			}
 			decision := s[colDecision].value(j)
 			d.add(ch.ts[j], decision == "allowed")

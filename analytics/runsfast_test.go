@@ -3,6 +3,12 @@ package analytics
 import (
 	"reflect"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/internal/runtraffic"
 )
 
 // TestRunCallHoldsNoPointers: runCall, one per call of a staged batch,
@@ -35,4 +41,30 @@ func holdsPointers(typ reflect.Type) bool {
 		return false
 	}
 	return true
+}
+
+// collectCalls finds a batch's sessions by their keys' hashes; a key whose
+// hash an earlier session took is still its own session. With every key
+// hashed alike, the batch's sessions, calls, runs and tool days are those
+// of the real hash.
+func TestCollectCallsTellsSessionsApartWhenTheirHashesCollide(t *testing.T) {
+	evs, err := runtraffic.Generate(3, 20000, 6*time.Hour, time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), false)
+	require.NoError(t, err)
+	st := newStaging(len(evs))
+	st.Add(evs, nil)
+	defer st.Release()
+	want := collectCalls(st.cols)
+	require.Greater(t, len(want.sessions), 100)
+
+	real := sessionKeyHash
+	defer func() { sessionKeyHash = real }()
+	sessionKeyHash = func(string) uint64 { return 42 }
+	got := collectCalls(st.cols)
+
+	assert.Equal(t, want.sessions, got.sessions)
+	assert.Equal(t, want.starts, got.starts)
+	assert.Equal(t, want.calls, got.calls)
+	assert.Equal(t, want.runs, got.runs)
+	assert.Equal(t, want.tails, got.tails)
+	assert.Equal(t, want.days, got.days)
 }
