@@ -185,13 +185,7 @@ func isSubjectToken(token, server string) bool {
 	}
 	for i := 0; i < len(server); i++ {
 		c := server[i]
-		switch {
-		case c >= utf8.RuneSelf:
-			return false
-		case c == '.' || c == '*' || c == '>' || c == ' ' || c == '\t' || c == '\r' || c == '\n':
-			c = '_'
-		}
-		if token[i] != c {
+		if c >= utf8.RuneSelf || rune(token[i]) != subjectTokenRune(rune(c)) {
 			return false
 		}
 	}
@@ -205,13 +199,16 @@ func SubjectToken(s string) string {
 	if s == "" {
 		return "unknown"
 	}
-	return strings.Map(func(r rune) rune {
-		switch r {
-		case '.', '*', '>', ' ', '\t', '\r', '\n':
-			return '_'
-		}
-		return r
-	}, s)
+	return strings.Map(subjectTokenRune, s)
+}
+
+// subjectTokenRune is the rune SubjectToken writes for r.
+func subjectTokenRune(r rune) rune {
+	switch r {
+	case '.', '*', '>', ' ', '\t', '\r', '\n':
+		return '_'
+	}
+	return r
 }
 
 // deadLetter builds the dead letter of a rejected message. Its raw bytes are
