@@ -25,6 +25,12 @@ func getIDSet(capacity int) *idSet {
 	if s, ok := idSets.Get().(*idSet); ok && len(s.slots) >= 2*capacity {
 		return s
 	}
+	return newIDSet(capacity)
+}
+
+// newIDSet returns an empty set of its own (not the pool's) with room for
+// capacity ids before it grows.
+func newIDSet(capacity int) *idSet {
 	size := 16
 	for size < 2*capacity {
 		size <<= 1

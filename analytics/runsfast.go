@@ -133,7 +133,7 @@ func collectCalls(c *columns) *batchCalls {
 		serverGrant int32
 		key         string
 	}
-	index := &idSet{slots: make([]idSlot, 1<<14)} // not the staging's pool: its sets are a batch's ids large
+	index := newIDSet(1 << 13) // not the staging's pool: its sets are a batch's ids large
 	var collided map[sessionIndexKey]int32
 	var serverGrants []clusterKey
 	sgIDs := map[clusterKey]int32{}
@@ -143,8 +143,11 @@ func collectCalls(c *columns) *batchCalls {
 	// Each tool's last tool day: a tool's next call is mostly of the same
 	// server, grant and day (the staged chunks are of one server and
 	// grant), which spares days its lookup.
-	var lastDays []*toolDay
-	var lastKeys []dayKey
+	type lastDay struct {
+		key dayKey
+		d   *toolDay
+	}
+	var lastDays []lastDay
 	// First each call's session (-1: no tool) and tool, then each call in
 	// its session's place: one copy of the calls, not two.
 	of := make([]int32, 0, c.n)
@@ -189,17 +192,19 @@ func collectCalls(c *columns) *batchCalls {
 			tool := b.toolID(name)
 			of, toolOf = append(of, i), append(toolOf, tool)
 			dk := dayKey{serverGrant: sg, tool: tool, day: ch.ts[j] / 1000 / dayMillis}
-			if int(tool) >= len(lastDays) {
-				lastDays, lastKeys = append(lastDays, nil), append(lastKeys, dayKey{})
+			if int(tool) == len(lastDays) {
+				lastDays = append(lastDays, lastDay{})
 			}
-			d := lastDays[tool]
-			if d == nil || lastKeys[tool] != dk {
-				if d = days[dk]; d == nil {
+			last := &lastDays[tool]
+			if last.d == nil || last.key != dk {
+				d := days[dk]
+				if d == nil {
 					d = &toolDay{first: ch.ts[j]}
 					days[dk] = d
 				}
-				lastDays[tool], lastKeys[tool] = d, dk
+				*last = lastDay{key: dk, d: d}
 			}
+			d := last.d
 			decision := s[colDecision].value(j)
 			d.add(ch.ts[j], decision == "allowed")
 			d.use.add(countCall(decision, s[colSession].value(j) != "", s[colAgent].value(j) != "", ch.ts[j]))
