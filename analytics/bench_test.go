@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/ingest"
 	"github.com/mcptrail/mcptrail/internal/runtraffic"
+	"github.com/mcptrail/mcptrail/simulate"
 )
 
 // BenchmarkAppend measures the store's batch append (Arrow records
@@ -78,4 +80,64 @@ func BenchmarkStagingAdd(b *testing.B) {
 		st.Release()
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(evs)), "ns/event")
+}
+
+// BenchmarkBatchUpkeep measures what keeping the aggregates costs the
+// appending thread for one batch beside its insert: tool_days, tool_day_use
+// and the runs recorded from the batch's calls counted in Go
+// (recordBatchAggregates; collectCalls is BenchmarkCollectCalls). The
+// batch is the third of bench/ingest.sh's file (`simulate --count 1000000
+// --seed 1`) as `ingest` reads it, after the two before it, whose sessions
+// it continues. Each run is rolled back, so that every run does the same.
+func BenchmarkBatchUpkeep(b *testing.B) {
+	ctx := context.Background()
+	const size = ingest.FileBatchLines
+	var evs []audit.Event
+	enough := errors.New("three batches")
+	_, err := simulate.Generate(ctx, simulate.Options{Seed: 1, Count: 1_000_000, Now: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)},
+		func(e audit.Event) error {
+			if len(evs) == 3*size {
+				return enough
+			}
+			evs = append(evs, e)
+			return nil
+		})
+	if !errors.Is(err, enough) {
+		b.Fatal(err)
+	}
+	s, err := Open(ctx, filepath.Join(b.TempDir(), "b.duckdb"), Options{IngestThreads: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	for _, batch := range [][]audit.Event{evs[:size], evs[size : 2*size]} {
+		if _, err := s.Append(ctx, ingest.Batch{Events: batch}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// The third batch's calls stored without their aggregates.
+	st := newStaging(size)
+	st.Add(evs[2*size:], nil)
+	defer st.Release()
+	calls := collectCalls(st.cols)
+	now := time.Now().UTC()
+	exec := func(q string, args ...any) {
+		if _, err := s.wconn.ExecContext(ctx, q, args...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	staged, release, err := st.cols.register(ctx, s.wconn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	exec(insertCalls(staged, false), st.lo, st.hi, now)
+	release()
+	for b.Loop() {
+		exec("BEGIN TRANSACTION")
+		if err := recordBatchAggregates(ctx, s.wconn, &s.tails, calls, now); err != nil {
+			b.Fatal(err)
+		}
+		exec("ROLLBACK")
+	}
+	b.ReportMetric(float64(len(calls.sessions)), "sessions")
 }

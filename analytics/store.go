@@ -427,13 +427,7 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 				err = recordRuns(ctx, conn, &s.tails, "ingested_at = ?", now)
 			}
 		default:
-			err = recordBatchToolDays(ctx, conn, collected().days)
-			if err == nil {
-				err = appendToolDayUse(ctx, conn, collected().useOfDays())
-			}
-			if err == nil {
-				err = recordBatchRuns(ctx, conn, &s.tails, collected(), "ingested_at = ?", now)
-			}
+			err = recordBatchAggregates(ctx, conn, &s.tails, collected(), now)
 		}
 		if err != nil {
 			return res, fmt.Errorf("append: %w", err)
@@ -458,6 +452,19 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 	}
 	committed = true
 	return res, nil
+}
+
+// recordBatchAggregates keeps tool_days, tool_day_use and the runs for a
+// batch whose staged calls, b, are all stored (at ingested_at now), from
+// b's figures counted in Go, on conn inside the batch's transaction.
+func recordBatchAggregates(ctx context.Context, conn *sql.Conn, tails *tailKeys, b *batchCalls, now time.Time) error {
+	if err := recordBatchToolDays(ctx, conn, b.days); err != nil {
+		return err
+	}
+	if err := appendToolDayUse(ctx, conn, b.useOfDays()); err != nil {
+		return err
+	}
+	return recordBatchRuns(ctx, conn, tails, b, "ingested_at = ?", now)
 }
 
 // stagingOf is the batch's staging: the one it carries, or one made from
