@@ -2,8 +2,6 @@ package analytics
 
 import (
 	"cmp"
-	"context"
-	"database/sql"
 	"hash/maphash"
 	"slices"
 )
@@ -356,9 +354,8 @@ type fastRun struct {
 // path can take from b, the others by recordRuns over the calls that
 // where selects. keys learns every session of the batch: each now has a
 // tail.
-func recordBatchRuns(ctx context.Context, conn *sql.Conn, keys *tailKeys, b *batchCalls, where string, args ...any) error {
-	v := &runViews{ctx: ctx, conn: conn}
-	defer v.close()
+func recordBatchRuns(v *arrowViews, keys *tailKeys, b *batchCalls, where string, args ...any) error {
+	ctx := v.ctx
 	tails, pks, err := lookupTails(ctx, v, keys, b)
 	if err != nil {
 		return err

@@ -39,7 +39,7 @@ var tailColumns = `epoch_ms(t.last_ts), epoch_us(t.last_ts), t.last_th,
 // sessions without one whose key keys holds are looked up in the whole
 // table. The sessions are kept for it in the temporary table
 // run_batch_sessions (i, pk and their first call's keys).
-func lookupTails(ctx context.Context, v *runViews, keys *tailKeys, b *batchCalls) (map[int32]storedTail, []uint64, error) {
+func lookupTails(ctx context.Context, v *arrowViews, keys *tailKeys, b *batchCalls) (map[int32]storedTail, []uint64, error) {
 	if len(b.sessions) == 0 {
 		return map[int32]storedTail{}, nil, nil
 	}
@@ -89,7 +89,7 @@ func lookupTails(ctx context.Context, v *runViews, keys *tailKeys, b *batchCalls
 }
 
 // lookupAllTails is lookupTails by one scan of run_tails, for a small one.
-func lookupAllTails(ctx context.Context, v *runViews, b *batchCalls) (map[int32]storedTail, error) {
+func lookupAllTails(ctx context.Context, v *arrowViews, b *batchCalls) (map[int32]storedTail, error) {
 	sessions, _, err := addSessionsView(v, b)
 	if err != nil {
 		return nil, err
@@ -104,7 +104,7 @@ func lookupAllTails(ctx context.Context, v *runViews, b *batchCalls) (map[int32]
 // their first call's tool, arguments and millisecond, which tell whether
 // it continues the session's stored last call; first is the earliest of
 // those calls.
-func addSessionsView(v *runViews, b *batchCalls) (name string, first int64, err error) {
+func addSessionsView(v *arrowViews, b *batchCalls) (name string, first int64, err error) {
 	mem := memory.DefaultAllocator
 	ib, sc := array.NewInt32Builder(mem), newSessionCols()
 	tb, ab, mb := array.NewStringBuilder(mem), array.NewStringBuilder(mem), array.NewInt64Builder(mem)
@@ -135,7 +135,7 @@ func addSessionsView(v *runViews, b *batchCalls) (name string, first int64, err 
 
 // scanTails runs a query of session index and tailColumns, and hands each
 // row to each.
-func scanTails(ctx context.Context, v *runViews, text string, each func(i int32, t storedTail), args ...any) error {
+func scanTails(ctx context.Context, v *arrowViews, text string, each func(i int32, t storedTail), args ...any) error {
 	rows, err := v.conn.QueryContext(ctx, text, args...)
 	if err != nil {
 		return fmt.Errorf("record runs: stored tails: %w", err)
@@ -157,7 +157,7 @@ func scanTails(ctx context.Context, v *runViews, text string, each func(i int32,
 
 // storeFastRuns inserts the Go path's runs and replaces its sessions' tails
 // (stored: those lookupTails found).
-func storeFastRuns(ctx context.Context, v *runViews, b *batchCalls, runs []fastRun, tails []runTail, stored map[int32]storedTail) error {
+func storeFastRuns(ctx context.Context, v *arrowViews, b *batchCalls, runs []fastRun, tails []runTail, stored map[int32]storedTail) error {
 	mem := memory.DefaultAllocator
 	if len(runs) > 0 {
 		sc, prev, tb, ab := newSessionCols(), newBeforeCols(), array.NewStringBuilder(mem), array.NewStringBuilder(mem)
@@ -250,7 +250,7 @@ FROM `+names[1]); err != nil {
 
 // recordSlowRuns runs recordRuns for the sessions slow of b, among the
 // calls that where selects.
-func recordSlowRuns(ctx context.Context, v *runViews, b *batchCalls, slow []int32, where string, args ...any) error {
+func recordSlowRuns(ctx context.Context, v *arrowViews, b *batchCalls, slow []int32, where string, args ...any) error {
 	sc := newSessionCols()
 	for _, si := range slow {
 		sc.add(b.sessions[si])
@@ -358,9 +358,10 @@ func (c beforeCols) builders() []array.Builder { return []array.Builder{c.tool, 
 // tsType is the Arrow type of the records' times.
 var tsType = &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}
 
-// runViews registers Arrow records as views on the write connection and
-// drops them all in one statement: a batch's upkeep registers several.
-type runViews struct {
+// arrowViews registers Arrow records as views on the write connection and
+// drops them all in one statement: a batch's upkeep registers several, for
+// its tool days, tool day use and runs.
+type arrowViews struct {
 	ctx        context.Context
 	conn       *sql.Conn
 	names      []string
@@ -370,7 +371,7 @@ type runViews struct {
 // add makes the builders' columns, in schema's order, copies views named
 // after prefix: a view over an Arrow stream is read once, so a record read
 // twice needs two.
-func (v *runViews) add(schema *arrow.Schema, prefix string, copies int, builders ...array.Builder) ([]string, error) {
+func (v *arrowViews) add(schema *arrow.Schema, prefix string, copies int, builders ...array.Builder) ([]string, error) {
 	cols := make([]arrow.Array, len(builders))
 	for i, b := range builders {
 		cols[i] = b.NewArray()
@@ -399,7 +400,7 @@ func (v *runViews) add(schema *arrow.Schema, prefix string, copies int, builders
 }
 
 // close drops the views and frees their streams.
-func (v *runViews) close() {
+func (v *arrowViews) close() {
 	if len(v.names) == 0 {
 		return
 	}
@@ -417,7 +418,7 @@ func (v *runViews) close() {
 // openRunCalls reads, for each continuing session, its stored calls since
 // its last cut (the run its first new call continues), sorted; the calls
 // that where selects (the batch's own) are left out.
-func openRunCalls(ctx context.Context, v *runViews, b *batchCalls, continuing []int32, tails map[int32]storedTail, where string, args ...any) (map[int32][]runCall, error) {
+func openRunCalls(ctx context.Context, v *arrowViews, b *batchCalls, continuing []int32, tails map[int32]storedTail, where string, args ...any) (map[int32][]runCall, error) {
 	mem := memory.DefaultAllocator
 	ib, sc, bb := array.NewInt32Builder(mem), newSessionCols(), array.NewInt64Builder(mem)
 	floor := tails[continuing[0]].bMS
@@ -460,7 +461,7 @@ func openRunCalls(ctx context.Context, v *runViews, b *batchCalls, continuing []
 
 // dropOpenRuns deletes the stored runs that the extended sessions' new
 // calls continue: each starts at its session's last cut.
-func dropOpenRuns(ctx context.Context, v *runViews, b *batchCalls, extended []int32, tails map[int32]storedTail) error {
+func dropOpenRuns(ctx context.Context, v *arrowViews, b *batchCalls, extended []int32, tails map[int32]storedTail) error {
 	if len(extended) == 0 {
 		return nil
 	}

@@ -458,13 +458,16 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 // batch whose staged calls, b, are all stored (at ingested_at now), from
 // b's figures counted in Go, on conn inside the batch's transaction.
 func recordBatchAggregates(ctx context.Context, conn *sql.Conn, tails *tailKeys, b *batchCalls, now time.Time) error {
-	if err := recordBatchToolDays(ctx, conn, b.days); err != nil {
+	// The Arrow records of the three are dropped in one statement.
+	v := &arrowViews{ctx: ctx, conn: conn}
+	defer v.close()
+	if err := recordBatchToolDays(v, b.days); err != nil {
 		return err
 	}
-	if err := appendToolDayUse(ctx, conn, b.useOfDays()); err != nil {
+	if err := appendToolDayUse(v, b.useOfDays()); err != nil {
 		return err
 	}
-	return recordBatchRuns(ctx, conn, tails, b, "ingested_at = ?", now)
+	return recordBatchRuns(v, tails, b, "ingested_at = ?", now)
 }
 
 // stagingOf is the batch's staging: the one it carries, or one made from

@@ -102,7 +102,7 @@ func (d *toolDay) add(us int64, allowed bool) {
 // staged calls (collectCalls), into tool_days: one small view instead of
 // grouping the batch's stored calls again. For batches whose staged calls
 // are all stored.
-func recordBatchToolDays(ctx context.Context, conn *sql.Conn, days map[toolDayKey]*toolDay) error {
+func recordBatchToolDays(v *arrowViews, days map[toolDayKey]*toolDay) error {
 	if len(days) == 0 {
 		return nil
 	}
@@ -132,13 +132,11 @@ func recordBatchToolDays(ctx context.Context, conn *sql.Conn, days map[toolDayKe
 		{Name: "first_call", Type: tsType}, {Name: "first_allowed", Type: tsType, Nullable: true},
 		{Name: "last_allowed", Type: tsType, Nullable: true}, {Name: "last_refused", Type: tsType, Nullable: true},
 	}, nil)
-	v := &runViews{ctx: ctx, conn: conn}
-	defer v.close()
 	names, err := v.add(schema, "tool_days_new", 1, sb, gb, tb, db, fb, fab, lab, lrb)
 	if err != nil {
 		return err
 	}
-	if _, err := conn.ExecContext(ctx, mergeToolDaysSQL(`
+	if _, err := v.conn.ExecContext(v.ctx, mergeToolDaysSQL(`
 SELECT server, g, tool, day, first_call, first_allowed, last_allowed, last_refused FROM `+names[0])); err != nil {
 		return fmt.Errorf("record tool days: %w", err)
 	}

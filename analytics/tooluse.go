@@ -198,7 +198,9 @@ func recordToolDayUse(ctx context.Context, conn *sql.Conn, where string, args ..
 	if err := readUseGroups(ctx, conn, uses, where, args...); err != nil {
 		return err
 	}
-	return appendToolDayUse(ctx, conn, uses)
+	v := &arrowViews{ctx: ctx, conn: conn}
+	defer v.close()
+	return appendToolDayUse(v, uses)
 }
 
 // recountToolDayUse counts server's day in tool_day_use again from its
@@ -227,7 +229,7 @@ func (b *batchCalls) useOfDays() map[toolDayKey]*DayUse {
 // and Recluster merges into one once its day is sealed
 // (compactToolDayUse). Merging as batches arrive read the stored rows back
 // and rewrote them: ~30–70 ms a batch.
-func appendToolDayUse(ctx context.Context, conn *sql.Conn, uses map[toolDayKey]*DayUse) error {
+func appendToolDayUse(v *arrowViews, uses map[toolDayKey]*DayUse) error {
 	if len(uses) == 0 {
 		return nil
 	}
@@ -264,13 +266,11 @@ func appendToolDayUse(ctx context.Context, conn *sql.Conn, uses map[toolDayKey]*
 	fields = append(fields, arrow.Field{Name: "last_allowed", Type: tsType, Nullable: true},
 		arrow.Field{Name: "sessions", Type: arrow.BinaryTypes.Binary}, arrow.Field{Name: "allowed_sessions", Type: arrow.BinaryTypes.Binary})
 	builders = append(builders, last, blobs[0], blobs[1])
-	v := &runViews{ctx: ctx, conn: conn}
-	defer v.close()
 	names, err := v.add(arrow.NewSchema(fields, nil), "tool_day_use_new", 1, builders...)
 	if err != nil {
 		return err
 	}
-	if _, err := conn.ExecContext(ctx, `INSERT INTO tool_day_use SELECT * FROM `+names[0]); err != nil {
+	if _, err := v.conn.ExecContext(v.ctx, `INSERT INTO tool_day_use SELECT * FROM `+names[0]); err != nil {
 		return fmt.Errorf("tool day use: %w", err)
 	}
 	return nil
@@ -312,7 +312,9 @@ func compactToolDayUse(ctx context.Context, conn *sql.Conn, from, to time.Time) 
 	if _, err := conn.ExecContext(ctx, `DELETE FROM tool_day_use WHERE `+repeated, args...); err != nil {
 		return fmt.Errorf("compact tool day use: %w", err)
 	}
-	return appendToolDayUse(ctx, conn, uses)
+	v := &arrowViews{ctx: ctx, conn: conn}
+	defer v.close()
+	return appendToolDayUse(v, uses)
 }
 
 // dayUseColumns are tool_day_use's figures, in scanDayUse's order.
