@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -70,19 +71,30 @@ func sessionsFromIDs(evs []audit.Event) {
 // with sessions derived by the store and calls sent twice (the batches go
 // through recordRuns' SQL), once with every call's session given and each
 // call sent once (most sessions go through the Go path), and that again
-// with the tails looked up by their keys (tailKeys) however few.
+// with the tails looked up by their keys (tailKeys) however few, and with
+// sessions of more grants than a batch's staging keeps apart (maxKeys).
 func TestRunsIncremental(t *testing.T) {
 	for _, c := range []struct {
 		name                         string
 		sessionless, redeliver, keys bool
 	}{{"derived sessions, calls sent twice", true, true, false}, {"sessions given, calls sent once", false, false, false},
 		{"sessions given, calls sent once, tails found by their keys", false, false, true},
-		{"sessions from conversation, trace and gateway, calls sent once", false, false, false}} {
+		{"sessions from conversation, trace and gateway, calls sent once", false, false, false},
+		{"sessions of more grants than a batch keeps apart, calls sent once", false, false, false}} {
 		t.Run(c.name, func(t *testing.T) {
 			evs, err := runtraffic.Generate(7, 12000, 36*time.Hour, time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), c.sessionless)
 			require.NoError(t, err)
 			if strings.HasPrefix(c.name, "sessions from") {
 				sessionsFromIDs(evs)
+			}
+			if strings.HasPrefix(c.name, "sessions of more grants") {
+				// Each session under one of 3*maxKeys grants: the calls
+				// of the grants past maxKeys share the staging's chunks.
+				for i := range evs {
+					if evs[i].Session != "" {
+						evs[i].Grant = fmt.Sprintf("g%03d", hashID(evs[i].Session)%(3*maxKeys))
+					}
+				}
 			}
 			checkRunsIncremental(t, evs, c.redeliver, c.keys)
 		})

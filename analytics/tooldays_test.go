@@ -19,15 +19,26 @@ import (
 // equals the one built from a single batch and the one computed from the
 // stored calls at once, as the migration backfills it. Batches whose
 // calls are all new count their tool days in Go (recordBatchToolDays),
-// the others in SQL.
+// the others in SQL. Once with three grants, once with more than a
+// batch's staging keeps apart (maxKeys), whose calls share chunks.
 func TestToolDaysIncremental(t *testing.T) {
+	few := []string{"", "ops", "ci"}
+	var many []string
+	for i := range 3 * maxKeys {
+		many = append(many, fmt.Sprintf("g%03d", i))
+	}
+	t.Run("three grants", func(t *testing.T) { checkToolDaysIncremental(t, few) })
+	t.Run("grants past maxKeys", func(t *testing.T) { checkToolDaysIncremental(t, many) })
+}
+
+func checkToolDaysIncremental(t *testing.T, grants []string) {
 	ctx := context.Background()
 	base := time.Date(2026, 11, 1, 22, 0, 0, 0, time.UTC)
 	var evs []audit.Event
 	decisions := []audit.Decision{audit.Allowed, audit.Denied, audit.Allowed, audit.Hidden, audit.RateLimited}
 	for i := range 3000 {
 		e := audit.Event{ID: fmt.Sprintf("e-%d", i), TS: base.Add(time.Duration(i*97) * time.Second), Server: "pve",
-			Tool: fmt.Sprintf("tool_%d", i%7), Decision: decisions[i%len(decisions)], Grant: []string{"", "ops", "ci"}[i%3]}
+			Tool: fmt.Sprintf("tool_%d", i%7), Decision: decisions[i%len(decisions)], Grant: grants[i%len(grants)]}
 		if i%11 == 0 {
 			e.Tool = "" // a call without a tool has no tool day
 			e.Method = "resources/read"
