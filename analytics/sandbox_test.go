@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -300,8 +301,10 @@ func TestEveryStoreKeepsFreedPagesForTheDecay(t *testing.T) {
 
 // The stores that answer queries ask for huge pages under DuckDB's memory;
 // a process whose only store gives memory back (ingest's, serve's), or was
-// opened with NoHugePages (storage.huge_pages false), does not. Each case
-// runs in a process of its own (this test binary again, as
+// opened with NoHugePages (storage.huge_pages false), does not. A system
+// that refuses the Go heap's advice (a seccomp profile's EPERM) still gets
+// the store, with DuckDB's pages asked for. Each case runs in a process of
+// its own (this test binary again, as
 // TestOpenOneStoreAndCountHugePageArenas): the hooks stay for the process.
 func TestQueryStoresAskForHugePagesAndReturningStoresDoNot(t *testing.T) {
 	if !duckalloc.Supported() {
@@ -309,7 +312,7 @@ func TestQueryStoresAskForHugePagesAndReturningStoresDoNot(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		opts, want string
-	}{{"", "hooked"}, {"return-memory", "none"}, {"no-huge-pages", "none"}} {
+	}{{"", "hooked"}, {"return-memory", "none"}, {"no-huge-pages", "none"}, {"go-heap-advice-refused", "hooked"}} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestOpenOneStoreAndCountHugePageArenas$", "-test.v")
 		cmd.Env = append(os.Environ(), "MCPTRAIL_HUGE_PAGES_STORE="+filepath.Join(t.TempDir(), "s.duckdb"),
 			"MCPTRAIL_HUGE_PAGES_OPTIONS="+tc.opts)
@@ -325,6 +328,9 @@ func TestOpenOneStoreAndCountHugePageArenas(t *testing.T) {
 		t.Skip("run by TestQueryStoresAskForHugePagesAndReturningStoresDoNot")
 	}
 	opts := os.Getenv("MCPTRAIL_HUGE_PAGES_OPTIONS")
+	if opts == "go-heap-advice-refused" {
+		adviseGoHeap = func(int) error { return fmt.Errorf("advise the Go heap for huge pages: %w", syscall.EPERM) }
+	}
 	s, err := Open(context.Background(), path, Options{ReturnMemory: opts == "return-memory", NoHugePages: opts == "no-huge-pages"})
 	require.NoError(t, err)
 	defer s.Close()

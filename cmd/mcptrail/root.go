@@ -18,6 +18,7 @@ import (
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/config"
+	"github.com/mcptrail/mcptrail/internal/goheap"
 )
 
 // app is the state one command line runs with.
@@ -230,7 +231,11 @@ func (a *app) openStoreWith(ctx context.Context, opts analytics.Options) (*analy
 		return nil, nil, err
 	}
 	if a.log.Enabled(ctx, slog.LevelDebug) { // HugePagesInUse asks jemalloc about every arena
-		a.log.Debug("database opened", "path", a.cfg.Storage.Path, "huge_pages", analytics.HugePagesInUse())
+		attrs := []any{"path", a.cfg.Storage.Path, "huge_pages", analytics.HugePagesInUse()}
+		if err := goheap.Refusal(); err != nil { // a hint the store opens without
+			attrs = append(attrs, "go_heap_huge_pages", err)
+		}
+		a.log.Debug("database opened", attrs...)
 	}
 	return s, func() {
 		if err := s.Close(); err != nil {

@@ -20,11 +20,26 @@ import "sync"
 // hands them out, and the runtime may give some of them back to the
 // system in time, as it does with any free memory.
 func AdviseHugePages(n int) error {
-	once.Do(func() { _, _, err = advise(n) })
+	once.Do(func() {
+		_, _, e := advise(n)
+		mu.Lock()
+		err = e
+		mu.Unlock()
+	})
+	return Refusal()
+}
+
+// Refusal is the error of the first AdviseHugePages call, for a log line:
+// nil when it succeeded, or before any call. The advice is a hint, which
+// callers do not fail on.
+func Refusal() error {
+	mu.Lock()
+	defer mu.Unlock()
 	return err
 }
 
 var (
 	once sync.Once
+	mu   sync.Mutex // guards err, which Refusal may read while the first call runs
 	err  error
 )
