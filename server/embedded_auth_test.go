@@ -266,6 +266,11 @@ func TestEmbeddedUsersValidation(t *testing.T) {
 	var ce *ConfigError
 	require.ErrorAs(t, Options{Password: "p"}.withDefaults().validate(), &ce)
 	assert.Equal(t, "nats.user", ce.Key)
+	// A user without a password would log in to the embedded server with
+	// an empty one, with every permission.
+	require.ErrorAs(t, Options{User: "ops"}.withDefaults().validate(), &ce)
+	assert.Equal(t, "nats.password", ce.Key)
+	assert.NoError(t, Options{User: "ops", URL: "nats://127.0.0.1:4222"}.withDefaults().validate(), "another server decides for itself")
 	o := Options{EmbeddedUsers: []EmbeddedUser{{User: "a", PasswordFile: "f", Servers: []string{"*"}}, {User: "b", NKey: pub, Servers: []string{"pve", "x"}}}}.withDefaults()
 	assert.NoError(t, o.validate())
 }

@@ -239,6 +239,11 @@ func (o Options) validateEmbeddedUsers() error {
 	if o.Password != "" && o.User == "" {
 		return &ConfigError{"nats.user", "", "nats.password needs nats.user"}
 	}
+	if o.User != "" && o.Password == "" {
+		// The embedded server would take an empty password for this
+		// user, who has every permission.
+		return &ConfigError{"nats.password", "", "nats.user needs nats.password (MCPTRAIL_NATS_PASSWORD) on the embedded server: without one, anybody could log in as " + o.User}
+	}
 	own := o.User
 	if own == "" {
 		own = daemonUser
