@@ -27,8 +27,9 @@ import (
 //     the audit subjects or read the stream.
 //
 // The daemon receives its own replies (pull deliveries, API answers) on
-// daemonInboxPrefix instead of _INBOX, so that a gateway subscribed to
-// _INBOX.> sees none of them.
+// daemonInboxPrefix instead of _INBOX, on the embedded server and on
+// nats.url, so that a gateway subscribed to _INBOX.> sees none of them; the
+// CLI's --nats takes the shards' answers on OperatorInboxPrefix.
 
 const (
 	// DefaultGatewayUser is the gateway user `serve` creates when
@@ -41,6 +42,10 @@ const (
 	daemonUser        = "mcptrail-daemon"
 	daemonInboxPrefix = "_MCPTRAIL_INBOX"
 	gatewayInbox      = "_INBOX.>"
+	// OperatorInboxPrefix is where the CLI's --nats takes its replies (the
+	// shards' answers, the JetStream API's), out of the gateways' _INBOX.>:
+	// an operator's NATS user subscribes to OperatorInboxPrefix + ".>".
+	OperatorInboxPrefix = "_MCPTRAIL_CLI_INBOX"
 )
 
 // EmbeddedUser is one entry of nats.embedded.users: a gateway's login to the

@@ -114,11 +114,14 @@ type connHooks struct {
 }
 
 // connectOptions are the options every connection of the daemon shares:
-// reconnect forever with capped exponential backoff and jitter, and log each
-// state change.
+// its replies (pull deliveries: the events; API answers) on its own inbox
+// prefix, which gateways, allowed _INBOX.> for their acknowledgements, cannot
+// read, on the embedded server or on nats.url; reconnect forever with capped
+// exponential backoff and jitter; and log each state change.
 func connectOptions(name string, log *slog.Logger, hooks connHooks) []nats.Option {
 	return []nats.Option{
 		nats.Name(name),
+		nats.CustomInboxPrefix(daemonInboxPrefix),
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(func(attempts int) time.Duration {
 			d := min(250*time.Millisecond<<min(attempts, 7), 30*time.Second)

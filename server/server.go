@@ -146,7 +146,7 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 		}
 		defer shutdownEmbedded(ns, log)
 		copts := connectOptions("mcptrail serve", log, hooks)
-		copts = append(copts, nats.InProcessServer(ns), auth.daemon, nats.CustomInboxPrefix(daemonInboxPrefix))
+		copts = append(copts, nats.InProcessServer(ns), auth.daemon)
 		if nc, err = nats.Connect(ns.ClientURL(), copts...); err != nil {
 			return fmt.Errorf("connect to the embedded NATS server: %w", err)
 		}

@@ -240,7 +240,9 @@ func (a *app) shardConn() (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts = append(opts, nats.Name("mcptrail "+a.cmdUsage), nats.Timeout(5*time.Second), nats.NoReconnect())
+	// Answers on an inbox of the operators' own: gateways may read _INBOX.>.
+	opts = append(opts, nats.Name("mcptrail "+a.cmdUsage), nats.Timeout(5*time.Second), nats.NoReconnect(),
+		nats.CustomInboxPrefix(server.OperatorInboxPrefix))
 	nc, err := nats.Connect(a.shardsURL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("--nats %s: %w", redact.URL(a.shardsURL), err)

@@ -60,6 +60,18 @@ func TestShardsThroughNATS(t *testing.T) {
 	require.True(t, ns.ReadyForConnections(10*time.Second))
 	url := ns.ClientURL()
 
+	// What a gateway allowed _INBOX.> for its acknowledgements (as the
+	// README's permissions allow it) would read: the publish
+	// acknowledgements, neither the events the shards pull nor the answers
+	// the CLI gets.
+	snoop, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer snoop.Close()
+	snooped, err := snoop.SubscribeSync("_INBOX.>")
+	require.NoError(t, err)
+	require.NoError(t, snooped.SetPendingLimits(-1, -1))
+	require.NoError(t, snoop.Flush())
+
 	const token = "shards-test-token-0123456789abcdef"
 	now := "MCPTRAIL_NOW=2026-11-24T12:00:00Z"
 	type shard struct{ db, http string }
@@ -116,6 +128,28 @@ func TestShardsThroughNATS(t *testing.T) {
 	assert.NotZero(t, code)
 	assert.Contains(t, stderr, `no shard owns server "gamma"`)
 	assert.Contains(t, stderr, "alpha")
+
+	acks := 0
+	for {
+		m, err := snooped.NextMsg(100 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		var ack struct {
+			Stream    string `json:"stream"`
+			Seq       uint64 `json:"seq"`
+			Duplicate bool   `json:"duplicate"`
+			Domain    string `json:"domain"`
+		}
+		dec := json.NewDecoder(strings.NewReader(string(m.Data)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&ack); err != nil || ack.Stream == "" || ack.Seq == 0 {
+			t.Errorf("_INBOX.> carried more than publish acknowledgements: %s %.200q", m.Subject, m.Data)
+			break
+		}
+		acks++
+	}
+	assert.Equal(t, 2000, acks, "the publishers' acknowledgements")
 
 	// A finding id names its server: suppress and unsuppress go to the shard that owns it.
 	id := "unused_tool:beta:*:bucket_delete"
