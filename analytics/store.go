@@ -546,7 +546,11 @@ func appendDeadLetters(conn *sql.Conn, dls []ingest.DeadLetter, now time.Time) e
 		if d.Seq > 0 {
 			seq = d.Seq
 		}
-		return []driver.Value{at.UTC(), d.Source, line, seq, nullable(d.Format), d.Reason, nullable(d.Detail), d.Raw}
+		// A subject or file name need not be UTF-8 (a gateway may publish
+		// on such a subject), nor a detail quoting one: DuckDB would take
+		// the text for NULL and refuse the batch, and every retry of it.
+		return []driver.Value{at.UTC(), strings.ToValidUTF8(d.Source, "\uFFFD"), line, seq, nullable(d.Format), d.Reason,
+			nullable(strings.ToValidUTF8(d.Detail, "\uFFFD")), d.Raw}
 	}, func(d *ingest.DeadLetter) string { return "dead letter from " + d.Source })
 	if err != nil {
 		return fmt.Errorf("append: dead letters: %w", err)

@@ -496,3 +496,24 @@ type otherConn struct{}
 func (otherConn) Prepare(string) (driver.Stmt, error) { return nil, driver.ErrSkip }
 func (otherConn) Close() error                        { return nil }
 func (otherConn) Begin() (driver.Tx, error)           { return nil, driver.ErrSkip }
+
+// A dead letter's text is stored whatever its bytes: a NATS subject or a
+// file name that is not UTF-8 (a gateway may publish on one) is kept with
+// its invalid bytes replaced, instead of failing its batch, and every batch
+// retried after it, for ever.
+func TestAppendDeadLetterOfInvalidUTF8Source(t *testing.T) {
+	s := openTemp(t)
+	ctx := context.Background()
+	r, err := s.Append(ctx, ingest.Batch{
+		Events: sampleEvents(2, time.Now()),
+		DeadLetters: []ingest.DeadLetter{{Source: "mcp.audit.\xff", Seq: 7, Reason: "subject_mismatch",
+			Detail: "server \"pve\" is not the subject's \xfe", Raw: []byte("{}")}},
+		Checkpoint: &ingest.Checkpoint{Consumer: "mcptrail", Seq: 7},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, ingest.Result{Ingested: 2, Rejected: 1}, r)
+	var source, detail string
+	require.NoError(t, s.DB().QueryRow(`SELECT source, detail FROM dead_letters`).Scan(&source, &detail))
+	assert.Equal(t, "mcp.audit.\uFFFD", source)
+	assert.Equal(t, "server \"pve\" is not the subject's \uFFFD", detail)
+}
