@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"hash"
 	"math"
+	"mime"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,9 +26,31 @@ const BatchContentType = "application/x-ndjson"
 // contentTypeHeader is the NATS header that names a payload's type.
 const contentTypeHeader = "Content-Type"
 
-// isBatch reports whether a message's headers mark it as a batch.
+// isBatch reports whether a message's headers mark it as a batch: a
+// Content-Type of BatchContentType, its name and media type in any case and
+// with parameters (charset=utf-8), as HTTP reads them. A batch taken for
+// one event would be dead-lettered whole.
 func isBatch(h nats.Header) bool {
-	return h != nil && h.Get(contentTypeHeader) == BatchContentType
+	if len(h) == 0 {
+		return false
+	}
+	v, ok := h[contentTypeHeader] // nats.Header keeps names as sent
+	if !ok {
+		for name, values := range h {
+			if strings.EqualFold(name, contentTypeHeader) {
+				v, ok = values, true
+				break
+			}
+		}
+	}
+	if !ok || len(v) == 0 {
+		return false
+	}
+	if v[0] == BatchContentType {
+		return true // as BatchMsg writes it, without parsing
+	}
+	media, _, err := mime.ParseMediaType(v[0])
+	return err == nil && media == BatchContentType
 }
 
 // appendMessages appends what one NATS message holds: itself, or for a

@@ -132,3 +132,52 @@ func TestBatchBytes(t *testing.T) {
 		}
 	}
 }
+
+// A batch's Content-Type is read as HTTP reads it: its name and media type
+// in any case, with parameters. Anything else is one event.
+func TestIsBatchReadsContentTypeAsHTTPDoes(t *testing.T) {
+	for _, tc := range []struct {
+		name, value string
+		want        bool
+	}{
+		{"Content-Type", "application/x-ndjson", true},
+		{"content-type", "application/x-ndjson", true},
+		{"CONTENT-TYPE", "Application/X-NDJSON", true},
+		{"Content-Type", "application/x-ndjson; charset=utf-8", true},
+		{"Content-Type", " application/x-ndjson ;charset=UTF-8", true},
+		{"Content-Type", "application/json", false},
+		{"Content-Type", "application/x-ndjson-ish", false},
+		{"Content-Type", "application/x-ndjson; charset", false}, // malformed parameter
+		{"Content-Kind", "application/x-ndjson", false},
+	} {
+		assert.Equal(t, tc.want, isBatch(nats.Header{tc.name: {tc.value}}), "%s: %s", tc.name, tc.value)
+	}
+	assert.False(t, isBatch(nil))
+	assert.False(t, isBatch(nats.Header{"Nats-Msg-Id": {"x"}}))
+}
+
+// A batched message whose publisher spells its Content-Type another way
+// (lower-case name, a charset) is stored event by event through JetStream,
+// not dead-lettered whole as one event.
+func TestJetStreamBatchWithContentTypeSpelledOtherwise(t *testing.T) {
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Minute)
+	var events []audit.Event
+	for i := range 10 {
+		e, err := audit.Decode(jsEvent(i, "pve"), audit.Options{})
+		require.NoError(t, err)
+		events = append(events, e.Event)
+	}
+	m, err := BatchMsg("mcp.audit.", events)
+	require.NoError(t, err)
+	m.Header.Del(contentTypeHeader)
+	m.Header["content-type"] = []string{"application/x-ndjson; charset=utf-8"}
+	_, err = js.PublishMsg(context.Background(), m)
+	require.NoError(t, err)
+
+	sink := &memSink{}
+	runSource(t, &JetStreamSource{Consumer: c, JS: js, Sink: sink, CheckpointKey: "MCP_AUDIT/mcptrail", BatchSize: 100, MaxWait: 100 * time.Millisecond})
+	require.Eventually(t, func() bool { e, _ := sink.count(); return e == 10 }, 10*time.Second, 20*time.Millisecond)
+	_, dead := sink.count()
+	assert.Zero(t, dead)
+}
