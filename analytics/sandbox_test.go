@@ -174,6 +174,7 @@ func TestQueryRefusesFunctionsWithSideEffects(t *testing.T) {
 		`SELECT * FROM query('SELECT * FROM checkpoint()')`,
 		`SELECT * FROM query_table('calls')`,
 		`SELECT * FROM json_execute_serialized_sql(json_serialize_sql('SELECT * FROM checkpoint()'))`,
+		`SELECT json_serialize_plan('SELECT * FROM query(''SELECT 1'')', optimize := true)`,
 		`SELECT * FROM enable_logging()`,
 		`SELECT * FROM enable_profiling()`,
 		`SELECT * FROM enable_peg_parser()`,

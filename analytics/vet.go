@@ -29,6 +29,7 @@ var deniedFunctions = map[string]string{
 	"query":                       "it runs SQL given as text, out of sight of these checks",
 	"query_table":                 "it runs SQL given as text, out of sight of these checks",
 	"json_execute_serialized_sql": "it runs SQL given as text, out of sight of these checks",
+	"json_serialize_plan":         "it binds and plans SQL given as text, out of sight of these checks",
 	"arrow_scan":                  "it reads memory at addresses it is given",
 	"arrow_scan_dumb":             "it reads memory at addresses it is given",
 	"duckdb_secrets":              "it lists credentials",
