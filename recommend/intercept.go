@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/mcptrail/mcptrail/catalog"
 	"github.com/mcptrail/mcptrail/policy"
 )
 
@@ -159,6 +160,55 @@ func (s *state) gatewayLimits(ctx context.Context, proposed *policy.Policy) (*Ga
 		setLimit(g.Policy.Tools[l.Tool], l.Limit)
 	}
 	return g, nil
+}
+
+// gatewayLoosenings finds where the limits recomputed in the gateway's scope
+// widen the current policy beyond what the proposal itself does (a current
+// cap agents never hit, which the proposal's limit replaces, raised again
+// per instance): each is a loosening of its tool, added to the tool's
+// loosening finding or one of its own, so that the output and --fail-on
+// widen see what the gateway will enforce. It reports whether it changed
+// the findings. Without a current policy the proposal is compared with the
+// window's decisions, which per-instance peaks are sized from.
+func (s *state) gatewayLoosenings(proposed *policy.Policy, g *GatewayPolicy) bool {
+	cur := s.opts.Current
+	if cur == nil {
+		return false
+	}
+	changed := false
+	for _, l := range g.Limits {
+		t := l.Tool
+		already := Loosenings(cur, proposed, t)
+		var extra []string
+		for _, w := range Loosenings(cur, g.Policy, t) {
+			if !slices.Contains(already, w) {
+				extra = append(extra, w+" (in the "+g.Format+" output)")
+			}
+		}
+		if len(extra) == 0 {
+			continue
+		}
+		changed = true
+		text := strings.Join(extra, "; ")
+		if i := slices.IndexFunc(s.findings, func(f Finding) bool { return f.Kind == KindLoosening && f.Tool == t }); i >= 0 {
+			f := &s.findings[i]
+			f.Summary += "; " + text
+			changes, _ := f.Evidence["changes"].([]string)
+			f.Evidence["changes"] = append(changes, extra...)
+			continue
+		}
+		c := s.classes[t]
+		sev := string(catalog.SeverityMedium)
+		if isRisky(c.Category) && accessOf(g.Policy, t).level == accAllowed {
+			sev = string(catalog.SeverityHigh)
+		}
+		s.add(Finding{Kind: KindLoosening, Tool: t, Severity: sev, Confidence: s.confid,
+			Summary: fmt.Sprintf("%s: the %s output widens access (%s)", t, g.Format, text),
+			Evidence: map[string]any{"before": RuleText(cur, t), "after": RuleText(g.Policy, t), "changes": extra,
+				"newly_allowed": int64(0), "category": string(c.Category), "sql": s.looseningSQL(t)},
+			Action: Action{Op: OpWiden}})
+	}
+	return changed
 }
 
 // refusedIn counts, for each limit, the calls it would have counted in the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,13 +74,20 @@ func refusedPerInstance(t *testing.T, store *analytics.Store, p *policy.Policy) 
 	return calls, refused
 }
 
-func TestInterceptLimitsPerInstance(t *testing.T) {
+// interceptRun recommends for the tour's 100,000 events with Intercept as
+// the target, and returns the store, the options and the report.
+func interceptRun(t *testing.T) (*analytics.Store, recommend.Options, *recommend.Report) {
+	t.Helper()
 	store := tourStore(t, 100000)
-	ctx := context.Background()
 	opts := recommend.Options{Server: "proxmox-mcp", Now: now, Params: recommend.DefaultParams(), Catalog: proxmoxCatalog(t),
 		Target: recommend.FormatIntercept}
-	r, err := recommend.Recommend(ctx, store.DB(), opts)
+	r, err := recommend.Recommend(context.Background(), store.DB(), opts)
 	require.NoError(t, err)
+	return store, opts, r
+}
+
+func TestInterceptLimitsPerInstance(t *testing.T) {
+	store, opts, r := interceptRun(t)
 	g := r.Gateway
 	require.NotNil(t, g)
 	assert.Equal(t, policy.ScopeInstance, g.Scope)
@@ -136,7 +144,7 @@ func TestInterceptLimitsPerInstance(t *testing.T) {
 	// Without them (a report made for another format), the session limits
 	// cannot be carried over: the writer refuses, or with allowLossy lists them.
 	r.Gateway = nil
-	err = recommend.WriteIntercept(&bytes.Buffer{}, nil, r, false)
+	err := recommend.WriteIntercept(&bytes.Buffer{}, nil, r, false)
 	var lossy *recommend.LossyError
 	require.True(t, errors.As(err, &lossy), "%v", err)
 	assert.Len(t, lossy.Dropped, len(g.Limits))
@@ -145,4 +153,72 @@ func TestInterceptLimitsPerInstance(t *testing.T) {
 	require.NoError(t, recommend.WriteIntercept(&yaml, &stderr, r, true))
 	assert.Equal(t, len(g.Limits), strings.Count(stderr.String(), "not carried over to Intercept (--allow-lossy)"))
 	assert.Contains(t, yaml.String(), "# NOT CARRIED OVER: ")
+}
+
+// A current cap that agents never hit gives way to the proposal's limit,
+// which Intercept's output then recomputes per gateway instance: where
+// that raises the current cap, the output widens access, and the widening
+// is a loosening finding (what --fail-on widen counts), though policy.json
+// alone does not widen. The current policy here is a first run's
+// proposal with each cap just under the instance's limit.
+func TestInterceptLimitsThatRaiseACurrentCapAreLoosenings(t *testing.T) {
+	store, opts, first := interceptRun(t)
+	raised := map[string]bool{} // tools whose per-instance limit lets more through than policy.json's
+	for _, l := range first.Gateway.Limits {
+		if recommend.Loosenings(first.Policy, first.Gateway.Policy, l.Tool) != nil {
+			raised[l.Tool] = true
+		}
+	}
+	require.NotEmpty(t, raised, "the simulator's two instances carry more than one session or grant")
+
+	// The current caps: policy.json's own, each just under what the
+	// instance's limit will let through, which agents never hit (the
+	// simulated gateway refused none of these tools' calls).
+	current := first.Policy.Clone()
+	for _, l := range first.Gateway.Limits {
+		if !raised[l.Tool] {
+			continue
+		}
+		r := current.Tools[l.Tool]
+		for i := range r.Limits {
+			if r.Limits[i].Counter == l.Limit.Counter {
+				r.Limits[i].Max = l.Limit.Max - 1
+			}
+		}
+	}
+	opts.Current = current
+	second, err := recommend.Recommend(context.Background(), store.DB(), opts)
+	require.NoError(t, err)
+	widen := map[string]bool{}
+	for _, w := range recommend.OpenWidenings(second) {
+		widen[w.Tool] = true
+	}
+	silent := 0 // tools that policy.json alone leaves as they were
+	for _, l := range second.Gateway.Limits {
+		own := recommend.Loosenings(current, second.Policy, l.Tool)
+		var extra []string
+		for _, w := range recommend.Loosenings(current, second.Gateway.Policy, l.Tool) {
+			if !slices.Contains(own, w) {
+				extra = append(extra, w)
+			}
+		}
+		if len(extra) == 0 {
+			continue
+		}
+		if len(own) == 0 {
+			silent++
+		}
+		i := slices.IndexFunc(second.Findings, func(f recommend.Finding) bool { return f.Kind == recommend.KindLoosening && f.Tool == l.Tool })
+		if !assert.GreaterOrEqual(t, i, 0, "%s: the intercept output's widening is a finding", l.Tool) {
+			continue
+		}
+		f := second.Findings[i]
+		for _, w := range extra {
+			assert.Contains(t, f.Summary, w+" (in the intercept output)")
+		}
+		assert.Equal(t, recommend.OpWiden, f.Action.Op)
+		assert.True(t, widen[l.Tool], "%s: listed among the open widenings", l.Tool)
+	}
+	assert.Positive(t, silent, "caps raised by the intercept output alone")
+
 }

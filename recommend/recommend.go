@@ -121,6 +121,10 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if gateway != nil && s.gatewayLoosenings(proposed, gateway) {
+		s.applySuppressions()
+		sortFindings(s.findings)
+	}
 	changes := opts.SuppressionLog
 	if changes == nil {
 		changes = []analytics.SuppressionChange{}
