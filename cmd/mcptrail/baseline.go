@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/catalog"
@@ -10,11 +12,40 @@ import (
 )
 
 // baseline is what a previous recommendations.json found: severity by
-// finding id. CI that adopts --fail-on on a server with findings already
-// accepted gates only on what is new or worse since.
+// finding id, and for a loosening the kinds of its changes. CI that
+// adopts --fail-on on a server with findings already accepted gates only on
+// what is new or worse since: a loosening of the same tool that widens
+// something else (another current rule, another proposed one) is new.
 type baseline struct {
 	file     string
 	severity map[string]catalog.Severity
+	widening map[string]string // loosening id → wideningKey
+}
+
+// wideningKey is what tells a loosening from another of the same tool: the
+// kinds of its changes ("denied → allowed", "limit raised", "scope
+// broadened", each with the output it is in), not their figures, which move
+// with the traffic from run to run.
+func wideningKey(evidence map[string]any) string {
+	var changes []string
+	switch c := evidence["changes"].(type) {
+	case []string: // this run's
+		changes = c
+	case []any: // a recommendations.json's
+		for _, v := range c {
+			changes = append(changes, fmt.Sprint(v))
+		}
+	}
+	kinds := make([]string, 0, len(changes))
+	for _, c := range changes {
+		kind, _, _ := strings.Cut(c, ":")
+		if _, in, ok := strings.Cut(c, " (in the "); ok {
+			kind += " (in the " + in
+		}
+		kinds = append(kinds, kind)
+	}
+	slices.Sort(kinds)
+	return strings.Join(slices.Compact(kinds), "; ")
 }
 
 // parseBaseline reads a recommendations.json of server: the single-object
@@ -23,8 +54,10 @@ func parseBaseline(f *api.File, server string) (*baseline, error) {
 	type findings struct {
 		Server   string `json:"server"`
 		Findings []struct {
-			ID       string `json:"id"`
-			Severity string `json:"severity"`
+			ID       string         `json:"id"`
+			Kind     string         `json:"kind"`
+			Severity string         `json:"severity"`
+			Evidence map[string]any `json:"evidence"`
 		} `json:"findings"`
 	}
 	var doc struct {
@@ -37,7 +70,7 @@ func parseBaseline(f *api.File, server string) (*baseline, error) {
 	if doc.Server == "" && doc.Findings == nil && doc.Policies == nil {
 		return nil, usageErrorf("--baseline %s: no server or findings in it: pass the recommendations.json that recommend --out wrote", f.Name)
 	}
-	b := &baseline{file: f.Name, severity: map[string]catalog.Severity{}}
+	b := &baseline{file: f.Name, severity: map[string]catalog.Severity{}, widening: map[string]string{}}
 	parts := append([]findings{doc.findings}, mapValues(doc.Policies)...)
 	for _, p := range parts {
 		if p.Server != "" && p.Server != server {
@@ -49,6 +82,9 @@ func parseBaseline(f *api.File, server string) (*baseline, error) {
 				return nil, usageErrorf("--baseline %s: finding %s: %v", f.Name, x.ID, err)
 			}
 			b.severity[x.ID] = sev
+			if x.Kind == recommend.KindLoosening {
+				b.widening[x.ID] = wideningKey(x.Evidence)
+			}
 		}
 	}
 	return b, nil
@@ -62,7 +98,8 @@ func mapValues[V any](m map[string]V) []V {
 	return out
 }
 
-// newOrWorse keeps the findings that the baseline lacks or rates lower.
+// newOrWorse keeps the findings that the baseline lacks or rates lower,
+// and the loosenings that widen in other ways than the baseline's did.
 func (b *baseline) newOrWorse(findings []recommend.Finding) []recommend.Finding {
 	if b == nil {
 		return findings
@@ -70,7 +107,8 @@ func (b *baseline) newOrWorse(findings []recommend.Finding) []recommend.Finding 
 	var out []recommend.Finding
 	for _, f := range findings {
 		old, ok := b.severity[f.ID]
-		if !ok || catalog.Severity(f.Severity).Rank() > old.Rank() {
+		changed := f.Kind == recommend.KindLoosening && b.widening[f.ID] != wideningKey(f.Evidence)
+		if !ok || catalog.Severity(f.Severity).Rank() > old.Rank() || changed {
 			out = append(out, f)
 		}
 	}
