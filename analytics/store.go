@@ -314,15 +314,23 @@ func (s *Store) SizeBytes() int64 {
 
 // Checkpoint returns the last stream sequence committed for consumer, 0 if none.
 func (s *Store) Checkpoint(ctx context.Context, consumer string) (uint64, error) {
+	seq, _, err := s.CheckpointAt(ctx, consumer)
+	return seq, err
+}
+
+// CheckpointAt is Checkpoint with when it was stored (zero without one):
+// ingest.CheckpointTimer.
+func (s *Store) CheckpointAt(ctx context.Context, consumer string) (uint64, time.Time, error) {
 	var seq uint64
-	err := s.db.QueryRowContext(ctx, `SELECT seq FROM checkpoints WHERE consumer = ?`, consumer).Scan(&seq)
+	var at time.Time
+	err := s.db.QueryRowContext(ctx, `SELECT seq, updated_at FROM checkpoints WHERE consumer = ?`, consumer).Scan(&seq, &at)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil
+		return 0, time.Time{}, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("read checkpoint of %s: %w", consumer, err)
+		return 0, time.Time{}, fmt.Errorf("read checkpoint of %s: %w", consumer, err)
 	}
-	return seq, nil
+	return seq, at, nil
 }
 
 // Append stores a batch in one transaction: new events into calls (events

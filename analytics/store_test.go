@@ -250,6 +250,7 @@ func TestAppendMixedNullsRoundTrip(t *testing.T) {
 func TestAppendDeadLettersAndCheckpoint(t *testing.T) {
 	s := openTemp(t)
 	ctx := context.Background()
+	before := time.Now()
 	raw := []byte{'{', 0xff, 0xfe, '}'}
 	r, err := s.Append(ctx, ingest.Batch{
 		Events:      sampleEvents(2, time.Now()),
@@ -269,6 +270,15 @@ func TestAppendDeadLettersAndCheckpoint(t *testing.T) {
 	seq, err = s.Checkpoint(ctx, "other")
 	require.NoError(t, err)
 	assert.Zero(t, seq)
+	// With when it was stored, which tells a stream created since.
+	seq, at, err := s.CheckpointAt(ctx, "mcptrail")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(42), seq)
+	assert.WithinRange(t, at, before.Add(-time.Millisecond), time.Now())
+	seq, at, err = s.CheckpointAt(ctx, "other")
+	require.NoError(t, err)
+	assert.Zero(t, seq)
+	assert.True(t, at.IsZero())
 }
 
 func TestAppendFailureCommitsNothing(t *testing.T) {

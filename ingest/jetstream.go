@@ -172,20 +172,33 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 	if s.JS == nil && s.acks() == AcksNone {
 		return fmt.Errorf("jetstream source: consumer %s acknowledges nothing (AckNone), so only a rewind brings back a lost delivery: set JS", s.CheckpointKey)
 	}
-	cp, err := s.Sink.Checkpoint(ctx, s.CheckpointKey)
+	var cp uint64
+	var cpAt time.Time
+	var err error
+	if t, ok := s.Sink.(CheckpointTimer); ok {
+		cp, cpAt, err = t.CheckpointAt(ctx, s.CheckpointKey)
+	} else {
+		cp, err = s.Sink.Checkpoint(ctx, s.CheckpointKey)
+	}
 	if err != nil {
 		return fmt.Errorf("jetstream source: %w", err)
 	}
 	if s.Stream != nil {
 		if info, err := s.Stream.Info(ctx); err == nil {
 			s.streamCreated = info.Created
-			if info.State.LastSeq < cp {
-				// The stream was deleted and recreated while the daemon was
-				// down: its sequences restarted, so the old checkpoint would
-				// skip new messages. Ids still de-duplicate whatever the new
-				// stream repeats.
+			// A stream deleted and recreated while the daemon was down
+			// restarts its sequences, so the old checkpoint would skip new
+			// messages: seen when they are fewer than the checkpoint, or
+			// when the stream is younger than it (the server's clock against
+			// the store's: a skew costs a re-read, which ids de-duplicate).
+			switch {
+			case info.State.LastSeq < cp:
 				s.Log.Warn("stream sequence is below the stored checkpoint: the stream was recreated; ignoring the old checkpoint",
 					"stream", info.Config.Name, "last_seq", info.State.LastSeq, "checkpoint", cp)
+				cp = 0
+			case cp > 0 && !cpAt.IsZero() && info.Created.After(cpAt):
+				s.Log.Warn("the stream was created after the stored checkpoint: it was recreated while the daemon was down; ignoring the old checkpoint",
+					"stream", info.Config.Name, "created", info.Created, "checkpoint", cp, "checkpoint_at", cpAt)
 				cp = 0
 			}
 		}

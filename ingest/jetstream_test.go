@@ -107,6 +107,7 @@ type memSink struct {
 	events  []audit.Event
 	dead    []DeadLetter
 	cp      map[string]uint64
+	cpAt    map[string]time.Time // when each checkpoint was stored (CheckpointTimer)
 	appends int
 	largest int // the most events (and dead letters) in one batch
 	failN   int // fail this many appends first
@@ -128,6 +129,10 @@ func (s *memSink) Append(ctx context.Context, b Batch) (Result, error) {
 			s.cp = map[string]uint64{}
 		}
 		s.cp[b.Checkpoint.Consumer] = b.Checkpoint.Seq
+		if s.cpAt == nil {
+			s.cpAt = map[string]time.Time{}
+		}
+		s.cpAt[b.Checkpoint.Consumer] = time.Now()
 	}
 	return Result{Ingested: len(b.Events), Rejected: len(b.DeadLetters)}, nil
 }
@@ -136,6 +141,12 @@ func (s *memSink) Checkpoint(ctx context.Context, consumer string) (uint64, erro
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cp[consumer], nil
+}
+
+func (s *memSink) CheckpointAt(ctx context.Context, consumer string) (uint64, time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cp[consumer], s.cpAt[consumer], nil
 }
 
 // storedOnce fails t for each id stored twice and returns the ids stored.
@@ -357,18 +368,40 @@ func TestJetStreamSubjectMismatchIsDeadLettered(t *testing.T) {
 	assert.Len(t, sink.events, 3)
 }
 
-// A stream that was deleted and recreated restarts its sequences below the
-// stored checkpoint; the source must not skip the new messages.
+// A stream deleted and recreated while the daemon was down restarts its
+// sequences: told by a last sequence below the stored checkpoint, or, when
+// it already holds more messages, by its creation after the checkpoint was
+// stored; the source reads it from its first message, not past the old
+// checkpoint.
 func TestJetStreamRecreatedStreamIgnoresOldCheckpoint(t *testing.T) {
 	_, js := jsServer(t)
 	c := jsSetup(t, js, time.Minute)
 	jsPublish(t, js, 0, 5)
 	st, err := js.Stream(context.Background(), "MCP_AUDIT")
 	require.NoError(t, err)
-	sink := &memSink{cp: map[string]uint64{"MCP_AUDIT/mcptrail": 1000}}
-	runSource(t, &JetStreamSource{Consumer: c, JS: js, Stream: st, Sink: sink, BatchSize: 50, MaxWait: 200 * time.Millisecond})
-	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 5 }, 10*time.Second, 20*time.Millisecond)
-	waitDrained(t, c)
+	const key = "MCP_AUDIT/mcptrail"
+	// stored reads the stream with checkpoint cp, stored at "at", until
+	// want events are stored, and returns their ids.
+	stored := func(c jetstream.Consumer, cp uint64, at time.Time, want int) map[string]bool {
+		sink := &memSink{cp: map[string]uint64{key: cp}, cpAt: map[string]time.Time{key: at}}
+		runSource(t, &JetStreamSource{Consumer: c, JS: js, Stream: st, Sink: sink, CheckpointKey: key, BatchSize: 50, MaxWait: 200 * time.Millisecond})
+		require.Eventually(t, func() bool { n, _ := sink.count(); return n == want }, 10*time.Second, 20*time.Millisecond)
+		waitDrained(t, c)
+		return sink.storedOnce(t)
+	}
+	consumer := func(name string) jetstream.Consumer {
+		c, err := EnsureConsumer(context.Background(), js, ConsumerSpec{Stream: "MCP_AUDIT", Durable: name, BatchSize: 50, AckWait: time.Minute})
+		require.NoError(t, err)
+		return c
+	}
+	created := st.CachedInfo().Created
+	assert.Len(t, stored(c, 1000, time.Time{}, 5), 5, "a checkpoint past the stream's last sequence")
+	seen := stored(consumer("younger"), 3, created.Add(-time.Hour), 5)
+	for i := range 5 {
+		assert.True(t, seen[fmt.Sprintf("e%06d", i)], "e%06d: a stream created after its checkpoint", i)
+	}
+	// A checkpoint stored after the stream was created numbers its messages.
+	assert.Equal(t, map[string]bool{"e000003": true, "e000004": true}, stored(consumer("older"), 3, created.Add(time.Minute), 2), "the messages after the checkpoint")
 }
 
 func TestEnsureStreamUpdatesLimitsAndKeepsSubjects(t *testing.T) {

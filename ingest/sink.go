@@ -76,6 +76,14 @@ type StagingSink interface {
 	NewStaging(capacity int) Staging
 }
 
+// CheckpointTimer is a Sink that also tells when it stored a consumer's
+// checkpoint (zero: never): a stream created after that is another stream
+// than the one the checkpoint numbers (deleted and recreated while nothing
+// read it), whose messages from the first on must be read.
+type CheckpointTimer interface {
+	CheckpointAt(ctx context.Context, consumer string) (seq uint64, at time.Time, err error)
+}
+
 // Sink stores batches. analytics.Store implements it.
 type Sink interface {
 	// Append stores the batch in one transaction and returns its counts.
