@@ -123,6 +123,27 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
+// LocalHosts is the Host check for a daemon's routes outside the API
+// (health, readiness, metrics) when it listens on loopback only, nil
+// otherwise: a web page that rebinds its own name to 127.0.0.1 then reads
+// none of them (the metrics name servers and count their calls). Beyond
+// loopback the network reaches them directly, and orchestrators and
+// scrapers address them by whatever name they have.
+func LocalHosts(listen string, extra []string) (func(host string) bool, error) {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, fmt.Errorf("http.listen %q: want host:port: %w", listen, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, nil
+	}
+	hosts, err := allowedHosts(listen, extra)
+	if err != nil {
+		return nil, err
+	}
+	return func(h string) bool { return hosts[strings.ToLower(h)] }, nil
+}
+
 // allowedHosts are the Host values a request may carry: the listen address,
 // its loopback aliases when the daemon listens on loopback or on every
 // interface, and http.allowed_hosts (a name without a port takes the listen

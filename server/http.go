@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,9 @@ type httpAPI struct {
 	live func() bool
 	// commands is the typed API (nil: the daemon runs no commands).
 	commands http.Handler
+	// localHost, when set (a daemon on loopback), is the Host check of the
+	// routes outside the API (api.LocalHosts).
+	localHost func(host string) bool
 	// health, when set, reports whether ingestion works (false with the
 	// reason: a stream being recreated, commits failing, a store deleted).
 	health func() (ok bool, reason string)
@@ -38,17 +42,32 @@ type httpAPI struct {
 
 func (a *httpAPI) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", a.healthz)
-	mux.HandleFunc("GET /readyz", a.readyz)
+	mux.Handle("GET /healthz", a.local(http.HandlerFunc(a.healthz)))
+	mux.Handle("GET /readyz", a.local(http.HandlerFunc(a.readyz)))
 	// Health, readiness and metrics stay open for orchestrators and
 	// scrapers: they carry counts, never events or credentials.
-	mux.Handle("GET /metrics", promhttp.HandlerFor(a.m.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelError)}))
+	mux.Handle("GET /metrics", a.local(promhttp.HandlerFor(a.m.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelError)})))
 	if a.commands != nil {
 		mux.Handle("/api/", a.commands)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(api.IdentHeader, "1")
 		mux.ServeHTTP(w, r)
+	})
+}
+
+// local refuses a request whose Host is not the daemon's, when it listens on
+// loopback (localHost).
+func (a *httpAPI) local(next http.Handler) http.Handler {
+	if a.localHost == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !a.localHost(r.Host) {
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "Host " + strconv.Quote(r.Host) + " is not this daemon's address: add it to http.allowed_hosts if it is a name of this host"})
+			return
+		}
+		next.ServeHTTP(w, r)
 	})
 }
 

@@ -634,3 +634,36 @@ func TestServeCancelledDuringStartup(t *testing.T) {
 	assert.NoError(t, Run(ctx, store, testOptions(t), testLogger(t), func() { t.Error("ready after cancel") }))
 	assert.Less(t, time.Since(start), 10*time.Second)
 }
+
+// On loopback, health, readiness and metrics answer only a Host of the
+// daemon's: a web page that rebinds its own name to 127.0.0.1 reads none of
+// them. Beyond loopback any name may reach them (the network does anyway).
+func TestLocalRoutesCheckTheHostOnLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		listen, host string
+		want         int
+	}{
+		{"127.0.0.1:8474", "127.0.0.1:8474", http.StatusOK},
+		{"127.0.0.1:8474", "localhost:8474", http.StatusOK},
+		{"127.0.0.1:8474", "rebound.example:8474", http.StatusForbidden},
+		{"127.0.0.1:8474", "127.0.0.1:9999", http.StatusForbidden},
+		{"localhost:8474", "rebound.example:8474", http.StatusForbidden},
+		{"0.0.0.0:8474", "10.1.2.3:8474", http.StatusOK},
+		{"10.1.2.3:8474", "prometheus-target:8474", http.StatusOK},
+	} {
+		local, err := api.LocalHosts(tc.listen, nil)
+		require.NoError(t, err)
+		a := &httpAPI{m: newMetrics(func() float64 { return 0 }), log: slog.New(slog.DiscardHandler), localHost: local}
+		a.ready.Store(true)
+		for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+			req := httptest.NewRequest(http.MethodGet, path, nil)
+			req.Host = tc.host
+			rec := httptest.NewRecorder()
+			a.handler().ServeHTTP(rec, req)
+			assert.Equal(t, tc.want, rec.Code, "listen %s, Host %s, %s", tc.listen, tc.host, path)
+		}
+	}
+	local, err := api.LocalHosts("127.0.0.1:8474", []string{"mcptrail.internal"})
+	require.NoError(t, err)
+	assert.True(t, local("mcptrail.internal:8474"), "http.allowed_hosts")
+}
