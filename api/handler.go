@@ -112,8 +112,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(IdentHeader, "1")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	if !h.hosts[strings.ToLower(r.Host)] {
-		writeError(w, http.StatusForbidden, fmt.Sprintf("Host %q is not this daemon's address: add it to http.allowed_hosts if it is a name of this host", r.Host))
+	if refuseHost(w, r, h.hosts) {
 		return
 	}
 	if origin := r.Header.Get("Origin"); origin != "" && !h.originAllowed(origin) {
@@ -123,25 +122,32 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-// LocalHosts is the Host check for a daemon's routes outside the API
-// (health, readiness, metrics) when it listens on loopback only, nil
-// otherwise: a web page that rebinds its own name to 127.0.0.1 then reads
-// none of them (the metrics name servers and count their calls). Beyond
-// loopback the network reaches them directly, and orchestrators and
-// scrapers address them by whatever name they have.
-func LocalHosts(listen string, extra []string) (func(host string) bool, error) {
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		return nil, fmt.Errorf("http.listen %q: want host:port: %w", listen, err)
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return nil, nil
-	}
+// HostGuard wraps a daemon's routes outside the API (health, readiness,
+// metrics) in the API's Host check: a request whose Host is not the listen
+// address, a loopback alias of it or one of http.allowed_hosts gets 403, so
+// that a web page that rebinds its own name to 127.0.0.1 reads none of them.
+func HostGuard(listen string, extra []string) (func(http.Handler) http.Handler, error) {
 	hosts, err := allowedHosts(listen, extra)
 	if err != nil {
 		return nil, err
 	}
-	return func(h string) bool { return hosts[strings.ToLower(h)] }, nil
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !refuseHost(w, r, hosts) {
+				next.ServeHTTP(w, r)
+			}
+		})
+	}, nil
+}
+
+// refuseHost answers 403 to a request whose Host is not one of hosts (DNS
+// rebinding) and says whether it did.
+func refuseHost(w http.ResponseWriter, r *http.Request, hosts map[string]bool) bool {
+	if hosts[strings.ToLower(r.Host)] {
+		return false
+	}
+	writeError(w, http.StatusForbidden, fmt.Sprintf("Host %q is not this daemon's address: add it to http.allowed_hosts if it is a name of this host", r.Host))
+	return true
 }
 
 // allowedHosts are the Host values a request may carry: the listen address,

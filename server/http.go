@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -32,9 +31,9 @@ type httpAPI struct {
 	live func() bool
 	// commands is the typed API (nil: the daemon runs no commands).
 	commands http.Handler
-	// localHost, when set (a daemon on loopback), is the Host check of the
-	// routes outside the API (api.LocalHosts).
-	localHost func(host string) bool
+	// guardLocal, when set (a daemon on loopback), wraps the routes outside
+	// the API in its Host check (localGuard).
+	guardLocal func(http.Handler) http.Handler
 	// health, when set, reports whether ingestion works (false with the
 	// reason: a stream being recreated, commits failing, a store deleted).
 	health func() (ok bool, reason string)
@@ -57,18 +56,23 @@ func (a *httpAPI) handler() http.Handler {
 }
 
 // local refuses a request whose Host is not the daemon's, when it listens on
-// loopback (localHost).
+// loopback (guardLocal).
 func (a *httpAPI) local(next http.Handler) http.Handler {
-	if a.localHost == nil {
+	if a.guardLocal == nil {
 		return next
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !a.localHost(r.Host) {
-			writeJSON(w, http.StatusForbidden, map[string]string{"error": "Host " + strconv.Quote(r.Host) + " is not this daemon's address: add it to http.allowed_hosts if it is a name of this host"})
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	return a.guardLocal(next)
+}
+
+// localGuard is the Host check of the routes outside the API for a daemon
+// listening on listen: the API's (api.HostGuard) on loopback, none beyond
+// it, where the network reaches them directly and orchestrators and
+// scrapers address them by whatever name they have.
+func localGuard(listen string, extra []string) (func(http.Handler) http.Handler, error) {
+	if !isLoopback(listen) {
+		return nil, nil
+	}
+	return api.HostGuard(listen, extra)
 }
 
 func (a *httpAPI) healthz(w http.ResponseWriter, _ *http.Request) {

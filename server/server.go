@@ -57,11 +57,11 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 		}
 	}
 	a := &httpAPI{log: log.With("component", "http"), m: m}
-	local, err := api.LocalHosts(opts.HTTPListen, opts.HTTPAllowedHosts)
+	guard, err := localGuard(opts.HTTPListen, opts.HTTPAllowedHosts)
 	if err != nil {
 		return &ConfigError{"http.listen", opts.HTTPListen, err.Error()}
 	}
-	a.localHost = local
+	a.guardLocal = guard
 	if opts.Backend != nil {
 		h, err := api.NewHandler(api.Options{Backend: opts.Backend, Ready: a.isReady, Token: opts.HTTPToken,
 			Listen: opts.HTTPListen, AllowedHosts: opts.HTTPAllowedHosts, Log: log.With("component", "api")})

@@ -651,9 +651,9 @@ func TestLocalRoutesCheckTheHostOnLoopback(t *testing.T) {
 		{"0.0.0.0:8474", "10.1.2.3:8474", http.StatusOK},
 		{"10.1.2.3:8474", "prometheus-target:8474", http.StatusOK},
 	} {
-		local, err := api.LocalHosts(tc.listen, nil)
+		guard, err := localGuard(tc.listen, nil)
 		require.NoError(t, err)
-		a := &httpAPI{m: newMetrics(func() float64 { return 0 }), log: slog.New(slog.DiscardHandler), localHost: local}
+		a := &httpAPI{m: newMetrics(func() float64 { return 0 }), log: slog.New(slog.DiscardHandler), guardLocal: guard}
 		a.ready.Store(true)
 		for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 			req := httptest.NewRequest(http.MethodGet, path, nil)
@@ -663,7 +663,11 @@ func TestLocalRoutesCheckTheHostOnLoopback(t *testing.T) {
 			assert.Equal(t, tc.want, rec.Code, "listen %s, Host %s, %s", tc.listen, tc.host, path)
 		}
 	}
-	local, err := api.LocalHosts("127.0.0.1:8474", []string{"mcptrail.internal"})
+	guard, err := localGuard("127.0.0.1:8474", []string{"mcptrail.internal"})
 	require.NoError(t, err)
-	assert.True(t, local("mcptrail.internal:8474"), "http.allowed_hosts")
+	req := httptest.NewRequest(http.MethodGet, "/healthz", nil)
+	req.Host = "mcptrail.internal:8474"
+	rec := httptest.NewRecorder()
+	(&httpAPI{m: newMetrics(func() float64 { return 0 }), log: slog.New(slog.DiscardHandler), guardLocal: guard}).handler().ServeHTTP(rec, req)
+	assert.Equal(t, http.StatusOK, rec.Code, "http.allowed_hosts")
 }
