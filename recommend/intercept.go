@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/mcptrail/mcptrail/catalog"
 	"github.com/mcptrail/mcptrail/policy"
 )
 
@@ -197,16 +196,8 @@ func (s *state) gatewayLoosenings(proposed *policy.Policy, g *GatewayPolicy) boo
 			f.Evidence["changes"] = append(changes, extra...)
 			continue
 		}
-		c := s.classes[t]
-		sev := string(catalog.SeverityMedium)
-		if isRisky(c.Category) && accessOf(g.Policy, t).level == accAllowed {
-			sev = string(catalog.SeverityHigh)
-		}
-		s.add(Finding{Kind: KindLoosening, Tool: t, Severity: sev, Confidence: s.confid,
-			Summary: fmt.Sprintf("%s: the %s output widens access (%s)", t, g.Format, text),
-			Evidence: map[string]any{"before": RuleText(cur, t), "after": RuleText(g.Policy, t), "changes": extra,
-				"newly_allowed": int64(0), "category": string(c.Category), "sql": s.looseningSQL(t)},
-			Action: Action{Op: OpWiden}})
+		s.add(s.looseningFinding(t, g.Policy, fmt.Sprintf("%s: the %s output widens access (%s)", t, g.Format, text),
+			map[string]any{"before": RuleText(cur, t), "after": RuleText(g.Policy, t), "changes": extra, "newly_allowed": int64(0)}))
 	}
 	return changed
 }

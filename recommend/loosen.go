@@ -279,13 +279,7 @@ func (s *state) detectLoosenings(proposed *policy.Policy, replay *Replay) []Rule
 		if len(widen) == 0 {
 			continue
 		}
-		c := s.classes[t]
-		sev := string(catalog.SeverityMedium)
-		if isRisky(c.Category) && accessOf(proposed, t).level == accAllowed {
-			sev = string(catalog.SeverityHigh)
-		}
-		ev := map[string]any{"before": before, "after": after, "changes": widen, "newly_allowed": newly,
-			"category": string(c.Category), "sql": s.looseningSQL(t)}
+		ev := map[string]any{"before": before, "after": after, "changes": widen, "newly_allowed": newly}
 		var calls []string
 		for _, call := range replay.FirstNewlyAllowed {
 			if call.Tool == t {
@@ -299,10 +293,23 @@ func (s *state) detectLoosenings(proposed *policy.Policy, replay *Replay) []Rule
 		if newly > 0 {
 			summary += fmt.Sprintf("; %s the gateway refused would pass", plural(newly, "call", "calls"))
 		}
-		s.add(Finding{Kind: KindLoosening, Tool: t, Severity: sev, Confidence: s.confid, Summary: summary,
-			Evidence: ev, Action: Action{Op: OpWiden}})
+		s.add(s.looseningFinding(t, proposed, summary, ev))
 	}
 	return changes
+}
+
+// looseningFinding is the loosening of tool t under the policy p that
+// widens it, with ev's evidence and the tool's category and SQL: severity
+// medium, high for a risky tool p allows.
+func (s *state) looseningFinding(t string, p *policy.Policy, summary string, ev map[string]any) Finding {
+	c := s.classes[t]
+	sev := string(catalog.SeverityMedium)
+	if isRisky(c.Category) && accessOf(p, t).level == accAllowed {
+		sev = string(catalog.SeverityHigh)
+	}
+	ev["category"], ev["sql"] = string(c.Category), s.looseningSQL(t)
+	return Finding{Kind: KindLoosening, Tool: t, Severity: sev, Confidence: s.confid, Summary: summary, Evidence: ev,
+		Action: Action{Op: OpWiden}}
 }
 
 // sameAsObserved reports whether a tool's calls were all decided the way the
