@@ -331,9 +331,11 @@ func scopeKey(scope string, c Call) string {
 	return "g:" + c.Grant
 }
 
-// holds evaluates one condition as Intercept does: numbers are compared
-// numerically when both sides are numbers, eq falls back to comparing text,
-// and a missing argument fails every op except exists.
+// holds evaluates one condition as Intercept's engine does: exists holds
+// for a value that is present and not null; numbers are compared
+// numerically when both sides are JSON numbers (a string is never read as
+// one), eq otherwise compares their text; a missing argument fails every op
+// except exists.
 func (c compiledCond) holds(args map[string]any) bool {
 	if c.bad {
 		return false
@@ -344,7 +346,7 @@ func (c compiledCond) holds(args map[string]any) bool {
 		if !ok {
 			want = true
 		}
-		return found == want
+		return (found && actual != nil) == want
 	}
 	if !found {
 		return false
@@ -427,12 +429,6 @@ func toFloat(v any) (float64, bool) {
 		return float64(n), true
 	case uint64:
 		return float64(n), true
-	case json.Number:
-		f, err := n.Float64()
-		return f, err == nil
-	case string:
-		f, err := strconv.ParseFloat(strings.TrimSpace(n), 64)
-		return f, err == nil
 	}
 	return 0, false
 }

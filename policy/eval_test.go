@@ -247,14 +247,18 @@ func TestConditionOps(t *testing.T) {
 		"list":   []any{"a", 2.0},
 		"flag":   true,
 		"deep":   map[string]any{"er": map[string]any{"v": "x"}},
+		"null":   nil,
+		"inner":  map[string]any{"null": nil},
 	}
 	tests := []struct {
 		path, op, value string
 		want            bool
 	}{
 		{"args.n", "eq", `10`, true},
-		{"args.n", "eq", `"10"`, true}, // numbers are compared numerically when both sides are numbers
+		{"args.n", "eq", `"10"`, true}, // a number and a string compare as text, as in Intercept
 		{"args.numstr", "eq", `10.0`, true},
+		{"args.numstr", "eq", `"10.0"`, false},
+		{"args.n", "eq", `10.0`, true}, // numbers are compared numerically when both sides are numbers
 		{"args.s", "eq", `"hello world"`, true},
 		{"args.flag", "eq", `true`, true},
 		{"args.n", "neq", `11`, true},
@@ -271,8 +275,8 @@ func TestConditionOps(t *testing.T) {
 		{"args.n", "gt", `9.5`, true},
 		{"args.n", "gte", `10`, true},
 		{"args.n", "gte", `10.5`, false},
-		{"args.s", "gt", `1`, false}, // not a number
-		{"args.numstr", "gt", `9`, true},
+		{"args.s", "gt", `1`, false},      // not a number
+		{"args.numstr", "gt", `9`, false}, // a string is never read as a number, as in Intercept
 		{"args.s", "regex", `"^hello"`, true},
 		{"args.s", "regex", `"^world"`, false},
 		{"args.n", "regex", `"1"`, false}, // regex applies to strings only
@@ -287,6 +291,10 @@ func TestConditionOps(t *testing.T) {
 		{"args.deep.er.v", "eq", `"x"`, true},
 		{"args.deep.er.missing", "exists", `true`, false},
 		{"args.s.sub", "exists", `true`, false}, // descending into a string
+		{"args.null", "exists", `true`, false},  // null is absent, as in Intercept
+		{"args.null", "exists", `false`, true},
+		{"args.inner.null", "exists", `true`, false},
+		{"args.null", "eq", `null`, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path+" "+tt.op+" "+tt.value, func(t *testing.T) {

@@ -398,29 +398,48 @@ func conditionNode(c Condition) (*yaml.Node, error) {
 	return n, nil
 }
 
-// yamlValue turns json.Numbers into ints or floats, so YAML writes numbers, not strings.
-func yamlValue(v any) any {
+// yamlValue turns json.Numbers into ints or floats, so YAML writes numbers,
+// not strings. Inside an object or a list every number is a float:
+// Intercept compares such values as text (fmt's %v), where an argument's
+// number, decoded from JSON, prints as a float (1e+06) and a YAML int would
+// not (1000000), so the two would never be equal.
+func yamlValue(v any) any { return yamlValueIn(v, false) }
+
+func yamlValueIn(v any, nested bool) any {
 	switch t := v.(type) {
 	case json.Number:
-		if i, err := t.Int64(); err == nil {
+		if i, err := t.Int64(); err == nil && !nested {
 			return i
 		}
 		f, _ := t.Float64()
+		if nested {
+			return floatNode(f)
+		}
 		return f
 	case []any:
 		out := make([]any, len(t))
 		for i, e := range t {
-			out[i] = yamlValue(e)
+			out[i] = yamlValueIn(e, true)
 		}
 		return out
 	case map[string]any:
 		out := make(map[string]any, len(t))
 		for k, e := range t {
-			out[k] = yamlValue(e)
+			out[k] = yamlValueIn(e, true)
 		}
 		return out
 	}
 	return v
+}
+
+// floatNode writes f so that YAML reads it back as a float: a whole number
+// gets ".0" (5.0, not 5, which YAML reads as an int).
+func floatNode(f float64) *yaml.Node {
+	s := strconv.FormatFloat(f, 'g', -1, 64)
+	if !strings.ContainsAny(s, ".eEnN") {
+		s += ".0"
+	}
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!float", Value: s}
 }
 
 func conditionTexts(cs []Condition) []string {

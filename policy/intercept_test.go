@@ -305,7 +305,12 @@ const conditionsPolicy = `{
     "gte": { "deny_if": [ { "conditions": [ { "path": "args.n", "op": "gte", "value": 3.5 } ] } ] },
     "exists": { "deny_if": [ { "conditions": [ { "path": "args.force", "op": "exists", "value": true } ] } ] },
     "absent": { "deny_if": [ { "conditions": [ { "path": "args.dry_run", "op": "exists", "value": false } ] } ] },
-    "nested": { "deny_if": [ { "conditions": [ { "path": "args.target.kind", "op": "eq", "value": "cluster" } ] } ] }
+    "nested": { "deny_if": [ { "conditions": [ { "path": "args.target.kind", "op": "eq", "value": "cluster" } ] } ] },
+    "nested_exists": { "deny_if": [ { "conditions": [ { "path": "args.target.force", "op": "exists", "value": true } ] } ] },
+    "eq_number": { "deny_if": [ { "conditions": [ { "path": "args.v", "op": "eq", "value": 5 } ] } ] },
+    "in_numbers": { "deny_if": [ { "conditions": [ { "path": "args.v", "op": "in", "value": [3, 1000000] } ] } ] },
+    "eq_object": { "deny_if": [ { "conditions": [ { "path": "args.v", "op": "eq", "value": {"n": 1000000, "tags": [2, "x"]} } ] } ] },
+    "require_number": { "require": [ { "path": "args.v", "op": "lte", "value": 100 } ] }
   }
 }`
 
@@ -319,12 +324,15 @@ func TestInterceptConditionsRoundTrip(t *testing.T) {
 	require.Empty(t, out.Dropped, "%s", out.YAML)
 	cfg := checkIntercept(t, out.YAML)
 
-	values := []any{nil, "prod", "dev", "pve1", "pve3", "rm -rf /", "ls -l; RM -RF /", "ls /tmp", "MKFS.ext4 /dev/sda",
-		"echo dd if=/dev/zero", "usd", "chf", 2.0, 3.0, 3.5, 10000.0, 10001.0, true, false, []any{"rm -rf"}, "cluster"}
+	// nil leaves the argument out; jsonNull sends it as null.
+	values := []any{nil, jsonNull{}, "prod", "dev", "pve1", "pve3", "rm -rf /", "ls -l; RM -RF /", "ls /tmp", "MKFS.ext4 /dev/sda",
+		"echo dd if=/dev/zero", "usd", "chf", 2.0, 3.0, 3.5, 10000.0, 10001.0, true, false, []any{"rm -rf"}, "cluster",
+		5.0, "5", "5.0", " 5", "3.0", "1e6", 1000000.0, "50", "10001", map[string]any{"n": 1000000.0, "tags": []any{2.0, "x"}}}
 	keys := map[string][]string{
 		"vm_agent_exec": {"command"}, "shell": {"cmd"}, "refund": {"reason", "currency", "amount"},
 		"eq": {"env"}, "neq": {"env"}, "in": {"node"}, "not_in": {"node"}, "lt": {"n"}, "lte": {"n"},
 		"gte": {"n"}, "exists": {"force"}, "absent": {"dry_run"}, "nested": {"target.kind"},
+		"nested_exists": {"target.force"}, "eq_number": {"v"}, "in_numbers": {"v"}, "eq_object": {"v"}, "require_number": {"v"},
 	}
 	e := NewEvaluator(p)
 	checked := 0
@@ -352,7 +360,14 @@ func TestInterceptConditionsRoundTrip(t *testing.T) {
 				for k, x := range args {
 					a[k] = x
 				}
-				if v != nil {
+				if _, null := v.(jsonNull); null {
+					v = any(nil)
+					if path := strings.Split(ks[i], "."); len(path) == 2 {
+						a[path[0]] = map[string]any{path[1]: nil}
+					} else {
+						a[ks[i]] = nil
+					}
+				} else if v != nil {
 					if path := strings.Split(ks[i], "."); len(path) == 2 {
 						a[path[0]] = map[string]any{path[1]: v}
 					} else {
@@ -364,7 +379,7 @@ func TestInterceptConditionsRoundTrip(t *testing.T) {
 		}
 		each(0, map[string]any{})
 	}
-	assert.Greater(t, checked, 9000)
+	assert.Greater(t, checked, 25000)
 
 	// The finding that started this: Intercept must refuse rm -rf.
 	assert.False(t, interceptAllows(cfg, "vm_agent_exec", map[string]any{"command": "cd /; rm -rf --no-preserve-root /"}))
@@ -378,15 +393,20 @@ func incomparable(tool string, args map[string]any) bool {
 	check := map[string]func(any) bool{
 		"vm_agent_exec": isString, "shell": isString, "eq": any2, "neq": any2, "in": any2, "not_in": any2,
 		"lt": isNumber, "lte": isNumber, "gte": isNumber, "nested": any2, "refund": isNumber,
+		"eq_number": any2, "in_numbers": any2, "eq_object": any2, "require_number": isNumber,
 	}
 	key := map[string]string{"vm_agent_exec": "command", "shell": "cmd", "refund": "amount", "eq": "env", "neq": "env",
-		"in": "node", "not_in": "node", "lt": "n", "lte": "n", "gte": "n", "nested": "target"}[tool]
-	if tool == "exists" || tool == "absent" {
+		"in": "node", "not_in": "node", "lt": "n", "lte": "n", "gte": "n", "nested": "target",
+		"eq_number": "v", "in_numbers": "v", "eq_object": "v", "require_number": "v"}[tool]
+	if tool == "exists" || tool == "absent" || tool == "nested_exists" {
 		return false
 	}
 	v, ok := args[key]
 	return !ok || !check[tool](v)
 }
+
+// jsonNull stands for an argument sent as JSON null.
+type jsonNull struct{}
 
 func isString(v any) bool { _, ok := v.(string); return ok }
 func isNumber(v any) bool { _, ok := v.(float64); return ok }
