@@ -36,6 +36,11 @@ type Call struct {
 	// them only with ingest.store_args (off by default), so usually they are
 	// nil and conditions over arguments cannot be evaluated.
 	Args map[string]any
+	// Refused, for a call with unknown Args, is what the gateway's refusal
+	// of it by a conditional rule tells of them (Refusals): a deny_if entry
+	// with the same conditions matches the call, a require condition the
+	// same as the failed one fails it. Ignored when Args is set.
+	Refused *Refusal
 }
 
 // Verdict is what a policy decides for a call.
@@ -58,7 +63,8 @@ type Verdict struct {
 // first matching entry denies; one with no conditions asks for approval), and
 // last the limits, per-tool and all_tools together. Conditions over arguments
 // are evaluated only when Call.Args is set: with unknown arguments a `require`
-// or conditional `deny_if` neither allows nor denies, it is skipped.
+// or conditional `deny_if` neither allows nor denies, it is skipped, unless
+// Call.Refused says the gateway refused the call by the same conditions.
 //
 // Limits count calls in fixed, calendar-aligned UTC windows per scope key (the
 // call's grant, session or agent; a call lacking its session or agent counts
@@ -88,6 +94,7 @@ type compiledRule struct {
 type compiledCond struct {
 	pointer string
 	text    string   // "args.amount gt 10000", for reasons
+	key     string   // condKey, to match a Refusal
 	keys    []string // path below args
 	op      string
 	value   any
@@ -99,6 +106,7 @@ type compiledDeny struct {
 	pointer string
 	onDeny  string
 	conds   []compiledCond
+	key     string // condKeys, to match a Refusal
 }
 
 type compiledLimit struct {
@@ -150,7 +158,7 @@ func compileRule(base string, r *ToolRule) *compiledRule {
 		c.require = append(c.require, compileCond(base+"/require/"+strconv.Itoa(i), cond))
 	}
 	for i, d := range r.DenyIf {
-		cd := compiledDeny{pointer: base + "/deny_if/" + strconv.Itoa(i), onDeny: d.OnDeny}
+		cd := compiledDeny{pointer: base + "/deny_if/" + strconv.Itoa(i), onDeny: d.OnDeny, key: condKeys(d.Conditions)}
 		for j, cond := range d.Conditions {
 			cd.conds = append(cd.conds, compileCond(cd.pointer+"/conditions/"+strconv.Itoa(j), cond))
 		}
@@ -178,7 +186,7 @@ func compileRule(base string, r *ToolRule) *compiledRule {
 }
 
 func compileCond(pointer string, c Condition) compiledCond {
-	cc := compiledCond{pointer: pointer, op: c.Op, text: strings.TrimSpace(c.Path + " " + c.Op + " " + string(c.Value))}
+	cc := compiledCond{pointer: pointer, op: c.Op, text: strings.TrimSpace(c.Path + " " + c.Op + " " + string(c.Value)), key: condKey(c)}
 	rest, ok := strings.CutPrefix(c.Path, "args.")
 	if !ok || rest == "" || !slices.Contains(Ops, c.Op) {
 		cc.bad = true
@@ -224,13 +232,13 @@ func (e *Evaluator) Evaluate(c Call) Verdict {
 	return e.consume(c, rule)
 }
 
-// check applies require and deny_if.
+// check applies require and deny_if. With unknown arguments only what
+// c.Refused tells of them decides a condition; the others are skipped.
 func (r *compiledRule) check(c Call) (Verdict, bool) {
-	if c.Args != nil {
-		for _, cond := range r.require {
-			if !cond.holds(c.Args) {
-				return Verdict{Decision: Denied, Rule: cond.pointer, Reason: "required condition not met: " + cond.text}, true
-			}
+	for _, cond := range r.require {
+		failed := c.Args == nil && c.Refused != nil && c.Refused.failed == cond.key
+		if failed || (c.Args != nil && !cond.holds(c.Args)) {
+			return Verdict{Decision: Denied, Rule: cond.pointer, Reason: "required condition not met: " + cond.text}, true
 		}
 	}
 	for _, d := range r.denyIf {
@@ -241,10 +249,10 @@ func (r *compiledRule) check(c Call) (Verdict, bool) {
 			}
 			return Verdict{Decision: ApprovalRequired, Rule: d.pointer, Reason: reason}, true
 		}
-		if c.Args == nil {
+		if c.Args == nil && (c.Refused == nil || c.Refused.matched != d.key) {
 			continue // argument values unknown: cannot tell, so do not deny
 		}
-		if d.matches(c.Args) {
+		if c.Args == nil || d.matches(c.Args) {
 			reason := d.onDeny
 			if reason == "" {
 				reason = "denied by " + d.pointer

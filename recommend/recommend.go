@@ -104,7 +104,7 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 		return s.report(gates, proposed), nil
 	}
 	replay, err := Run(ctx, db, ReplayOptions{Server: opts.Server, Grant: opts.Grant, From: s.q.from, To: now,
-		Policy: proposed, Runaway: s.runawaySessions, Log: opts.Log, minutes: s.minutes, tools: toolsFromUsage(s.usage)})
+		Policy: proposed, Current: opts.Current, Runaway: s.runawaySessions, Log: opts.Log, minutes: s.minutes, tools: toolsFromUsage(s.usage)})
 	if err != nil {
 		return nil, err
 	}

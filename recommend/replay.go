@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -19,6 +21,13 @@ type ReplayOptions struct {
 	Server, Grant string
 	From, To      time.Time
 	Policy        *policy.Policy
+	// Current is the policy the gateway enforced over the window, when
+	// known. A call whose arguments were not stored, refused by one of its
+	// conditional rules (the event's rule), is refused again by a Policy
+	// rule of the same conditions (policy.Refusals); without Current the
+	// replay cannot tell, and a Policy that lets it through counts it as
+	// newly allowed.
+	Current *policy.Policy
 	// FirstN is how many affected calls to list (default 20).
 	FirstN int
 	// Runaway are sessions known to have had a runaway loop, so that the
@@ -58,10 +67,11 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 		o.FirstN = 20
 	}
 	q := query{db: db, server: o.Server, grant: o.Grant, from: o.From, to: o.To, log: o.Log}
+	refusals := policy.Refusals(o.Current)
 	tools := o.tools
 	if tools == nil || anyConditional(o.Policy) {
 		var err error
-		if tools, err = q.replayTools(ctx); err != nil {
+		if tools, err = q.replayTools(ctx, refusals); err != nil {
 			return nil, err
 		}
 	}
@@ -77,15 +87,17 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 		info := tools[t]
 		v := probe.Evaluate(policy.Call{Tool: t, TS: o.From})
 		rule := toolRule(o.Policy, t)
-		conditional := rule != nil && (len(rule.Require) > 0 || hasConditionalDeny(rule))
+		// A conditional rule decides call by call where the calls carry
+		// their arguments, or a refusal of the current policy's tells of them.
+		conditional := rule != nil && (len(rule.Require) > 0 || hasConditionalDeny(rule)) && info.withArgs+info.refused > 0
 		switch {
-		case v.Decision != policy.Allowed && !(conditional && info.withArgs > 0):
+		case v.Decision != policy.Allowed && !conditional:
 			static = append(static, t)
 			staticVerdict[t] = v
-		case v.Decision == policy.Allowed && !allLimited && (rule == nil || len(rule.Limits) == 0) && !(conditional && info.withArgs > 0):
+		case v.Decision == policy.Allowed && !allLimited && (rule == nil || len(rule.Limits) == 0) && !conditional:
 			static = append(static, t)
 			staticVerdict[t] = v
-		case !o.Exact && !allLimited && rule != nil && len(rule.Limits) == 1 && !(conditional && info.withArgs > 0):
+		case !o.Exact && !allLimited && rule != nil && len(rule.Limits) == 1 && !conditional:
 			fast = append(fast, t)
 		default:
 			exact = append(exact, t)
@@ -155,7 +167,7 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 		}
 	}
 	if len(exact) > 0 {
-		if err := q.stream(ctx, exact, o.Policy, o.Loops, r, acc, o.FirstN); err != nil {
+		if err := q.stream(ctx, exact, o.Policy, refusals, o.Loops, r, acc, o.FirstN); err != nil {
 			return nil, err
 		}
 	}
@@ -477,12 +489,20 @@ func (a *affected) add(c AffectedCall, sk string, firstN int) {
 	}
 }
 
-type toolInfo struct{ calls, allowed, withArgs int64 }
+// toolInfo are a tool's calls in the window: all, allowed, with stored
+// arguments, and refused without them by a conditional rule of the
+// current policy (one of refusals).
+type toolInfo struct{ calls, allowed, withArgs, refused int64 }
 
-func (q query) replayTools(ctx context.Context) (map[string]*toolInfo, error) {
+func (q query) replayTools(ctx context.Context, refusals map[string]*policy.Refusal) (map[string]*toolInfo, error) {
+	rules := slices.Sorted(maps.Keys(refusals))
+	if rules == nil {
+		rules = []string{}
+	}
 	rows, err := q.rows(ctx, "replay", `
-SELECT tool, count(*), count(*) FILTER (decision = 'allowed'), count(args)
-FROM calls WHERE `+inWindow+` AND tool IS NOT NULL GROUP BY tool`)
+SELECT tool, count(*), count(*) FILTER (decision = 'allowed'), count(args),
+       count(*) FILTER (decision <> 'allowed' AND args IS NULL AND list_contains($rules, rule))
+FROM calls WHERE `+inWindow+` AND tool IS NOT NULL GROUP BY tool`, sql.Named("rules", rules))
 	if err != nil {
 		return nil, err
 	}
@@ -491,7 +511,7 @@ FROM calls WHERE `+inWindow+` AND tool IS NOT NULL GROUP BY tool`)
 	for rows.Next() {
 		var t string
 		i := &toolInfo{}
-		if err := rows.Scan(&t, &i.calls, &i.allowed, &i.withArgs); err != nil {
+		if err := rows.Scan(&t, &i.calls, &i.allowed, &i.withArgs, &i.refused); err != nil {
 			return nil, fmt.Errorf("replay: %w", err)
 		}
 		out[t] = i
@@ -816,7 +836,7 @@ GROUP BY limit_tool`)
 // streamKinds are the column kinds of stream's query.
 var streamKinds = []analytics.ColumnKind{analytics.VarcharColumn, analytics.TimestampColumn, analytics.VarcharColumn,
 	analytics.VarcharColumn, analytics.VarcharColumn, analytics.VarcharColumn, analytics.VarcharColumn, analytics.VarcharColumn,
-	analytics.VarcharColumn}
+	analytics.VarcharColumn, analytics.VarcharColumn}
 
 // streamSlice is how much of the window stream reads at a time: the
 // driver holds a query's whole result in memory (every call of a 5M-call
@@ -826,7 +846,7 @@ const streamSlice = 24 * time.Hour
 
 // stream feeds the tools' calls through the evaluator in time order: the
 // window a day at a time (streamSlice), each read a result chunk at a time.
-func (q query) stream(ctx context.Context, tools []string, p *policy.Policy, loops []RunawayLoop, r *Replay, acc *affected, firstN int) error {
+func (q query) stream(ctx context.Context, tools []string, p *policy.Policy, refusals map[string]*policy.Refusal, loops []RunawayLoop, r *Replay, acc *affected, firstN int) error {
 	inLoop := map[string][]RunawayLoop{} // by tool and session
 	for _, l := range loops {
 		inLoop[l.Tool+"\x00"+l.Session] = append(inLoop[l.Tool+"\x00"+l.Session], l)
@@ -835,7 +855,7 @@ func (q query) stream(ctx context.Context, tools []string, p *policy.Policy, loo
 	ev := policy.NewEvaluator(p)
 	text := `
 SELECT id, ts, tool, coalesce("grant", ''), coalesce(session, ''), coalesce(agent, ''), decision, ` + sessionID + `,
-       coalesce(args::VARCHAR, '')
+       coalesce(args::VARCHAR, ''), coalesce(rule, '')
 FROM calls WHERE ` + inWindow + ` AND list_contains($tools, tool) ORDER BY ts, id`
 	// The strings a call is evaluated with, kept from row to row: most
 	// rows repeat the row before's tool, grant, agent or session.
@@ -860,8 +880,11 @@ FROM calls WHERE ` + inWindow + ` AND list_contains($tools, tool) ORDER BY ts, i
 					call.Args = m
 				}
 			}
-			v := ev.Evaluate(call)
 			keep(c, 6, row, &recorded)
+			if call.Args == nil && recorded != policy.Allowed && len(refusals) > 0 {
+				call.Refused = refusals[string(c.Bytes(9, row))]
+			}
+			v := ev.Evaluate(call)
 			tr := r.tool(tool)
 			tr.add(v.Decision, 1)
 			if recorded != policy.Allowed && v.Decision == policy.Allowed {

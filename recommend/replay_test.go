@@ -259,3 +259,60 @@ func TestReplayNewlyAllowedBeyondTheFirstDays(t *testing.T) {
 	}
 	assert.ElementsMatch(t, []string{"get_a@22T02:00", "get_a@22T02:01", "get_a@22T02:02", "get_b@20T13:00", "get_b@20T13:01", "get_b@20T13:02"}, got)
 }
+
+// Without stored arguments a conditional rule cannot be evaluated; a call
+// the gateway refused by one is refused again when the proposal keeps the
+// rule's conditions (ReplayOptions.Current tells which), and counts as
+// newly allowed when the proposal changed them or the current policy is
+// unknown: never a widening where there is none, never none where there is one.
+func TestReplayCarriesConditionalRefusals(t *testing.T) {
+	store, err := analytics.Open(context.Background(), filepath.Join(t.TempDir(), "e.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	var evs []audit.Event
+	add := func(tool string, d audit.Decision, rule string, n int) {
+		for range n {
+			k := len(evs)
+			evs = append(evs, audit.Event{ID: fmt.Sprintf("e%03d", k), TS: now.Add(-time.Hour + time.Duration(k)*time.Second),
+				Server: "srv", Tool: tool, Method: "tools/call", Decision: d, Rule: rule, Grant: "g", Agent: "a", Session: fmt.Sprintf("s%d", k)})
+		}
+	}
+	add("refund", audit.Denied, "/tools/refund/deny_if/0", 3)
+	add("refund", audit.Allowed, "", 4)
+	add("pay", audit.Denied, "/tools/pay/require/0", 2)
+	add("pay", audit.Allowed, "", 1)
+	add("move", audit.Denied, "/tools/move/deny_if/0", 1)
+	_, err = store.Append(context.Background(), ingest.Batch{Events: evs})
+	require.NoError(t, err)
+
+	const refundDeny = `{"conditions":[{"path":"args.amount","op":"gte","value":500}],"on_deny":"no"}`
+	const payRequire = `[{"path":"args.reason","op":"exists","value":true}]`
+	parse := func(moveDeny string) *policy.Policy {
+		p, err := policy.Parse([]byte(`{"version":"1","default":"deny","tools":{
+			"refund":{"deny_if":[`+refundDeny+`],"limits":[{"counter":"r","window":"minute","max":100}]},
+			"pay":{"require":`+payRequire+`},
+			"move":{"deny_if":[`+moveDeny+`]}}}`), "p.json")
+		require.NoError(t, err)
+		return p
+	}
+	current := parse(`{"conditions":[{"path":"args.node","op":"eq","value":"pve1"}]}`)
+	changed := parse(`{"conditions":[{"path":"args.node","op":"eq","value":"pve2"}]}`)
+	replay := func(p, cur *policy.Policy) *recommend.Replay {
+		fast, _ := fastAndExact(t, store, recommend.ReplayOptions{Server: "srv", From: now.Add(-2 * time.Hour), To: now, Policy: p, Current: cur})
+		return fast
+	}
+
+	kept := replay(current, current)
+	assert.Zero(t, kept.NewlyAllowed, "the same conditions refuse the same calls")
+	assert.Equal(t, int64(6), kept.Denied)
+	assert.Equal(t, int64(3), kept.ByTool["refund"].Denied)
+	assert.Equal(t, int64(2), kept.ByTool["pay"].Denied)
+	assert.Empty(t, kept.FirstNewlyAllowed)
+
+	moved := replay(changed, current)
+	assert.Equal(t, int64(1), moved.NewlyAllowed, "move's condition changed: its refused call may pass now")
+	assert.Equal(t, int64(1), moved.ByTool["move"].NewlyAllowed)
+
+	unknown := replay(current, nil)
+	assert.Equal(t, int64(6), unknown.NewlyAllowed, "with the current policy unknown the replay cannot tell")
+}

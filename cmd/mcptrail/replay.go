@@ -86,7 +86,19 @@ func (a *app) runReplay(ctx context.Context, store *analytics.Store, req *api.Re
 		return err
 	}
 	defer done()
-	r, err := recommend.Run(ctx, calls, recommend.ReplayOptions{Server: server, Grant: grant, From: from, To: a.now, Policy: p})
+	// A grant's recorded policy (its own, else the server's, as recommend
+	// takes it) is what the gateway enforced on its calls: the replay then
+	// knows the conditions behind the calls it refused by a conditional rule.
+	// Across grants the recorded rules name different policies.
+	var current *policy.Policy
+	if grant != "" {
+		sp, err := scopePolicies(ctx, store, server, grant)
+		if err != nil {
+			return err
+		}
+		current = sp.current
+	}
+	r, err := recommend.Run(ctx, calls, recommend.ReplayOptions{Server: server, Grant: grant, From: from, To: a.now, Policy: p, Current: current})
 	if err != nil {
 		return err
 	}
