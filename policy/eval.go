@@ -94,7 +94,7 @@ type compiledRule struct {
 type compiledCond struct {
 	pointer string
 	text    string   // "args.amount gt 10000", for reasons
-	key     string   // condKey, to match a Refusal
+	key     string   // ConditionKey, to match a Refusal
 	keys    []string // path below args
 	op      string
 	value   any
@@ -106,7 +106,7 @@ type compiledDeny struct {
 	pointer string
 	onDeny  string
 	conds   []compiledCond
-	key     string // condKeys, to match a Refusal
+	key     string // ConditionsKey, to match a Refusal
 }
 
 type compiledLimit struct {
@@ -158,7 +158,7 @@ func compileRule(base string, r *ToolRule) *compiledRule {
 		c.require = append(c.require, compileCond(base+"/require/"+strconv.Itoa(i), cond))
 	}
 	for i, d := range r.DenyIf {
-		cd := compiledDeny{pointer: base + "/deny_if/" + strconv.Itoa(i), onDeny: d.OnDeny, key: condKeys(d.Conditions)}
+		cd := compiledDeny{pointer: base + "/deny_if/" + strconv.Itoa(i), onDeny: d.OnDeny, key: ConditionsKey(d.Conditions)}
 		for j, cond := range d.Conditions {
 			cd.conds = append(cd.conds, compileCond(cd.pointer+"/conditions/"+strconv.Itoa(j), cond))
 		}
@@ -186,7 +186,7 @@ func compileRule(base string, r *ToolRule) *compiledRule {
 }
 
 func compileCond(pointer string, c Condition) compiledCond {
-	cc := compiledCond{pointer: pointer, op: c.Op, text: strings.TrimSpace(c.Path + " " + c.Op + " " + string(c.Value)), key: condKey(c)}
+	cc := compiledCond{pointer: pointer, op: c.Op, text: strings.TrimSpace(c.Path + " " + c.Op + " " + string(c.Value)), key: ConditionKey(c)}
 	rest, ok := strings.CutPrefix(c.Path, "args.")
 	if !ok || rest == "" || !slices.Contains(Ops, c.Op) {
 		cc.bad = true

@@ -13,8 +13,8 @@ import (
 // The same conditions decide the same arguments the same way, so a policy that
 // keeps them refuses the call again (Call.Refused).
 type Refusal struct {
-	matched string // condKeys of the deny_if entry that matched
-	failed  string // condKey of the require condition that failed
+	matched string // ConditionsKey of the deny_if entry that matched
+	failed  string // ConditionKey of the require condition that failed
 }
 
 // Refusals maps the JSON pointer of every conditional rule of p (a deny_if
@@ -31,11 +31,11 @@ func Refusals(p *Policy) map[string]*Refusal {
 			return
 		}
 		for i, c := range r.Require {
-			out[base+"/require/"+strconv.Itoa(i)] = &Refusal{failed: condKey(c)}
+			out[base+"/require/"+strconv.Itoa(i)] = &Refusal{failed: ConditionKey(c)}
 		}
 		for i, d := range r.DenyIf {
 			if !d.IsApproval() {
-				out[base+"/deny_if/"+strconv.Itoa(i)] = &Refusal{matched: condKeys(d.Conditions)}
+				out[base+"/deny_if/"+strconv.Itoa(i)] = &Refusal{matched: ConditionsKey(d.Conditions)}
 			}
 		}
 	}
@@ -46,9 +46,9 @@ func Refusals(p *Policy) map[string]*Refusal {
 	return out
 }
 
-// condKey names a condition by what it tests, so that two spellings of one
-// value (whitespace, key order, 1e4 and 10000) name the same condition.
-func condKey(c Condition) string {
+// ConditionKey names a condition by what it tests, so that two spellings of
+// one value (whitespace, key order, 1e4 and 10000) name the same condition.
+func ConditionKey(c Condition) string {
 	value := string(c.Value)
 	var v any
 	if c.Value != nil && json.Unmarshal(c.Value, &v) == nil {
@@ -59,11 +59,12 @@ func condKey(c Condition) string {
 	return c.Path + "\x00" + c.Op + "\x00" + value
 }
 
-// condKeys names a deny_if entry's conditions, which all must hold, in any order.
-func condKeys(cs []Condition) string {
+// ConditionsKey names a deny_if entry's conditions, which all must hold, in
+// any order.
+func ConditionsKey(cs []Condition) string {
 	keys := make([]string, len(cs))
 	for i, c := range cs {
-		keys[i] = condKey(c)
+		keys[i] = ConditionKey(c)
 	}
 	slices.Sort(keys)
 	return strings.Join(keys, "\x01")

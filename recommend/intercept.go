@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/mcptrail/mcptrail/policy"
@@ -161,25 +162,33 @@ func (s *state) gatewayLimits(ctx context.Context, proposed *policy.Policy) (*Ga
 	return g, nil
 }
 
-// gatewayLoosenings finds where the limits recomputed in the gateway's scope
-// widen the current policy beyond what the proposal itself does (a current
-// cap agents never hit, which the proposal's limit replaces, raised again
-// per instance): each is a loosening of its tool, added to the tool's
-// loosening finding or one of its own, so that the output and --fail-on
-// widen see what the gateway will enforce. It reports whether it changed
-// the findings. Without a current policy the proposal is compared with the
-// window's decisions, which per-instance peaks are sized from.
+// gatewayLoosenings finds where what the gateway will enforce widens the
+// current policy beyond what the proposal itself does: a limit recomputed in
+// the gateway's scope (a current cap agents never hit, which the proposal's
+// limit replaces, raised again per instance), or a rule the output cannot
+// carry over, which --allow-lossy leaves out (a deny_if of several
+// conditions, a limit per grant). Each is a loosening of its tool, added to
+// the tool's loosening finding or one of its own, so that the output and
+// --fail-on widen see it. It reports whether it changed the findings.
+// Without a current policy the proposal is compared with the window's
+// decisions, which per-instance peaks are sized from.
 func (s *state) gatewayLoosenings(proposed *policy.Policy, g *GatewayPolicy) bool {
 	cur := s.opts.Current
 	if cur == nil {
 		return false
 	}
+	enforced := enforcedByIntercept(g.Policy)
+	tools := map[string]bool{}
+	for _, p := range []*policy.Policy{cur, proposed, enforced} {
+		for t := range p.Tools {
+			tools[t] = true
+		}
+	}
 	changed := false
-	for _, l := range g.Limits {
-		t := l.Tool
+	for _, t := range slices.Sorted(maps.Keys(tools)) {
 		already := Loosenings(cur, proposed, t)
 		var extra []string
-		for _, w := range Loosenings(cur, g.Policy, t) {
+		for _, w := range Loosenings(cur, enforced, t) {
 			if !slices.Contains(already, w) {
 				extra = append(extra, w+" (in the "+g.Format+" output)")
 			}
@@ -200,6 +209,43 @@ func (s *state) gatewayLoosenings(proposed *policy.Policy, g *GatewayPolicy) boo
 			map[string]any{"before": RuleText(cur, t), "after": RuleText(g.Policy, t), "changes": extra, "newly_allowed": int64(0)}))
 	}
 	return changed
+}
+
+// enforcedByIntercept is p as Intercept will enforce it: without the rules
+// its YAML cannot carry over, which --allow-lossy leaves out.
+func enforcedByIntercept(p *policy.Policy) *policy.Policy {
+	out, err := policy.Intercept(p, policy.InterceptOptions{})
+	if err != nil || len(out.Dropped) == 0 {
+		return p
+	}
+	dropped := map[string]bool{}
+	for _, d := range out.Dropped {
+		dropped[d.Pointer] = true
+	}
+	q := p.Clone()
+	keep := func(base string, r *policy.ToolRule) {
+		if r == nil {
+			return
+		}
+		var deny []policy.DenyRule
+		for i, d := range r.DenyIf {
+			if !dropped[base+"/deny_if/"+strconv.Itoa(i)] {
+				deny = append(deny, d)
+			}
+		}
+		var limits []policy.Limit
+		for i, l := range r.Limits {
+			if !dropped[policy.LimitPointer(base, i, l)] {
+				limits = append(limits, l)
+			}
+		}
+		r.DenyIf, r.Limits = deny, limits
+	}
+	for name, r := range q.Tools {
+		keep(policy.ToolPointer(name), r)
+	}
+	keep("/all_tools", q.AllTools)
+	return q
 }
 
 // refusedIn counts, for each limit, the calls it would have counted in the

@@ -222,3 +222,34 @@ func TestInterceptLimitsThatRaiseACurrentCapAreLoosenings(t *testing.T) {
 	assert.Positive(t, silent, "caps raised by the intercept output alone")
 
 }
+
+// A rule of the current policy that the Intercept output cannot carry over
+// (left out under --allow-lossy) is a widening at the gateway: a loosening of
+// its tool marked "(in the intercept output)", though policy.json keeps it.
+func TestInterceptDroppedRulesAreLoosenings(t *testing.T) {
+	store, opts, first := interceptRun(t)
+	current := first.Policy.Clone()
+	const tool = "get_vm_status"
+	require.Contains(t, current.Tools, tool)
+	if current.Tools[tool] == nil {
+		current.Tools[tool] = &policy.ToolRule{}
+	}
+	kept := policy.DenyRule{Conditions: []policy.Condition{{Path: "args.node", Op: "eq", Value: []byte(`"pve9"`)}}}
+	twoConds := policy.DenyRule{Conditions: []policy.Condition{
+		{Path: "args.node", Op: "eq", Value: []byte(`"pve1"`)}, {Path: "args.vmid", Op: "lt", Value: []byte(`100`)}}}
+	current.Tools[tool].DenyIf = append(current.Tools[tool].DenyIf, kept, twoConds)
+	require.NoError(t, current.Validate())
+	opts.Current = current
+	second, err := recommend.Recommend(context.Background(), store.DB(), opts)
+	require.NoError(t, err)
+
+	assert.Empty(t, recommend.Loosenings(current, second.Policy, tool), "policy.json keeps both rules")
+	i := slices.IndexFunc(second.Findings, func(f recommend.Finding) bool { return f.Kind == recommend.KindLoosening && f.Tool == tool })
+	require.GreaterOrEqual(t, i, 0, "the dropped rule is a loosening of %s", tool)
+	f := second.Findings[i]
+	assert.Contains(t, f.Summary, `condition removed: deny_if args.node eq "pve1" and args.vmid lt 100 (in the intercept output)`)
+	assert.NotContains(t, f.Summary, "pve9", "the rule Intercept carries is not a widening")
+	assert.Equal(t, recommend.OpWiden, f.Action.Op)
+	assert.True(t, slices.ContainsFunc(recommend.OpenWidenings(second), func(w recommend.Widening) bool { return w.Tool == tool }),
+		"--fail-on widen counts it")
+}

@@ -25,6 +25,9 @@ type access struct {
 	level       int
 	limits      []namedLimit
 	conditional bool // require, or deny_if with conditions
+	// conditions name each require condition and conditional deny_if entry
+	// by what it tests (policy.ConditionKey, ConditionsKey), with its text.
+	conditions map[string]string
 }
 
 // namedLimit is a limit with the pointer that names it in its policy.
@@ -54,6 +57,21 @@ func accessOf(p *policy.Policy, tool string) access {
 		}
 		if len(rule.r.Require) > 0 || hasConditionalDeny(rule.r) {
 			a.conditional = true
+			if a.conditions == nil {
+				a.conditions = map[string]string{}
+			}
+		}
+		for _, c := range rule.r.Require {
+			a.conditions["require "+policy.ConditionKey(c)] = "require " + conditionText(c)
+		}
+		for _, d := range rule.r.DenyIf {
+			if !d.IsApproval() {
+				texts := make([]string, len(d.Conditions))
+				for i, c := range d.Conditions {
+					texts[i] = conditionText(c)
+				}
+				a.conditions["deny_if "+policy.ConditionsKey(d.Conditions)] = "deny_if " + strings.Join(texts, " and ")
+			}
 		}
 		for _, l := range rule.r.Limits {
 			a.limits = append(a.limits, namedLimit{pointer: rule.base + "/limits/" + l.Counter, Limit: l})
@@ -63,6 +81,11 @@ func accessOf(p *policy.Policy, tool string) access {
 		a.limits = nil
 	}
 	return a
+}
+
+// conditionText writes a condition as "args.amount gt 10000".
+func conditionText(c policy.Condition) string {
+	return strings.TrimSpace(c.Path + " " + c.Op + " " + string(c.Value))
 }
 
 // LimitText writes a limit as "100/minute per grant".
@@ -150,6 +173,18 @@ func Loosenings(current, proposed *policy.Policy, tool string) []string {
 	}
 	if a.conditional && !b.conditional && b.level >= accApproval && a.level >= accApproval {
 		out = append(out, "conditions removed")
+	}
+	if a.conditional && b.conditional && b.level >= accApproval && a.level >= accApproval {
+		var gone []string
+		for k, text := range a.conditions {
+			if _, kept := b.conditions[k]; !kept {
+				gone = append(gone, text)
+			}
+		}
+		slices.Sort(gone)
+		for _, text := range gone {
+			out = append(out, "condition removed: "+text)
+		}
 	}
 	if a.level != accAllowed || b.level != accAllowed {
 		return out
