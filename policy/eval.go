@@ -212,7 +212,13 @@ func compileCond(pointer string, c Condition) compiledCond {
 }
 
 // Evaluate decides c and, when the policy lets it through, consumes its quota.
-func (e *Evaluator) Evaluate(c Call) Verdict {
+func (e *Evaluator) Evaluate(c Call) Verdict { return e.decide(c, true) }
+
+// Peek decides c as Evaluate would, consuming no quota: what the policy does
+// with a call, not what it does with one more.
+func (e *Evaluator) Peek(c Call) Verdict { return e.decide(c, false) }
+
+func (e *Evaluator) decide(c Call, spend bool) Verdict {
 	if e.hideAll || e.hidden[c.Tool] {
 		return Verdict{Decision: Hidden, Rule: RuleHidden, Reason: fmt.Sprintf("tool %q is hidden by the policy", c.Tool)}
 	}
@@ -229,7 +235,7 @@ func (e *Evaluator) Evaluate(c Call) Verdict {
 			return v
 		}
 	}
-	return e.consume(c, rule)
+	return e.consume(c, rule, spend)
 }
 
 // check applies require and deny_if. With unknown arguments only what
@@ -272,9 +278,9 @@ func (d compiledDeny) matches(args map[string]any) bool {
 	return true
 }
 
-// consume checks every applicable limit and, only if all have room, counts
-// the call in each of them.
-func (e *Evaluator) consume(c Call, rule *compiledRule) Verdict {
+// consume checks every applicable limit and, only if all have room and
+// spend is set, counts the call in each of them.
+func (e *Evaluator) consume(c Call, rule *compiledRule, spend bool) Verdict {
 	var limits []compiledLimit
 	if rule != nil {
 		limits = rule.limits
@@ -298,8 +304,10 @@ func (e *Evaluator) consume(c Call, rule *compiledRule) Verdict {
 				Reason: fmt.Sprintf("Rate limit of %d per %s reached (counter %s%s).", l.max, Windows[l.window], l.counter, per)}
 		}
 	}
-	for i, l := range limits {
-		e.windows[l.window].counts[keys[i]]++
+	if spend {
+		for i, l := range limits {
+			e.windows[l.window].counts[keys[i]]++
+		}
 	}
 	return Verdict{Decision: Allowed}
 }

@@ -370,3 +370,15 @@ func TestWindowLengthBucketsAsTheEvaluator(t *testing.T) {
 		}
 	}
 }
+
+// Peek decides as Evaluate does and leaves the quota untouched.
+func TestPeekSpendsNoQuota(t *testing.T) {
+	e := NewEvaluator(limitPolicy(t, ScopeGrant, WindowMinute, 1))
+	call := Call{TS: t0, Tool: "x", Grant: "g"}
+	for range 3 {
+		assert.Equal(t, Allowed, e.Peek(call).Decision)
+	}
+	assert.Equal(t, Allowed, e.Evaluate(call).Decision)
+	assert.Equal(t, RateLimited, e.Peek(call).Decision)
+	assert.Equal(t, RateLimited, e.Evaluate(call).Decision)
+}

@@ -85,7 +85,7 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 	var fast, exact []string
 	for _, t := range sortedKeys(tools) {
 		info := tools[t]
-		v := probe.Evaluate(policy.Call{Tool: t, TS: o.From})
+		v := probe.Peek(policy.Call{Tool: t, TS: o.From})
 		rule := toolRule(o.Policy, t)
 		// A conditional rule decides call by call where the calls carry
 		// their arguments, or a refusal of the current policy's tells of them.

@@ -316,3 +316,22 @@ func TestReplayCarriesConditionalRefusals(t *testing.T) {
 	unknown := replay(current, nil)
 	assert.Equal(t, int64(6), unknown.NewlyAllowed, "with the current policy unknown the replay cannot tell")
 }
+
+// Deciding which tools the replay can count at once must not spend the
+// policy's quota: with a shared all_tools limit smaller than the number of
+// tools, the tools checked last were counted as rate limited whole.
+func TestReplayToolChecksSpendNoQuota(t *testing.T) {
+	store := storeEvents(t, func(add func(tool string, d audit.Decision, n int)) {
+		for _, tool := range []string{"d", "c", "b", "a"} {
+			add(tool, audit.Allowed, 1) // one call a second, "a" last
+		}
+	})
+	p := &policy.Policy{Version: "1", Default: policy.DefaultAllow,
+		AllTools: &policy.ToolRule{Limits: []policy.Limit{{Counter: "all", Window: policy.WindowHour, Max: 3, Scope: policy.ScopeGrant}}}}
+	r, err := recommend.Run(context.Background(), store.DB(), recommend.ReplayOptions{Server: "srv", From: now.Add(-2 * time.Hour), To: now, Policy: p})
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), r.Allowed, "the first three calls of the hour pass")
+	assert.Equal(t, int64(1), r.RateLimited)
+	assert.Equal(t, int64(1), r.ByTool["a"].RateLimited, "the fourth call in time order is refused")
+	assert.Zero(t, r.ByTool["d"].RateLimited)
+}
