@@ -49,7 +49,7 @@ type PublishOptions struct {
 	// its Nats-Msg-Id, so that the stream stores it once.
 	Attempts int
 	// AckWait is how long a message waits for its acknowledgement before it
-	// is sent again (10 s when <= 0).
+	// is sent again (4 s when <= 0: inside the stream's duplicate window).
 	AckWait time.Duration
 }
 
@@ -106,7 +106,7 @@ func Publish(ctx context.Context, opts PublishOptions, next func() (audit.Event,
 	}
 	defer nc.Close()
 
-	p, err := newPublisher(nc, opts)
+	p, err := newPublisher(nc, opts, deny)
 	if err != nil {
 		return PublishStats{}, err
 	}

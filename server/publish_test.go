@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/internal/freeport"
 )
 
@@ -35,51 +35,75 @@ func startNATS(t *testing.T, addr, dir string) *natsserver.Server {
 	return ns
 }
 
-// TestPublishBatchedAcrossAServerRestart: a batched publish goes on while
-// the NATS server restarts; what was not acknowledged is sent again with the
-// same Nats-Msg-Id, and the stream holds every event exactly once.
-func TestPublishBatchedAcrossAServerRestart(t *testing.T) {
-	addr, dir := freeport.Addr(t), t.TempDir()
-	ns := startNATS(t, addr, dir)
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	ctx := context.Background()
-	nc, err := nats.Connect("nats://"+addr, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "MCP_AUDIT", Subjects: []string{"mcp.audit.>"}, Duplicates: 10 * time.Minute})
-	require.NoError(t, err)
+// streamFixture is a JetStream server with the audit stream, and a client of
+// it that reads the stream back.
+type streamFixture struct {
+	addr, dir string
+	ns        *natsserver.Server
+	nc        *nats.Conn
+	js        jetstream.JetStream
+}
 
-	const n = 40_000
-	type result struct {
-		st  PublishStats
-		err error
-	}
-	done := make(chan result, 1)
+func newStreamFixture(t *testing.T, cfg jetstream.StreamConfig) *streamFixture {
+	t.Helper()
+	f := &streamFixture{addr: freeport.Addr(t), dir: t.TempDir()}
+	f.ns = startNATS(t, f.addr, f.dir)
+	t.Cleanup(func() { f.ns.Shutdown(); f.ns.WaitForShutdown() })
+	nc, err := nats.Connect("nats://"+f.addr, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	f.nc = nc
+	f.js, err = jetstream.New(nc)
+	require.NoError(t, err)
+	cfg.Name, cfg.Subjects = "MCP_AUDIT", []string{"mcp.audit.>"}
+	_, err = f.js.CreateStream(context.Background(), cfg)
+	require.NoError(t, err)
+	return f
+}
+
+// restart stops the NATS server for down, then starts it again.
+func (f *streamFixture) restart(t *testing.T, down time.Duration) {
+	t.Helper()
+	f.ns.Shutdown()
+	f.ns.WaitForShutdown()
+	time.Sleep(down)
+	f.ns = startNATS(t, f.addr, f.dir)
+}
+
+type publishResult struct {
+	st  PublishStats
+	err error
+}
+
+// publish runs Publish in the background.
+func (f *streamFixture) publish(opts PublishOptions, next func() (audit.Event, bool, error)) <-chan publishResult {
+	opts.URL = "nats://" + f.addr
+	done := make(chan publishResult, 1)
 	go func() {
-		st, err := Publish(ctx, PublishOptions{URL: "nats://" + addr, Batch: 64, Rate: 20_000, AckWait: 500 * time.Millisecond}, events(0, n, "pve"))
-		done <- result{st, err}
+		st, err := Publish(context.Background(), opts, next)
+		done <- publishResult{st, err}
 	}()
-	time.Sleep(500 * time.Millisecond)
-	ns.Shutdown()
-	ns.WaitForShutdown()
-	time.Sleep(300 * time.Millisecond)
-	ns = startNATS(t, addr, dir)
+	return done
+}
 
-	var r result
+func waitPublish(t *testing.T, done <-chan publishResult) publishResult {
+	t.Helper()
 	select {
-	case r = <-done:
+	case r := <-done:
+		t.Logf("published %d events in %d messages, %d sent again, %d duplicates, %d failed: %v",
+			r.st.Published, r.st.Messages, r.st.Resent, r.st.Duplicates, r.st.Failed, r.err)
+		return r
 	case <-time.After(2 * time.Minute):
 		t.Fatal("publish did not end")
 	}
-	require.NoError(t, r.err)
-	t.Logf("published %d events in %d messages, %d sent again, %d duplicates", r.st.Published, r.st.Messages, r.st.Resent, r.st.Duplicates)
-	assert.GreaterOrEqual(t, r.st.Published, n)
+	return publishResult{}
+}
 
-	// Read the whole stream back: every event once.
-	require.Eventually(t, nc.IsConnected, 10*time.Second, 20*time.Millisecond)
-	cons, err := js.OrderedConsumer(ctx, "MCP_AUDIT", jetstream.OrderedConsumerConfig{})
+// holdsEachOnce reads the whole stream back: events 0..n-1, each once.
+func (f *streamFixture) holdsEachOnce(t *testing.T, n int) {
+	t.Helper()
+	require.Eventually(t, f.nc.IsConnected, 10*time.Second, 20*time.Millisecond)
+	cons, err := f.js.OrderedConsumer(context.Background(), "MCP_AUDIT", jetstream.OrderedConsumerConfig{})
 	require.NoError(t, err)
 	seen := map[string]int{}
 	lines := 0
@@ -89,7 +113,6 @@ func TestPublishBatchedAcrossAServerRestart(t *testing.T) {
 		got := 0
 		for m := range batch.Messages() {
 			got++
-			assert.Equal(t, ingest.BatchContentType, m.Headers().Get("Content-Type"))
 			sc := bufio.NewScanner(bytes.NewReader(m.Data()))
 			for sc.Scan() {
 				var e struct{ ID string }
@@ -109,4 +132,75 @@ func TestPublishBatchedAcrossAServerRestart(t *testing.T) {
 			t.Fatalf("%s is in the stream %d times", id, seen[id])
 		}
 	}
+}
+
+// TestPublishBatchedAcrossAServerRestart: a batched publish goes on while
+// the NATS server restarts; what was not acknowledged is sent again with the
+// same Nats-Msg-Id, and the stream holds every event exactly once.
+func TestPublishBatchedAcrossAServerRestart(t *testing.T) {
+	f := newStreamFixture(t, jetstream.StreamConfig{Duplicates: 10 * time.Minute})
+	const n = 40_000
+	done := f.publish(PublishOptions{Batch: 64, Rate: 20_000, AckWait: 500 * time.Millisecond}, events(0, n, "pve"))
+	time.Sleep(500 * time.Millisecond)
+	f.restart(t, 300*time.Millisecond)
+	r := waitPublish(t, done)
+	require.NoError(t, r.err)
+	assert.GreaterOrEqual(t, r.st.Published, n)
+	assert.LessOrEqual(t, r.st.Messages, 2*n/64, "batched")
+	f.holdsEachOnce(t, n)
+}
+
+// A message lost with the connection does not use up an attempt: an outage
+// far longer than two attempts' backoff loses nothing.
+func TestPublishOutlastsALongOutage(t *testing.T) {
+	f := newStreamFixture(t, jetstream.StreamConfig{Duplicates: 10 * time.Minute})
+	const n = 5_000
+	done := f.publish(PublishOptions{Batch: 1, Rate: 5_000, Attempts: 2, AckWait: 300 * time.Millisecond}, events(0, n, "pve"))
+	time.Sleep(300 * time.Millisecond)
+	f.restart(t, 3*time.Second)
+	r := waitPublish(t, done)
+	require.NoError(t, r.err)
+	assert.Zero(t, r.st.Failed)
+	f.holdsEachOnce(t, n)
+}
+
+// The first message, sent on its own, is sent again like any other when the
+// server goes away before it is acknowledged, for longer than a send waits.
+func TestPublishRetriesTheFirstMessage(t *testing.T) {
+	f := newStreamFixture(t, jetstream.StreamConfig{Duplicates: 10 * time.Minute})
+	asked, release := make(chan struct{}), make(chan struct{})
+	rest := events(0, 10, "pve")
+	first := true
+	done := f.publish(PublishOptions{Batch: 1, AckWait: 300 * time.Millisecond}, func() (audit.Event, bool, error) {
+		if first {
+			first = false
+			close(asked)
+			<-release // the server is down when the first event goes out
+		}
+		return rest()
+	})
+	<-asked
+	f.ns.Shutdown()
+	f.ns.WaitForShutdown()
+	close(release)
+	time.Sleep(11 * time.Second) // longer than the 10 s the first send once waited
+	f.ns = startNATS(t, f.addr, f.dir)
+	r := waitPublish(t, done)
+	require.NoError(t, r.err)
+	f.holdsEachOnce(t, 10)
+}
+
+// A stream that refuses message after message (here: full, discarding new
+// messages) stops the publish early with the stream's reason, instead of
+// every remaining message waiting out its attempts.
+func TestPublishStopsWhenTheStreamRefusesEverything(t *testing.T) {
+	f := newStreamFixture(t, jetstream.StreamConfig{MaxMsgs: 10, Discard: jetstream.DiscardNew})
+	const n = 20_000
+	r := waitPublish(t, f.publish(PublishOptions{Batch: 1}, events(0, n, "pve")))
+	require.Error(t, r.err)
+	assert.ErrorIs(t, r.err, errRefused)
+	assert.Contains(t, r.err.Error(), "maximum messages exceeded")
+	assert.Equal(t, 10, r.st.Published)
+	assert.Positive(t, r.st.Failed)
+	assert.Less(t, r.st.Published+r.st.Failed, n/2, "it stopped long before the end")
 }

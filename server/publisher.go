@@ -17,17 +17,34 @@ import (
 // publisher sends messages through JetStream asynchronously and sends again,
 // with the same Nats-Msg-Id, each one whose acknowledgement does not come.
 type publisher struct {
+	nc       *nats.Conn
 	js       jetstream.JetStream
 	attempts int
+	ackWait  time.Duration
 	start    time.Time
-	first    bool // the first message has been sent
+	first    bool        // the first message has been sent
+	stop     func(error) // ends publishing with its cause
 
 	mu       sync.Mutex
 	st       PublishStats
 	firstErr error
 	tries    map[string]int // sends so far per Nats-Msg-Id, of messages not yet acknowledged
 	retry    []resend       // messages waiting to be sent again
+	refused  int            // messages JetStream refused since the last acknowledgement
 }
+
+// refusalsToStop is how many messages JetStream may refuse in a row, with no
+// acknowledgement between them, before publishing stops: a stream that is
+// full or sealed refuses the rest too, and each would wait out its attempts.
+const refusalsToStop = 100
+
+// errRefused ends publishing when JetStream refuses message after message.
+var errRefused = errors.New("JetStream refuses every message")
+
+// defaultAckWait is how long a message waits for its acknowledgement before
+// it is sent again: under the stream's 5 s duplicate window
+// (ingest.DefaultDuplicates), so that the stream drops the copy.
+const defaultAckWait = 4 * time.Second
 
 // resend is a message to send again once due.
 type resend struct {
@@ -35,16 +52,16 @@ type resend struct {
 	due time.Time
 }
 
-func newPublisher(nc *nats.Conn, opts PublishOptions) (*publisher, error) {
+func newPublisher(nc *nats.Conn, opts PublishOptions, stop func(error)) (*publisher, error) {
 	inFlight := opts.InFlight
 	if inFlight <= 0 {
 		inFlight = DefaultPublishInFlight
 	}
 	ackWait := opts.AckWait
 	if ackWait <= 0 {
-		ackWait = 10 * time.Second
+		ackWait = defaultAckWait
 	}
-	p := &publisher{attempts: opts.Attempts, tries: map[string]int{}, start: time.Now()}
+	p := &publisher{nc: nc, attempts: opts.Attempts, ackWait: ackWait, tries: map[string]int{}, start: time.Now(), stop: stop}
 	if p.attempts <= 0 {
 		p.attempts = DefaultPublishAttempts
 	}
@@ -70,6 +87,7 @@ func (p *publisher) acked(m *nats.Msg, ack *jetstream.PubAck) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.tries, m.Header.Get(jetstream.MsgIDHeader))
+	p.refused = 0
 	p.st.Published += n
 	p.st.Messages++
 	if ack.Duplicate {
@@ -78,11 +96,26 @@ func (p *publisher) acked(m *nats.Msg, ack *jetstream.PubAck) {
 }
 
 // failed schedules a message that was not acknowledged to be sent again,
-// after a backoff that doubles with each attempt, or gives up on it.
+// after a backoff that doubles with each attempt, or gives up on it. A
+// message lost with the connection does not use up an attempt: it waits for
+// the reconnection, however long the NATS server is away.
 func (p *publisher) failed(m *nats.Msg, err error) {
 	id := m.Header.Get(jetstream.MsgIDHeader)
+	local := p.lostWithConnection(err)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if local {
+		p.tries[id]--
+		again := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header}
+		p.retry = append(p.retry, resend{m: again, due: time.Now().Add(250 * time.Millisecond)})
+		return
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) || errors.Is(err, jetstream.ErrNoStreamResponse) {
+		if p.refused++; p.refused == refusalsToStop {
+			p.stop(fmt.Errorf("publish: %w: %d messages refused in a row, the last on %s: %w", errRefused, p.refused, m.Subject, err))
+		}
+	}
 	tries := p.tries[id]
 	if tries >= p.attempts || errors.Is(err, nats.ErrPermissionViolation) {
 		delete(p.tries, id)
@@ -96,6 +129,20 @@ func (p *publisher) failed(m *nats.Msg, err error) {
 	// The reply subject was set by the failed publish: a new message.
 	again := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header}
 	p.retry = append(p.retry, resend{m: again, due: time.Now().Add(backoff)})
+}
+
+// lostWithConnection tells a send that failed because the connection went
+// away (the client fails every pending acknowledgement on reconnecting)
+// from one the server answered or let time out.
+func (p *publisher) lostWithConnection(err error) bool {
+	switch {
+	case errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting),
+		errors.Is(err, nats.ErrReconnectBufExceeded):
+		return true
+	case errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return !p.nc.IsConnected()
+	}
+	return false
 }
 
 // send publishes m, and first whatever is due to be sent again. The first
@@ -113,15 +160,21 @@ func (p *publisher) send(ctx context.Context, m *nats.Msg) error {
 }
 
 func (p *publisher) sendFirst(ctx context.Context, m *nats.Msg) error {
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, p.ackWait)
 	defer cancel()
 	p.count(m)
 	ack, err := p.js.PublishMsg(pctx, m)
-	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+	switch {
+	case errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders):
 		return fmt.Errorf("publish to %s: no JetStream stream captures this subject: start `mcptrail serve` first (it creates the stream) or create one on mcp.audit.>: %w", m.Subject, err)
-	}
-	if err != nil {
+	case errors.Is(err, nats.ErrPermissionViolation), ctx.Err() != nil:
 		return fmt.Errorf("publish to %s: %w", m.Subject, err)
+	case err != nil:
+		// Lost, late or refused for now (a restart, an election): sent
+		// again as any other; a stream that keeps refusing stops the
+		// publish after refusalsToStop messages.
+		p.failed(m, err)
+		return nil
 	}
 	p.acked(m, ack)
 	return nil
@@ -135,6 +188,13 @@ func (p *publisher) count(m *nats.Msg) {
 }
 
 func (p *publisher) sendAsync(ctx context.Context, m *nats.Msg) error {
+	// While the connection is away, hold back instead of filling the
+	// reconnect buffer with messages whose acknowledgements will be failed.
+	for !p.nc.IsConnected() && !p.nc.IsClosed() {
+		if !wait.Sleep(ctx, 20*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
 	p.count(m)
 	for {
 		_, err := p.js.PublishMsgAsync(m)
@@ -210,11 +270,14 @@ func (p *publisher) finish(ctx context.Context, err error) (PublishStats, error)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := p.st
+	for _, r := range p.retry { // stopped before they could be sent again
+		st.Failed += ingest.EventsIn(r.m)
+	}
 	st.Duration = time.Since(p.start)
 	if st.Duration > 0 {
 		st.Rate = float64(st.Published) / st.Duration.Seconds()
 	}
-	if cause := context.Cause(ctx); err != nil && errors.Is(cause, nats.ErrPermissionViolation) {
+	if cause := context.Cause(ctx); err != nil && (errors.Is(cause, nats.ErrPermissionViolation) || errors.Is(cause, errRefused)) {
 		err = cause
 	}
 	if err == nil && st.Failed > 0 {
