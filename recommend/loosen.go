@@ -83,6 +83,43 @@ func accessOf(p *policy.Policy, tool string) access {
 	return a
 }
 
+// WideningKinds are the kinds of a loosening's changes, from its evidence
+// ("denied → allowed", "limit raised", "scope broadened (in the intercept
+// output)"), sorted, without their figures, which move with the traffic
+// from run to run: what tells one widening of a tool from another.
+func WideningKinds(evidence map[string]any) []string {
+	var changes []string
+	switch c := evidence["changes"].(type) {
+	case []string: // this run's
+		changes = c
+	case []any: // a recommendations.json's
+		for _, v := range c {
+			changes = append(changes, fmt.Sprint(v))
+		}
+	}
+	kinds := make([]string, 0, len(changes))
+	for _, c := range changes {
+		kind, _, _ := strings.Cut(c, ":")
+		if _, in, ok := strings.Cut(c, " (in the "); ok {
+			kind += " (in the " + in
+		}
+		kinds = append(kinds, kind)
+	}
+	slices.Sort(kinds)
+	return slices.Compact(kinds)
+}
+
+// WideningCovered reports whether every kind of a loosening's changes is
+// among those accepted: a widening of another kind is not.
+func WideningCovered(kinds, accepted []string) bool {
+	for _, k := range kinds {
+		if !slices.Contains(accepted, k) {
+			return false
+		}
+	}
+	return true
+}
+
 // conditionText writes a condition as "args.amount gt 10000".
 func conditionText(c policy.Condition) string {
 	return strings.TrimSpace(c.Path + " " + c.Op + " " + string(c.Value))

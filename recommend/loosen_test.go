@@ -156,3 +156,24 @@ func TestHitCapIsKept(t *testing.T) {
 	assert.Equal(t, "get_a_rate_session_minute", limits[1].Counter)
 	assert.Empty(t, recommend.Loosenings(cur, r.Policy, "get_a"))
 }
+
+// A loosening's kinds leave its figures aside, keep the output a change is
+// in, and cover a later loosening only when it widens in no other way.
+func TestWideningKinds(t *testing.T) {
+	accepted := recommend.WideningKinds(map[string]any{"changes": []any{"denied → allowed", "calls refused then pass",
+		"limit raised: 5/minute per grant → 9/minute per grant (in the intercept output)"}})
+	assert.Equal(t, []string{"calls refused then pass", "denied → allowed", "limit raised (in the intercept output)"}, accepted)
+	for _, tt := range []struct {
+		changes []string
+		covered bool
+	}{
+		{[]string{"denied → allowed"}, true},
+		{[]string{"denied → allowed", "calls refused then pass"}, true},
+		{[]string{"limit raised: 9/minute per grant → 12/minute per grant (in the intercept output)"}, true},
+		{[]string{"limit raised: 9/minute per grant → 12/minute per grant"}, false},
+		{[]string{"denied → allowed", "scope broadened: 2/minute per grant → 6/minute per session"}, false},
+	} {
+		kinds := recommend.WideningKinds(map[string]any{"changes": tt.changes})
+		assert.Equal(t, tt.covered, recommend.WideningCovered(kinds, accepted), "%v", tt.changes)
+	}
+}

@@ -3,8 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/catalog"
@@ -19,33 +17,7 @@ import (
 type baseline struct {
 	file     string
 	severity map[string]catalog.Severity
-	widening map[string]string // loosening id → wideningKey
-}
-
-// wideningKey is what tells a loosening from another of the same tool: the
-// kinds of its changes ("denied → allowed", "limit raised", "scope
-// broadened", each with the output it is in), not their figures, which move
-// with the traffic from run to run.
-func wideningKey(evidence map[string]any) string {
-	var changes []string
-	switch c := evidence["changes"].(type) {
-	case []string: // this run's
-		changes = c
-	case []any: // a recommendations.json's
-		for _, v := range c {
-			changes = append(changes, fmt.Sprint(v))
-		}
-	}
-	kinds := make([]string, 0, len(changes))
-	for _, c := range changes {
-		kind, _, _ := strings.Cut(c, ":")
-		if _, in, ok := strings.Cut(c, " (in the "); ok {
-			kind += " (in the " + in
-		}
-		kinds = append(kinds, kind)
-	}
-	slices.Sort(kinds)
-	return strings.Join(slices.Compact(kinds), "; ")
+	widening map[string][]string // loosening id → recommend.WideningKinds
 }
 
 // parseBaseline reads a recommendations.json of server: the single-object
@@ -70,7 +42,7 @@ func parseBaseline(f *api.File, server string) (*baseline, error) {
 	if doc.Server == "" && doc.Findings == nil && doc.Policies == nil {
 		return nil, usageErrorf("--baseline %s: no server or findings in it: pass the recommendations.json that recommend --out wrote", f.Name)
 	}
-	b := &baseline{file: f.Name, severity: map[string]catalog.Severity{}, widening: map[string]string{}}
+	b := &baseline{file: f.Name, severity: map[string]catalog.Severity{}, widening: map[string][]string{}}
 	parts := append([]findings{doc.findings}, mapValues(doc.Policies)...)
 	for _, p := range parts {
 		if p.Server != "" && p.Server != server {
@@ -83,7 +55,7 @@ func parseBaseline(f *api.File, server string) (*baseline, error) {
 			}
 			b.severity[x.ID] = sev
 			if x.Kind == recommend.KindLoosening {
-				b.widening[x.ID] = wideningKey(x.Evidence)
+				b.widening[x.ID] = recommend.WideningKinds(x.Evidence)
 			}
 		}
 	}
@@ -99,7 +71,8 @@ func mapValues[V any](m map[string]V) []V {
 }
 
 // newOrWorse keeps the findings that the baseline lacks or rates lower,
-// and the loosenings that widen in other ways than the baseline's did.
+// and the loosenings that widen in a way the baseline's did not (fewer ways
+// than the baseline's is no news).
 func (b *baseline) newOrWorse(findings []recommend.Finding) []recommend.Finding {
 	if b == nil {
 		return findings
@@ -107,7 +80,7 @@ func (b *baseline) newOrWorse(findings []recommend.Finding) []recommend.Finding 
 	var out []recommend.Finding
 	for _, f := range findings {
 		old, ok := b.severity[f.ID]
-		changed := f.Kind == recommend.KindLoosening && b.widening[f.ID] != wideningKey(f.Evidence)
+		changed := f.Kind == recommend.KindLoosening && !recommend.WideningCovered(recommend.WideningKinds(f.Evidence), b.widening[f.ID])
 		if !ok || catalog.Severity(f.Severity).Rank() > old.Rank() || changed {
 			out = append(out, f)
 		}
