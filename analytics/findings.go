@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -23,15 +24,18 @@ type RecommendRun struct {
 // and its state (SPEC §5, "Finding history"; the states and their
 // transitions are recommend's, recommend/history.go).
 type FindingRecord struct {
-	ID        string    `json:"id"`
-	Server    string    `json:"server"`
-	Grant     string    `json:"grant"`
-	Kind      string    `json:"kind"`
-	Tool      string    `json:"tool"`
-	State     string    `json:"state"`
-	Severity  string    `json:"severity"`
-	Summary   string    `json:"summary"`
-	Action    string    `json:"-"` // the proposed change as JSON, compared between runs
+	ID       string `json:"id"`
+	Server   string `json:"server"`
+	Grant    string `json:"grant"`
+	Kind     string `json:"kind"`
+	Tool     string `json:"tool"`
+	State    string `json:"state"`
+	Severity string `json:"severity"`
+	Summary  string `json:"summary"`
+	Action   string `json:"-"` // the proposed change as JSON, compared between runs
+	// Changes are a loosening's kinds of change (recommend.WideningKinds),
+	// what a suppression of it accepts; nil for other kinds.
+	Changes   []string  `json:"changes,omitempty"`
 	FirstSeen time.Time `json:"first_seen"`
 	LastSeen  time.Time `json:"last_seen"`
 	ChangedAt time.Time `json:"changed_at"`
@@ -132,7 +136,7 @@ func recordRun(ctx context.Context, conn *sql.Conn, run RecommendRun, advance fu
 	}
 	if err := AppendRows(conn, "", "findings", next, func(r *FindingRecord) []driver.Value {
 		return []driver.Value{r.ID, run.Server, run.Grant, r.Kind, nullable(r.Tool), r.FirstSeen.UTC(), r.LastSeen.UTC(), r.State, r.Severity,
-			nullable(r.Summary), nullable(r.Action), r.LastRunID, r.ChangedAt.UTC()}
+			nullable(r.Summary), nullable(r.Action), r.LastRunID, r.ChangedAt.UTC(), jsonList(r.Changes)}
 	}, func(r *FindingRecord) string { return "finding " + r.ID }); err != nil {
 		return err
 	}
@@ -141,17 +145,43 @@ func recordRun(ctx context.Context, conn *sql.Conn, run RecommendRun, advance fu
 	}, func(t *FindingTransition) string { return "transition of " + t.FindingID })
 }
 
+// jsonList stores a list as JSON text; nil as NULL.
+func jsonList(l []string) driver.Value {
+	if l == nil {
+		return nil
+	}
+	b, _ := json.Marshal(l)
+	return string(b)
+}
+
+// parseJSONList reads what jsonList stored.
+func parseJSONList(s sql.NullString) ([]string, error) {
+	if !s.Valid {
+		return nil, nil
+	}
+	l := []string{}
+	if err := json.Unmarshal([]byte(s.String), &l); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
 const findingColumns = `SELECT finding_id, server, "grant", kind, coalesce(tool, ''), state, severity, coalesce(summary, ''),
-	coalesce(action, ''), first_seen, last_seen, changed_at, last_run_id FROM findings`
+	coalesce(action, ''), first_seen, last_seen, changed_at, last_run_id, changes FROM findings`
 
 func scanFindings(rows *sql.Rows) ([]FindingRecord, error) {
 	defer rows.Close()
 	var out []FindingRecord
 	for rows.Next() {
 		var r FindingRecord
+		var changes sql.NullString
 		if err := rows.Scan(&r.ID, &r.Server, &r.Grant, &r.Kind, &r.Tool, &r.State, &r.Severity, &r.Summary, &r.Action,
-			&r.FirstSeen, &r.LastSeen, &r.ChangedAt, &r.LastRunID); err != nil {
+			&r.FirstSeen, &r.LastSeen, &r.ChangedAt, &r.LastRunID, &changes); err != nil {
 			return nil, err
+		}
+		var err error
+		if r.Changes, err = parseJSONList(changes); err != nil {
+			return nil, fmt.Errorf("finding %s: changes: %w", r.ID, err)
 		}
 		r.FirstSeen, r.LastSeen, r.ChangedAt = r.FirstSeen.UTC(), r.LastSeen.UTC(), r.ChangedAt.UTC()
 		out = append(out, r)
@@ -194,6 +224,20 @@ func (s *Store) Findings(ctx context.Context, f FindingFilter) ([]FindingRecord,
 		return out[i].ID < out[j].ID
 	})
 	return out, nil
+}
+
+// Finding returns the recorded finding with id (ids name their server and
+// grant), or nil when none was recorded.
+func (s *Store) Finding(ctx context.Context, id string) (*FindingRecord, error) {
+	rows, err := s.db.QueryContext(ctx, findingColumns+` WHERE finding_id = ? ORDER BY last_seen DESC LIMIT 1`, id)
+	if err != nil {
+		return nil, fmt.Errorf("read finding %s: %w", id, err)
+	}
+	out, err := scanFindings(rows)
+	if err != nil || len(out) == 0 {
+		return nil, err
+	}
+	return &out[0], nil
 }
 
 // FindingLogEntry is one recorded state change.

@@ -105,7 +105,7 @@ func TestRecordRunsAllOrNone(t *testing.T) {
 CREATE TABLE findings (
 	finding_id VARCHAR NOT NULL, server VARCHAR NOT NULL, "grant" VARCHAR NOT NULL, kind VARCHAR NOT NULL CHECK (kind <> 'refused'),
 	tool VARCHAR, first_seen TIMESTAMPTZ NOT NULL, last_seen TIMESTAMPTZ NOT NULL, state VARCHAR NOT NULL, severity VARCHAR NOT NULL,
-	summary VARCHAR, action VARCHAR, last_run_id BIGINT NOT NULL, changed_at TIMESTAMPTZ NOT NULL)`)
+	summary VARCHAR, action VARCHAR, last_run_id BIGINT NOT NULL, changed_at TIMESTAMPTZ NOT NULL, changes VARCHAR)`)
 	require.NoError(t, err)
 	at := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	var ids []int64

@@ -221,6 +221,13 @@ CREATE TABLE calls_clustered (clustered_until TIMESTAMPTZ NOT NULL);
 	{13, "counted days", countedDaysSchema, nil},
 	// Empty: the next recluster sorts every epoch of session_peaks once.
 	{14, "peaks clustered", peaksClusteredSchema, nil},
+	// What a loosening widens, and what a suppression of one accepted
+	// (JSON lists of recommend.WideningKinds; NULL: not a loosening, or a
+	// suppression of the whole finding, as every earlier one).
+	{15, "widening kinds", `
+ALTER TABLE findings ADD COLUMN changes VARCHAR;
+ALTER TABLE suppressions ADD COLUMN covers VARCHAR;
+`, nil},
 }
 
 // rekeyedGatewaysSQL lists the gateways of the calls whose session is

@@ -263,6 +263,10 @@ type Suppression struct {
 	Owner     string    `json:"by"`
 	Until     time.Time `json:"until"`
 	CreatedAt time.Time `json:"created_at"`
+	// Covers, for a loosening, are the kinds of change it accepted
+	// (recommend.WideningKinds): a later loosening of the same tool that
+	// widens in another way is not suppressed. nil: the whole finding.
+	Covers []string `json:"covers,omitempty"`
 }
 
 // SuppressionChange is one recorded change to a suppression.
@@ -294,8 +298,8 @@ func (s *Store) Suppress(ctx context.Context, sup Suppression) (action string, e
 	if n > 0 {
 		action = "update"
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO suppressions VALUES (?, ?, ?, ?, ?)`,
-		sup.FindingID, sup.Reason, nullable(sup.Owner), sup.Until.UTC(), sup.CreatedAt.UTC()); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO suppressions VALUES (?, ?, ?, ?, ?, ?)`,
+		sup.FindingID, sup.Reason, nullable(sup.Owner), sup.Until.UTC(), sup.CreatedAt.UTC(), jsonList(sup.Covers)); err != nil {
 		return "", fmt.Errorf("suppress: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO suppression_log VALUES (?, ?, ?, ?, ?, ?)`,
@@ -335,7 +339,7 @@ func (s *Store) Unsuppress(ctx context.Context, findingID, owner string, at time
 
 // Suppressions returns every suppression, expired ones included, by finding id.
 func (s *Store) Suppressions(ctx context.Context) ([]Suppression, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT finding_id, reason, coalesce(owner, ''), until, created_at FROM suppressions ORDER BY finding_id`)
+	rows, err := s.db.QueryContext(ctx, `SELECT finding_id, reason, coalesce(owner, ''), until, created_at, covers FROM suppressions ORDER BY finding_id`)
 	if err != nil {
 		return nil, fmt.Errorf("read suppressions: %w", err)
 	}
@@ -343,8 +347,12 @@ func (s *Store) Suppressions(ctx context.Context) ([]Suppression, error) {
 	var out []Suppression
 	for rows.Next() {
 		var sup Suppression
-		if err := rows.Scan(&sup.FindingID, &sup.Reason, &sup.Owner, &sup.Until, &sup.CreatedAt); err != nil {
+		var covers sql.NullString
+		if err := rows.Scan(&sup.FindingID, &sup.Reason, &sup.Owner, &sup.Until, &sup.CreatedAt, &covers); err != nil {
 			return nil, fmt.Errorf("read suppressions: %w", err)
+		}
+		if sup.Covers, err = parseJSONList(covers); err != nil {
+			return nil, fmt.Errorf("read suppressions: %s: covers: %w", sup.FindingID, err)
 		}
 		out = append(out, sup)
 	}

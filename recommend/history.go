@@ -72,6 +72,9 @@ func AdvanceHistory(r *Report, h analytics.RunHistory) ([]analytics.FindingRecor
 		found[f.ID] = true
 		n := analytics.FindingRecord{ID: f.ID, Kind: f.Kind, Tool: f.Tool, State: f.observedState(r.Current), Severity: f.Severity,
 			Summary: f.Summary, Action: actionKey(f.Action), FirstSeen: at, LastSeen: at, ChangedAt: at, LastRunID: h.RunID}
+		if f.Kind == KindLoosening {
+			n.Changes = WideningKinds(f.Evidence)
+		}
 		old, seen := known[f.ID]
 		inPrevious := seen && h.PreviousRunID != 0 && old.LastRunID == h.PreviousRunID
 		if seen {

@@ -334,17 +334,28 @@ func (s *state) add(f Finding) {
 // applySuppressions marks findings with a suppression in force; expired ones
 // no longer apply.
 func (s *state) applySuppressions() {
-	active := map[string]Suppressed{}
+	active := map[string]analytics.Suppression{}
 	for _, sup := range s.opts.Suppressions {
 		if sup.Until.After(s.opts.Now) {
-			active[sup.FindingID] = Suppressed{Reason: sup.Reason, By: sup.Owner, Until: sup.Until.UTC()}
+			active[sup.FindingID] = sup
 		}
 	}
 	for i := range s.findings {
-		if sup, ok := active[s.findings[i].ID]; ok {
-			sup := sup
-			s.findings[i].Suppressed = &sup
+		f := &s.findings[i]
+		sup, ok := active[f.ID]
+		if !ok {
+			continue
 		}
+		// A suppressed loosening accepted the ways it widened then; one
+		// that now widens in another way is news, whatever its id.
+		if f.Kind == KindLoosening && sup.Covers != nil {
+			if kinds := WideningKinds(f.Evidence); !WideningCovered(kinds, sup.Covers) {
+				f.Suppressed = nil
+				f.Evidence["suppression_covers"] = sup.Covers
+				continue
+			}
+		}
+		f.Suppressed = &Suppressed{Reason: sup.Reason, By: sup.Owner, Until: sup.Until.UTC()}
 	}
 }
 

@@ -32,9 +32,12 @@ recommendations and reports.
 
 An id that matches nothing this database has seen (an unknown kind, server,
 grant, tool or agent) is refused, since it would silently suppress nothing;
---force keeps it anyway. --all-of KIND suppresses every open finding of that
-kind that recommend finds now on --server (and --grant): a way to accept what
-exists on the day CI starts to gate on findings.`,
+--force keeps it anyway. A loosening's suppression accepts the ways it widens
+now: a later widening of the tool in another way applies again.
+
+--all-of KIND suppresses every open finding of that kind that recommend finds
+now on --server (and --grant): a way to accept what exists on the day CI starts
+to gate on findings.`,
 		Example: `  mcptrail suppress unused_tool:proxmox-mcp:*:create_vm --reason "DR drills" --until 2027-03-01 --by alice
   mcptrail suppress --all-of unused_tool --server proxmox-mcp --reason "accepted at adoption" --until 90d`,
 		Args: cobra.MaximumNArgs(1),
@@ -203,7 +206,33 @@ func (a *app) runSuppress(ctx context.Context, store *analytics.Store, req *api.
 			return err
 		}
 	}
-	return a.suppressOne(ctx, store, req.FindingID, req, end)
+	covers, err := acceptedWidening(ctx, store, req)
+	if err != nil {
+		return err
+	}
+	return a.suppressOne(ctx, store, req.FindingID, covers, req, end)
+}
+
+// acceptedWidening is what a suppression of a loosening accepts: the kinds
+// of change of the finding as last recorded (nil for another kind). A
+// loosening not recorded with them is refused without --force, which
+// suppresses it whatever it comes to widen.
+func acceptedWidening(ctx context.Context, store *analytics.Store, req *api.SuppressRequest) ([]string, error) {
+	if !strings.HasPrefix(req.FindingID, recommend.KindLoosening+":") {
+		return nil, nil
+	}
+	f, err := store.Finding(ctx, req.FindingID)
+	if err != nil {
+		return nil, err
+	}
+	if (f == nil || f.Changes == nil) && !req.Force {
+		return nil, usageErrorf("%s: no recorded run says how this loosening widens access, so a suppression could not tell a later, other widening from it: "+
+			"run mcptrail recommend --server S first (or --force to suppress every widening of the tool)", req.FindingID)
+	}
+	if f == nil {
+		return nil, nil
+	}
+	return f.Changes, nil
 }
 
 // suppressAllOf runs the recommender as recommend would and suppresses each
@@ -234,7 +263,11 @@ func (a *app) suppressAllOf(ctx context.Context, store *analytics.Store, req *ap
 		if f.Kind != req.AllOf || f.Suppressed != nil {
 			continue
 		}
-		if err := a.suppressOne(ctx, store, f.ID, req, end); err != nil {
+		var covers []string
+		if f.Kind == recommend.KindLoosening {
+			covers = recommend.WideningKinds(f.Evidence)
+		}
+		if err := a.suppressOne(ctx, store, f.ID, covers, req, end); err != nil {
 			return err
 		}
 		n++
@@ -245,9 +278,11 @@ func (a *app) suppressAllOf(ctx context.Context, store *analytics.Store, req *ap
 	return nil
 }
 
-// suppressOne records one suppression and says so.
-func (a *app) suppressOne(ctx context.Context, store *analytics.Store, id string, req *api.SuppressRequest, end time.Time) error {
-	action, err := store.Suppress(ctx, analytics.Suppression{FindingID: id, Reason: req.Reason, Owner: req.By, Until: end, CreatedAt: a.now})
+// suppressOne records one suppression and says so; covers are the kinds
+// of widening a loosening's suppression accepts.
+func (a *app) suppressOne(ctx context.Context, store *analytics.Store, id string, covers []string, req *api.SuppressRequest, end time.Time) error {
+	action, err := store.Suppress(ctx, analytics.Suppression{FindingID: id, Reason: req.Reason, Owner: req.By, Until: end, CreatedAt: a.now,
+		Covers: covers})
 	if err != nil {
 		return err
 	}
@@ -255,7 +290,11 @@ func (a *app) suppressOne(ctx context.Context, store *analytics.Store, id string
 	if action == "update" {
 		verb = "updated the suppression of"
 	}
-	fmt.Fprintf(a.stdout, "%s %s until %s\n", verb, id, end.Format("2006-01-02"))
+	accepting := ""
+	if covers != nil {
+		accepting = " (accepting: " + strings.Join(covers, "; ") + ")"
+	}
+	fmt.Fprintf(a.stdout, "%s %s until %s%s\n", verb, id, end.Format("2006-01-02"), accepting)
 	return nil
 }
 
@@ -352,13 +391,13 @@ func (a *app) runSuppressions(ctx context.Context, store *analytics.Store, req *
 		return err
 	}
 	w := render.New(f, a.stdout)
-	_ = w.Header([]string{"finding_id", "status", "until", "by", "reason", "created_at"})
+	_ = w.Header([]string{"finding_id", "status", "until", "by", "reason", "created_at", "covers"})
 	for _, s := range sups {
 		status := "active"
 		if !s.Until.After(a.now) {
 			status = "expired"
 		}
-		_ = w.Row([]any{s.FindingID, status, s.Until, s.Owner, s.Reason, s.CreatedAt})
+		_ = w.Row([]any{s.FindingID, status, s.Until, s.Owner, s.Reason, s.CreatedAt, strings.Join(s.Covers, "; ")})
 	}
 	return w.Close()
 }
