@@ -93,6 +93,19 @@ func Proof(token string, challenge []byte) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
+// ProofFor is Proof bound to whom the client asked: the subject of a NATS
+// shard's hello. A program that may answer on one shard's subject but lacks
+// the token cannot pass off another shard's proof as its own by relaying the
+// challenge: that proof names the other shard's subject.
+func ProofFor(token string, challenge []byte, addressee string) string {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte(proofLabel))
+	m.Write(challenge)
+	m.Write([]byte{0})
+	m.Write([]byte(addressee))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
 // checkProof compares in constant time.
 func checkProof(token string, challenge []byte, proof string) bool {
 	want := Proof(token, challenge)

@@ -255,7 +255,8 @@ func (c *Client) hello(ctx context.Context, shard Shard) error {
 		return err
 	}
 	h, err := helloAnswer(resp.Data)
-	if err != nil || h.Service != Name || !hmac.Equal([]byte(h.Proof), []byte(api.Proof(c.Token, challenge[:]))) {
+	want := api.ProofFor(c.Token, challenge[:], shard.subjects[HelloEndpoint])
+	if err != nil || h.Service != Name || !hmac.Equal([]byte(h.Proof), []byte(want)) {
 		return fmt.Errorf("shard %s: %w: it did not prove that it holds this CLI's token, so the token was not sent: "+
 			"the shards and the CLI must share http.token", shard.Name(), ErrRefused)
 	}

@@ -173,14 +173,15 @@ type handler struct {
 	running sync.WaitGroup
 }
 
-// hello proves that this daemon holds the token, before any client sends it.
+// hello proves that this daemon holds the token, before any client sends
+// it, for the subject it was asked on (api.ProofFor).
 func (h *handler) hello(req micro.Request) {
 	challenge, err := hex.DecodeString(string(req.Data()))
 	if err != nil || len(challenge) < 16 || len(challenge) > 64 {
 		_ = req.Error(CodeBadRequest, "want a challenge of 16 to 64 random bytes in hex", nil)
 		return
 	}
-	_ = req.RespondJSON(api.Hello{Service: Name, API: "v1", Proof: api.Proof(h.o.Token, challenge)})
+	_ = req.RespondJSON(api.Hello{Service: Name, API: "v1", Proof: api.ProofFor(h.o.Token, challenge, req.Subject())})
 }
 
 // endpoint answers the requests of one api path. The token is checked

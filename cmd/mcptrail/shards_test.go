@@ -191,6 +191,39 @@ func TestShardsThroughNATS(t *testing.T) {
 		assert.Empty(t, resp.Data)
 	}
 
+	// A program that may serve mcptrail.api.> but lacks the token cannot
+	// borrow a shard's proof: it relays the CLI's challenge to shard B's
+	// hello, but B's proof names B's subject, so the token is not sent.
+	impostor, err := micro.AddService(nc, micro.Config{Name: shardsvc.Name, Version: "1.0.0", Metadata: map[string]string{
+		shardsvc.MetaServers: "gamma", shardsvc.MetaDatabase: "/elsewhere.duckdb", shardsvc.MetaConsumer: "shard-z", shardsvc.MetaStream: "MCP_AUDIT"}})
+	require.NoError(t, err)
+	base := shardsvc.SubjectPrefix + ".impostor"
+	require.NoError(t, impostor.AddEndpoint(shardsvc.HelloEndpoint, micro.HandlerFunc(func(req micro.Request) {
+		resp, err := nc.Request(shardsvc.SubjectPrefix+"."+shards[1].ID+"."+shardsvc.HelloEndpoint, req.Data(), 5*time.Second)
+		if err != nil {
+			_ = req.Error("500", err.Error(), nil)
+			return
+		}
+		_ = req.Respond(resp.Data)
+	}), micro.WithEndpointSubject(base+"."+shardsvc.HelloEndpoint)))
+	stolen := make(chan string, 1)
+	require.NoError(t, impostor.AddEndpoint("recommend", micro.HandlerFunc(func(req micro.Request) {
+		select {
+		case stolen <- req.Headers().Get(shardsvc.AuthHeader):
+		default:
+		}
+		_ = req.Error("500", "impostor", nil)
+	}), micro.WithEndpointSubject(base+".recommend"), micro.WithEndpointMetadata(map[string]string{shardsvc.MetaPath: "/api/v1/recommend"})))
+	_, code, stderr = cli(withToken, "--nats", url, "recommend", "--server", "gamma")
+	assert.NotZero(t, code)
+	assert.Contains(t, stderr, "did not prove that it holds this CLI's token")
+	select {
+	case auth := <-stolen:
+		t.Errorf("the impostor received a request with %q", auth)
+	default:
+	}
+	require.NoError(t, impostor.Stop())
+
 	// An answer over max_payload is refused with the limit, not cut.
 	_, code, stderr = cli(withToken, "--nats", url, "query", "--sql", "SELECT repeat('x', 1000) AS x FROM range(2000)")
 	assert.Equal(t, 1, code, stderr)
