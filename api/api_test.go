@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -244,6 +245,39 @@ func TestClientSendsNoTokenToASquatter(t *testing.T) {
 	assert.True(t, reached)
 	assert.ErrorContains(t, err, "did not prove that it holds this CLI's token")
 	assert.False(t, sawToken.Load(), "the squatter received the token")
+}
+
+// The request that carries the token goes over the connection that carried
+// the hello proof, never a new one that another process may have answered.
+func TestClientSendsTheTokenOverTheProvenConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	h, err := NewHandler(Options{Backend: &scriptBackend{}, Token: testToken, Listen: ln.Addr().String()})
+	require.NoError(t, err)
+	var mu sync.Mutex
+	conns := map[string][]string{} // client address → paths asked over it
+	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		conns[r.RemoteAddr] = append(conns[r.RemoteAddr], r.URL.Path)
+		mu.Unlock()
+		h.ServeHTTP(w, r)
+	})}}
+	srv.Start()
+	defer srv.Close()
+	c := &Client{Listen: ln.Addr().String(), Token: testToken}
+	_, reached, _, err := c.Do(context.Background(), &QueryRequest{SQL: "x"}, Sink{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}})
+	require.NoError(t, err)
+	require.True(t, reached)
+	_, reached, err = c.Status(context.Background())
+	require.NoError(t, err)
+	require.True(t, reached)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, conns, 2, "one connection per exchange: %v", conns)
+	for addr, paths := range conns {
+		assert.Equal(t, PathHello, paths[0], addr)
+		assert.Len(t, paths, 2, "the hello and the request over one connection: %v", paths)
+	}
 }
 
 func TestClientWithoutDaemonOrToken(t *testing.T) {

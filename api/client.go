@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 )
 
@@ -63,9 +64,34 @@ func (c *Client) base() string {
 	return scheme + "://" + net.JoinHostPort(host, port)
 }
 
+// errConnLost means the connection that carried the hello closed before
+// the request that carries the token could use it.
+var errConnLost = errors.New("the connection to the daemon closed after its hello proof; the token was not sent: try again")
+
+// oneConn dials the daemon once per client: the request that carries the
+// token goes over the very connection whose other end proved it holds it,
+// so that a process taking the port in between never receives it.
+type oneConn struct {
+	mu     sync.Mutex
+	dialed bool
+	d      net.Dialer
+}
+
+func (o *oneConn) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.dialed {
+		return nil, errConnLost
+	}
+	o.dialed = true
+	return o.d.DialContext(ctx, network, addr)
+}
+
+// httpClient is a client for one exchange with the daemon (a hello, then
+// the request), over one connection.
 func (c *Client) httpClient() (*http.Client, error) {
 	// No proxy: the daemon is local (or at least not behind the user's proxy).
-	tr := &http.Transport{Proxy: nil, DisableKeepAlives: true}
+	tr := &http.Transport{Proxy: nil, MaxConnsPerHost: 1, DialContext: (&oneConn{}).dial}
 	if c.CertFile != "" {
 		pem, err := os.ReadFile(c.CertFile)
 		if err != nil {
@@ -130,6 +156,7 @@ func (c *Client) Do(ctx context.Context, req Request, sink Sink) (code int, reac
 	if err != nil {
 		return 0, false, false, err
 	}
+	defer hc.CloseIdleConnections()
 	if reached, err := c.hello(ctx, hc); !reached || err != nil {
 		return 0, reached, false, err
 	}
@@ -203,6 +230,7 @@ func (c *Client) Status(ctx context.Context) (st Status, reached bool, err error
 	if err != nil {
 		return st, false, err
 	}
+	defer hc.CloseIdleConnections()
 	if reached, err := c.hello(ctx, hc); !reached || err != nil {
 		return st, reached, err
 	}
