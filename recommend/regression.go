@@ -343,7 +343,7 @@ func (s *state) detectRegressions(ctx context.Context) error {
 		return err
 	}
 	for _, r := range regs {
-		restore, patch, how, err := revert(s.opts.Current, s.opts.Previous, r)
+		restore, patch, how, widens, err := revert(s.opts.Current, s.opts.Previous, r)
 		if err != nil {
 			return err
 		}
@@ -371,7 +371,7 @@ func (s *state) detectRegressions(ctx context.Context) error {
 			"approval_required": r.ApprovalRequired, "rate_limited": r.Rate, "sessions": r.Sessions,
 			"refused_sessions": r.RefusedSessions, "agents_refused": r.Agents, "session_share_rise": r.Share,
 			"first_refused": r.Examples, "revert_from": how, "sql": r.SQL, "baseline_first_allowed": r.BaselineFirst,
-			"vanished": r.Vanished, "expected_calls": r.Expected,
+			"vanished": r.Vanished, "expected_calls": r.Expected, "revert_widens": widens,
 		}
 		s.add(Finding{Kind: KindRegression, Tool: r.Tool, Severity: sev, Confidence: High, Summary: summary,
 			Evidence: ev, Action: Action{Op: OpRevert, Restore: restore, Patch: patch}})
@@ -412,17 +412,18 @@ const (
 // Patch against the current policy that restores it: the rule (and the hide
 // entry) of the policy recorded before the current one, or, with none, the
 // current rule without what refuses the calls. Everything else in the
-// current policy is left as it is.
-func revert(current, previous *policy.Policy, r Regression) (*policy.ToolRule, json.RawMessage, string, error) {
+// current policy is left as it is. widens says how applying the patch widens
+// the current policy (Loosenings), which a revert does by design: a reviewer
+// sees every way, not only the refusal the regression is about.
+func revert(current, previous *policy.Policy, r Regression) (restore *policy.ToolRule, patch json.RawMessage, how string, widens []string, err error) {
 	if current == nil {
-		return nil, nil, RevertNoPolicy, nil
+		return nil, nil, RevertNoPolicy, []string{}, nil
 	}
 	target := current.Clone()
 	if target.Tools == nil {
 		target.Tools = map[string]*policy.ToolRule{}
 	}
-	how := RevertFromRefusal
-	var restore *policy.ToolRule
+	how = RevertFromRefusal
 	if previous != nil && allowsTool(previous, r.Tool) {
 		how = RevertFromPrevious
 		if pr := previous.Tools[r.Tool]; pr != nil {
@@ -440,11 +441,14 @@ func revert(current, previous *policy.Policy, r Regression) (*policy.ToolRule, j
 	} else {
 		target.Tools[r.Tool] = restore
 	}
-	patch, err := policy.Patch(current, target)
-	if err != nil {
-		return nil, nil, how, fmt.Errorf("revert of %s: %w", r.Tool, err)
+	if patch, err = policy.Patch(current, target); err != nil {
+		return nil, nil, how, nil, fmt.Errorf("revert of %s: %w", r.Tool, err)
 	}
-	return restore, patch, how, nil
+	widens = Loosenings(current, target, r.Tool)
+	if widens == nil {
+		widens = []string{}
+	}
+	return restore, patch, how, widens, nil
 }
 
 // withoutRefusal is a rule with what refused the calls taken out: approval

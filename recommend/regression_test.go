@@ -96,6 +96,8 @@ func TestRegressionWhenANewVersionHidesADailyTool(t *testing.T) {
 		}, ops)
 		assert.False(t, f.InPolicy(current))
 		assert.True(t, f.InPolicy(previous), "the policy before the change holds the revert")
+		// A revert widens the current policy by design, and says how.
+		assert.Equal(t, []string{"hidden → allowed"}, f.Evidence["revert_widens"])
 
 		// evidence.sql reproduces the numbers through the query sandbox.
 		cols, row := queryOne(t, store, f.Evidence["sql"].(string))
@@ -105,6 +107,7 @@ func TestRegressionWhenANewVersionHidesADailyTool(t *testing.T) {
 		md := recommend.Markdown(r)
 		assert.Contains(t, md, "Regression: a new policy version refuses 1 tool this grant used")
 		assert.Contains(t, md, `"path": "/tools/list_backups"`)
+		assert.Contains(t, md, "Applying it widens the current policy for `list_backups`: hidden → allowed.")
 	}
 
 	// Without an earlier policy the revert is the current one without the
@@ -115,6 +118,7 @@ func TestRegressionWhenANewVersionHidesADailyTool(t *testing.T) {
 	f := findings(r, recommend.KindRegression)[simulate.PolicyChangeUsedDaily]
 	assert.Equal(t, recommend.RevertFromRefusal, f.Evidence["revert_from"])
 	assert.JSONEq(t, `[{"op":"remove","path":"/hide/1"},{"op":"add","path":"/tools/list_backups","value":{}}]`, string(f.Action.Patch))
+	assert.Equal(t, []string{"hidden → allowed"}, f.Evidence["revert_widens"])
 	r, err = recommend.Recommend(context.Background(), store.DB(), recommend.Options{Server: pc.Server, Grant: pc.Grant,
 		Now: change.Add(time.Hour), Params: recommend.DefaultParams()})
 	require.NoError(t, err)

@@ -671,6 +671,10 @@ func regressionsMarkdown(b *strings.Builder, r *Report, h2 string) {
 				patch.Write(f.Action.Patch)
 			}
 			b.WriteString(render.MarkdownBlock("json", patch.String()) + "\n")
+			if widens, _ := f.Evidence["revert_widens"].([]string); len(widens) > 0 {
+				fmt.Fprintf(b, "Applying it widens the current policy for %s: %s.\n\n", render.MarkdownCode(f.Tool),
+					render.MarkdownText(strings.Join(widens, "; ")))
+			}
 		}
 	}
 }
