@@ -51,6 +51,10 @@ type PublishOptions struct {
 	// AckWait is how long a message waits for its acknowledgement before it
 	// is sent again (4 s when <= 0: inside the stream's duplicate window).
 	AckWait time.Duration
+	// RefusalSpan is how long JetStream may refuse every message (at least
+	// 100 of them, none acknowledged) before publishing stops
+	// (DefaultRefusalSpan when <= 0).
+	RefusalSpan time.Duration
 }
 
 // PublishStats reports what Publish achieved.

@@ -195,12 +195,34 @@ func TestPublishRetriesTheFirstMessage(t *testing.T) {
 // every remaining message waiting out its attempts.
 func TestPublishStopsWhenTheStreamRefusesEverything(t *testing.T) {
 	f := newStreamFixture(t, jetstream.StreamConfig{MaxMsgs: 10, Discard: jetstream.DiscardNew})
-	const n = 20_000
-	r := waitPublish(t, f.publish(PublishOptions{Batch: 1}, events(0, n, "pve")))
+	const n = 200_000
+	r := waitPublish(t, f.publish(PublishOptions{Batch: 1, RefusalSpan: time.Second}, events(0, n, "pve")))
 	require.Error(t, r.err)
 	assert.ErrorIs(t, r.err, errRefused)
 	assert.Contains(t, r.err.Error(), "maximum messages exceeded")
 	assert.Equal(t, 10, r.st.Published)
 	assert.Positive(t, r.st.Failed)
 	assert.Less(t, r.st.Published+r.st.Failed, n/2, "it stopped long before the end")
+}
+
+// A stream away for a moment (deleted and created again, as in a leader
+// election) refuses every message in flight; the publish waits it out and
+// loses nothing.
+func TestPublishWaitsOutAStreamAwayForAMoment(t *testing.T) {
+	cfg := jetstream.StreamConfig{Name: "MCP_AUDIT", Subjects: []string{"mcp.audit.>"}, Duplicates: 10 * time.Minute}
+	f := newStreamFixture(t, cfg)
+	const n = 10_000
+	done := f.publish(PublishOptions{Batch: 1, Rate: 5_000, RefusalSpan: 3 * time.Second}, events(0, n, "pve"))
+	time.Sleep(300 * time.Millisecond)
+	ctx := context.Background()
+	require.NoError(t, f.js.DeleteStream(ctx, "MCP_AUDIT"))
+	time.Sleep(time.Second)
+	_, err := f.js.CreateStream(ctx, cfg)
+	require.NoError(t, err)
+	r := waitPublish(t, done)
+	require.NoError(t, r.err)
+	assert.Zero(t, r.st.Failed)
+	// The deleted stream's messages are gone: the new one holds the rest,
+	// and every event was acknowledged by one of the two.
+	assert.GreaterOrEqual(t, r.st.Published, n)
 }

@@ -31,12 +31,19 @@ type publisher struct {
 	tries    map[string]int // sends so far per Nats-Msg-Id, of messages not yet acknowledged
 	retry    []resend       // messages waiting to be sent again
 	refused  int            // messages JetStream refused since the last acknowledgement
+	since    time.Time      // the first of those refusals
+	span     time.Duration  // how long refusals may go on before publishing stops
 }
 
-// refusalsToStop is how many messages JetStream may refuse in a row, with no
-// acknowledgement between them, before publishing stops: a stream that is
-// full or sealed refuses the rest too, and each would wait out its attempts.
-const refusalsToStop = 100
+// refusalsToStop and DefaultRefusalSpan bound how long JetStream may refuse
+// messages, with no acknowledgement between them, before publishing stops: a
+// stream that is full or sealed refuses the rest too, and each would wait out
+// its attempts. Both must be passed: a leader election or a stream deleted
+// and created again refuses every message in flight for a second or so.
+const (
+	refusalsToStop     = 100
+	DefaultRefusalSpan = 30 * time.Second
+)
 
 // errRefused ends publishing when JetStream refuses message after message.
 var errRefused = errors.New("JetStream refuses every message")
@@ -61,7 +68,11 @@ func newPublisher(nc *nats.Conn, opts PublishOptions, stop func(error)) (*publis
 	if ackWait <= 0 {
 		ackWait = defaultAckWait
 	}
-	p := &publisher{nc: nc, attempts: opts.Attempts, ackWait: ackWait, tries: map[string]int{}, start: time.Now(), stop: stop}
+	span := opts.RefusalSpan
+	if span <= 0 {
+		span = DefaultRefusalSpan
+	}
+	p := &publisher{nc: nc, attempts: opts.Attempts, ackWait: ackWait, span: span, tries: map[string]int{}, start: time.Now(), stop: stop}
 	if p.attempts <= 0 {
 		p.attempts = DefaultPublishAttempts
 	}
@@ -112,8 +123,12 @@ func (p *publisher) failed(m *nats.Msg, err error) {
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) || errors.Is(err, jetstream.ErrNoStreamResponse) {
-		if p.refused++; p.refused == refusalsToStop {
-			p.stop(fmt.Errorf("publish: %w: %d messages refused in a row, the last on %s: %w", errRefused, p.refused, m.Subject, err))
+		if p.refused == 0 {
+			p.since = time.Now()
+		}
+		if p.refused++; p.refused >= refusalsToStop && time.Since(p.since) >= p.span {
+			p.stop(fmt.Errorf("publish: %w: %d messages refused over %s with none acknowledged, the last on %s: %w",
+				errRefused, p.refused, time.Since(p.since).Round(time.Second), m.Subject, err))
 		}
 	}
 	tries := p.tries[id]
@@ -172,7 +187,7 @@ func (p *publisher) sendFirst(ctx context.Context, m *nats.Msg) error {
 	case err != nil:
 		// Lost, late or refused for now (a restart, an election): sent
 		// again as any other; a stream that keeps refusing stops the
-		// publish after refusalsToStop messages.
+		// publish (refusalsToStop).
 		p.failed(m, err)
 		return nil
 	}
