@@ -80,8 +80,13 @@ func LoadOrCreateToken(path string) (token string, created bool, err error) {
 	return token, true, nil
 }
 
-// proofLabel separates the proof's HMAC from any other use of the token.
-const proofLabel = "mcptrail api v1 proof\x00"
+// proofLabel and boundProofLabel separate the proofs' HMACs from each other
+// and from any other use of the token: an HTTP hello's challenge can never
+// be made to yield a shard's bound proof.
+const (
+	proofLabel      = "mcptrail api v1 proof\x00"
+	boundProofLabel = "mcptrail api v1 bound proof\x00"
+)
 
 // Proof is what a daemon holding token answers to a client's challenge: an
 // HMAC-SHA256 of the challenge keyed with the token. A process squatting on
@@ -99,7 +104,7 @@ func Proof(token string, challenge []byte) string {
 // challenge: that proof names the other shard's subject.
 func ProofFor(token string, challenge []byte, addressee string) string {
 	m := hmac.New(sha256.New, []byte(token))
-	m.Write([]byte(proofLabel))
+	m.Write([]byte(boundProofLabel))
 	m.Write(challenge)
 	m.Write([]byte{0})
 	m.Write([]byte(addressee))

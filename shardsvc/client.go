@@ -141,10 +141,18 @@ func shardOf(info micro.Info) Shard {
 	if v := info.Metadata[MetaServers]; v != AllServers {
 		s.Servers = strings.Split(v, ",")
 	}
+	// Only subjects under the instance's own prefix: the hello's proof names
+	// that prefix's hello, so a request goes where the proof came from. An
+	// answer that lists another shard's hello beside subjects of its own
+	// would have that shard prove what the token is then sent elsewhere.
+	base := SubjectPrefix + "." + info.ID + "."
 	for _, e := range info.Endpoints {
+		if !strings.HasPrefix(e.Subject, base) {
+			continue
+		}
 		if p := e.Metadata[MetaPath]; p != "" {
 			s.subjects[p] = e.Subject
-		} else if e.Name == HelloEndpoint {
+		} else if e.Name == HelloEndpoint && e.Subject == base+HelloEndpoint {
 			s.subjects[HelloEndpoint] = e.Subject
 		}
 	}
@@ -242,6 +250,9 @@ func (c *Client) timeout() time.Duration {
 func (c *Client) hello(ctx context.Context, shard Shard) error {
 	if c.Token == "" {
 		return fmt.Errorf("shard %s: %w: this CLI has no API token: set http.token (MCPTRAIL_HTTP_TOKEN) to the token the shards share", shard.Name(), ErrRefused)
+	}
+	if shard.subjects[HelloEndpoint] == "" {
+		return fmt.Errorf("shard %s: %w: it lists no hello under its own subjects, so it cannot prove that it holds the token", shard.Name(), ErrRefused)
 	}
 	var challenge [32]byte
 	if _, err := rand.Read(challenge[:]); err != nil {

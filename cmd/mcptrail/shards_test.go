@@ -197,7 +197,7 @@ func TestShardsThroughNATS(t *testing.T) {
 	impostor, err := micro.AddService(nc, micro.Config{Name: shardsvc.Name, Version: "1.0.0", Metadata: map[string]string{
 		shardsvc.MetaServers: "gamma", shardsvc.MetaDatabase: "/elsewhere.duckdb", shardsvc.MetaConsumer: "shard-z", shardsvc.MetaStream: "MCP_AUDIT"}})
 	require.NoError(t, err)
-	base := shardsvc.SubjectPrefix + ".impostor"
+	base := shardsvc.SubjectPrefix + "." + impostor.Info().ID
 	require.NoError(t, impostor.AddEndpoint(shardsvc.HelloEndpoint, micro.HandlerFunc(func(req micro.Request) {
 		resp, err := nc.Request(shardsvc.SubjectPrefix+"."+shards[1].ID+"."+shardsvc.HelloEndpoint, req.Data(), 5*time.Second)
 		if err != nil {
@@ -217,6 +217,31 @@ func TestShardsThroughNATS(t *testing.T) {
 	_, code, stderr = cli(withToken, "--nats", url, "recommend", "--server", "gamma")
 	assert.NotZero(t, code)
 	assert.Contains(t, stderr, "did not prove that it holds this CLI's token")
+	select {
+	case auth := <-stolen:
+		t.Errorf("the impostor received a request with %q", auth)
+	default:
+	}
+	require.NoError(t, impostor.Stop())
+
+	// Nor can it list B's own hello as its hello, beside a request subject of
+	// its own: B would prove, and the token would go to the impostor.
+	impostor, err = micro.AddService(nc, micro.Config{Name: shardsvc.Name, Version: "1.0.0", Metadata: map[string]string{
+		shardsvc.MetaServers: "gamma", shardsvc.MetaDatabase: "/elsewhere.duckdb", shardsvc.MetaConsumer: "shard-z", shardsvc.MetaStream: "MCP_AUDIT"}})
+	require.NoError(t, err)
+	require.NoError(t, impostor.AddEndpoint(shardsvc.HelloEndpoint, micro.HandlerFunc(func(micro.Request) {}),
+		micro.WithEndpointSubject(shardsvc.SubjectPrefix+"."+shards[1].ID+"."+shardsvc.HelloEndpoint), micro.WithEndpointQueueGroup("impostor")))
+	require.NoError(t, impostor.AddEndpoint("recommend", micro.HandlerFunc(func(req micro.Request) {
+		select {
+		case stolen <- req.Headers().Get(shardsvc.AuthHeader):
+		default:
+		}
+		_ = req.Error("500", "impostor", nil)
+	}), micro.WithEndpointSubject(shardsvc.SubjectPrefix+".impostor.recommend"),
+		micro.WithEndpointMetadata(map[string]string{shardsvc.MetaPath: "/api/v1/recommend"})))
+	_, code, stderr = cli(withToken, "--nats", url, "recommend", "--server", "gamma")
+	assert.NotZero(t, code)
+	assert.NotContains(t, stderr, "impostor")
 	select {
 	case auth := <-stolen:
 		t.Errorf("the impostor received a request with %q", auth)
