@@ -86,7 +86,8 @@ func accessOf(p *policy.Policy, tool string) access {
 // WideningKinds are the kinds of a loosening's changes, from its evidence
 // ("denied → allowed", "limit raised", "scope broadened (in the intercept
 // output)"), sorted, without their figures, which move with the traffic
-// from run to run: what tells one widening of a tool from another.
+// from run to run: what tells one widening of a tool from another. A
+// removed condition or limit keeps its text, which names the rule removed.
 func WideningKinds(evidence map[string]any) []string {
 	var changes []string
 	switch c := evidence["changes"].(type) {
@@ -100,6 +101,13 @@ func WideningKinds(evidence map[string]any) []string {
 	kinds := make([]string, 0, len(changes))
 	for _, c := range changes {
 		kind, _, _ := strings.Cut(c, ":")
+		switch kind {
+		case "condition removed", "limit removed":
+			// What follows names a rule of the policy, not a figure of the
+			// traffic: another rule removed is another widening.
+			kinds = append(kinds, c)
+			continue
+		}
 		if _, in, ok := strings.Cut(c, " (in the "); ok {
 			kind += " (in the " + in
 		}
