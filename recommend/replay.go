@@ -24,9 +24,10 @@ type ReplayOptions struct {
 	// Current is the policy the gateway enforced over the window, when
 	// known. A call whose arguments were not stored, refused by one of its
 	// conditional rules (the event's rule), is refused again by a Policy
-	// rule of the same conditions (policy.Refusals); without Current the
-	// replay cannot tell, and a Policy that lets it through counts it as
-	// newly allowed.
+	// rule of the same conditions (policy.Refusals), when it was decided
+	// under the policy version in force at the window's end (carried);
+	// otherwise, or without Current, the replay cannot tell, and a Policy
+	// that lets it through counts it as newly allowed.
 	Current *policy.Policy
 	// FirstN is how many affected calls to list (default 20).
 	FirstN int
@@ -67,11 +68,13 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 		o.FirstN = 20
 	}
 	q := query{db: db, server: o.Server, grant: o.Grant, from: o.From, to: o.To, log: o.Log}
-	refusals := policy.Refusals(o.Current)
+	carry, err := q.carriedRefusals(ctx, o.Current)
+	if err != nil {
+		return nil, err
+	}
 	tools := o.tools
 	if tools == nil || anyConditional(o.Policy) {
-		var err error
-		if tools, err = q.replayTools(ctx, refusals); err != nil {
+		if tools, err = q.replayTools(ctx, carry); err != nil {
 			return nil, err
 		}
 	}
@@ -167,7 +170,7 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 		}
 	}
 	if len(exact) > 0 {
-		if err := q.stream(ctx, exact, o.Policy, refusals, o.Loops, r, acc, o.FirstN); err != nil {
+		if err := q.stream(ctx, exact, o.Policy, carry, o.Loops, r, acc, o.FirstN); err != nil {
 			return nil, err
 		}
 	}
@@ -489,20 +492,51 @@ func (a *affected) add(c AffectedCall, sk string, firstN int) {
 	}
 }
 
+// carried are the refusals of the current policy's conditional rules that
+// the replay carries over to calls without stored arguments: those of the
+// calls decided under the policy version in force at the window's end (its
+// newest call's policy_version, when the events carry one), which the
+// current policy is taken to be. A call under an earlier version was
+// refused by that version's rule at the pointer, whose conditions may be
+// others: the replay cannot tell, and counts it as newly allowed where the
+// policy lets it through.
+type carried struct {
+	refusals map[string]*policy.Refusal
+	version  string // "" when the events carry no policy_version
+}
+
+// applies reports whether a refused call's recorded rule and policy
+// version let the replay carry the refusal over.
+func (c carried) applies(version string) bool { return c.version == "" || version == c.version }
+
+func (q query) carriedRefusals(ctx context.Context, current *policy.Policy) (carried, error) {
+	c := carried{refusals: policy.Refusals(current)}
+	if len(c.refusals) == 0 {
+		return c, nil
+	}
+	err := q.db.QueryRowContext(ctx, `
+SELECT coalesce(max_by(policy_version, ts), '') FROM calls WHERE `+inWindow+` AND policy_version IS NOT NULL`, q.args()...).Scan(&c.version)
+	if err != nil {
+		return c, fmt.Errorf("replay: policy version in force: %w", err)
+	}
+	return c, nil
+}
+
 // toolInfo are a tool's calls in the window: all, allowed, with stored
 // arguments, and refused without them by a conditional rule of the
-// current policy (one of refusals).
+// current policy that the replay carries over (carried).
 type toolInfo struct{ calls, allowed, withArgs, refused int64 }
 
-func (q query) replayTools(ctx context.Context, refusals map[string]*policy.Refusal) (map[string]*toolInfo, error) {
-	rules := slices.Sorted(maps.Keys(refusals))
+func (q query) replayTools(ctx context.Context, carry carried) (map[string]*toolInfo, error) {
+	rules := slices.Sorted(maps.Keys(carry.refusals))
 	if rules == nil {
 		rules = []string{}
 	}
 	rows, err := q.rows(ctx, "replay", `
 SELECT tool, count(*), count(*) FILTER (decision = 'allowed'), count(args),
-       count(*) FILTER (decision <> 'allowed' AND args IS NULL AND list_contains($rules, rule))
-FROM calls WHERE `+inWindow+` AND tool IS NOT NULL GROUP BY tool`, sql.Named("rules", rules))
+       count(*) FILTER (decision <> 'allowed' AND args IS NULL AND list_contains($rules, rule)
+                        AND ($version = '' OR policy_version = $version))
+FROM calls WHERE `+inWindow+` AND tool IS NOT NULL GROUP BY tool`, sql.Named("rules", rules), sql.Named("version", carry.version))
 	if err != nil {
 		return nil, err
 	}
@@ -836,7 +870,7 @@ GROUP BY limit_tool`)
 // streamKinds are the column kinds of stream's query.
 var streamKinds = []analytics.ColumnKind{analytics.VarcharColumn, analytics.TimestampColumn, analytics.VarcharColumn,
 	analytics.VarcharColumn, analytics.VarcharColumn, analytics.VarcharColumn, analytics.VarcharColumn, analytics.VarcharColumn,
-	analytics.VarcharColumn, analytics.VarcharColumn}
+	analytics.VarcharColumn, analytics.VarcharColumn, analytics.VarcharColumn}
 
 // streamSlice is how much of the window stream reads at a time: the
 // driver holds a query's whole result in memory (every call of a 5M-call
@@ -846,7 +880,7 @@ const streamSlice = 24 * time.Hour
 
 // stream feeds the tools' calls through the evaluator in time order: the
 // window a day at a time (streamSlice), each read a result chunk at a time.
-func (q query) stream(ctx context.Context, tools []string, p *policy.Policy, refusals map[string]*policy.Refusal, loops []RunawayLoop, r *Replay, acc *affected, firstN int) error {
+func (q query) stream(ctx context.Context, tools []string, p *policy.Policy, carry carried, loops []RunawayLoop, r *Replay, acc *affected, firstN int) error {
 	inLoop := map[string][]RunawayLoop{} // by tool and session
 	for _, l := range loops {
 		inLoop[l.Tool+"\x00"+l.Session] = append(inLoop[l.Tool+"\x00"+l.Session], l)
@@ -855,7 +889,7 @@ func (q query) stream(ctx context.Context, tools []string, p *policy.Policy, ref
 	ev := policy.NewEvaluator(p)
 	text := `
 SELECT id, ts, tool, coalesce("grant", ''), coalesce(session, ''), coalesce(agent, ''), decision, ` + sessionID + `,
-       coalesce(args::VARCHAR, ''), coalesce(rule, '')
+       coalesce(args::VARCHAR, ''), coalesce(rule, ''), coalesce(policy_version, '')
 FROM calls WHERE ` + inWindow + ` AND list_contains($tools, tool) ORDER BY ts, id`
 	// The strings a call is evaluated with, kept from row to row: most
 	// rows repeat the row before's tool, grant, agent or session.
@@ -881,8 +915,8 @@ FROM calls WHERE ` + inWindow + ` AND list_contains($tools, tool) ORDER BY ts, i
 				}
 			}
 			keep(c, 6, row, &recorded)
-			if call.Args == nil && recorded != policy.Allowed && len(refusals) > 0 {
-				call.Refused = refusals[string(c.Bytes(9, row))]
+			if call.Args == nil && recorded != policy.Allowed && len(carry.refusals) > 0 && carry.applies(string(c.Bytes(10, row))) {
+				call.Refused = carry.refusals[string(c.Bytes(9, row))]
 			}
 			v := ev.Evaluate(call)
 			tr := r.tool(tool)

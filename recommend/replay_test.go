@@ -335,3 +335,33 @@ func TestReplayToolChecksSpendNoQuota(t *testing.T) {
 	assert.Equal(t, int64(1), r.ByTool["a"].RateLimited, "the fourth call in time order is refused")
 	assert.Zero(t, r.ByTool["d"].RateLimited)
 }
+
+// A refusal is carried over only from calls decided under the policy
+// version in force at the window's end, which the current policy is taken
+// to be: an earlier version's rule at the same pointer may have other
+// conditions.
+func TestReplayCarriesRefusalsOfTheCurrentVersionOnly(t *testing.T) {
+	store, err := analytics.Open(context.Background(), filepath.Join(t.TempDir(), "e.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	var evs []audit.Event
+	add := func(d audit.Decision, rule, version string, n int) {
+		for range n {
+			k := len(evs)
+			evs = append(evs, audit.Event{ID: fmt.Sprintf("e%03d", k), TS: now.Add(-time.Hour + time.Duration(k)*time.Second),
+				Server: "srv", Tool: "refund", Method: "tools/call", Decision: d, Rule: rule, PolicyVersion: version, Grant: "g", Session: fmt.Sprintf("s%d", k)})
+		}
+	}
+	add(audit.Denied, "/tools/refund/deny_if/0", "v1", 3)
+	add(audit.Denied, "/tools/refund/deny_if/0", "v2", 2)
+	add(audit.Allowed, "", "v2", 1)
+	_, err = store.Append(context.Background(), ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	p, err := policy.Parse([]byte(`{"version":"1","default":"deny","tools":{"refund":{
+		"deny_if":[{"conditions":[{"path":"args.tier","op":"eq","value":"trial"}]}]}}}`), "p.json")
+	require.NoError(t, err)
+	r, err := recommend.Run(context.Background(), store.DB(), recommend.ReplayOptions{Server: "srv", From: now.Add(-2 * time.Hour), To: now, Policy: p, Current: p})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), r.Denied, "v2's refusals, by the current rule")
+	assert.Equal(t, int64(3), r.NewlyAllowed, "v1's: its rule at that pointer may have been another")
+}
