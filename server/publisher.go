@@ -32,6 +32,7 @@ type publisher struct {
 	retry    []resend       // messages waiting to be sent again
 	refused  int            // messages JetStream refused since the last acknowledgement
 	since    time.Time      // the first of those refusals
+	last     time.Time      // the latest of them
 	span     time.Duration  // how long refusals may go on before publishing stops
 }
 
@@ -44,6 +45,12 @@ const (
 	refusalsToStop     = 100
 	DefaultRefusalSpan = 30 * time.Second
 )
+
+// maxBackoff caps the wait before a message is sent again: with the default
+// 8 attempts (250 ms doubling to 15 s) a message is tried for about 31 s,
+// longer than DefaultRefusalSpan, so that a stream away for less than the
+// span loses nothing.
+const maxBackoff = 15 * time.Second
 
 // errRefused ends publishing when JetStream refuses message after message.
 var errRefused = errors.New("JetStream refuses every message")
@@ -116,6 +123,7 @@ func (p *publisher) failed(m *nats.Msg, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if local {
+		p.refused = 0 // the connection, not the stream, stopped this one
 		p.tries[id]--
 		again := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header}
 		p.retry = append(p.retry, resend{m: again, due: time.Now().Add(250 * time.Millisecond)})
@@ -123,10 +131,16 @@ func (p *publisher) failed(m *nats.Msg, err error) {
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) || errors.Is(err, jetstream.ErrNoStreamResponse) {
-		if p.refused == 0 {
-			p.since = time.Now()
+		now := time.Now()
+		// A pause longer than a message's wait and backoff between two
+		// refusals (nothing was sent, or all of it was lost with the
+		// connection) starts a new streak: the stream was not seen
+		// refusing in between.
+		if p.refused == 0 || now.Sub(p.last) > p.ackWait+maxBackoff {
+			p.refused, p.since = 0, now
 		}
-		if p.refused++; p.refused >= refusalsToStop && time.Since(p.since) >= p.span {
+		p.last = now
+		if p.refused++; p.refused >= refusalsToStop && now.Sub(p.since) >= p.span {
 			p.stop(fmt.Errorf("publish: %w: %d messages refused over %s with none acknowledged, the last on %s: %w",
 				errRefused, p.refused, time.Since(p.since).Round(time.Second), m.Subject, err))
 		}
@@ -140,7 +154,7 @@ func (p *publisher) failed(m *nats.Msg, err error) {
 		}
 		return
 	}
-	backoff := min(250*time.Millisecond<<min(tries-1, 5), 5*time.Second)
+	backoff := min(250*time.Millisecond<<min(max(tries-1, 0), 6), maxBackoff)
 	// The reply subject was set by the failed publish: a new message.
 	again := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header}
 	p.retry = append(p.retry, resend{m: again, due: time.Now().Add(backoff)})
