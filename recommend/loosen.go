@@ -87,7 +87,8 @@ func accessOf(p *policy.Policy, tool string) access {
 // ("denied → allowed", "limit raised", "scope broadened (in the intercept
 // output)"), sorted, without their figures, which move with the traffic
 // from run to run: what tells one widening of a tool from another. A
-// removed condition or limit keeps its text, which names the rule removed.
+// removed condition or limit keeps its text, which names the rule removed,
+// and a raised or broadened limit the current limit it widens.
 func WideningKinds(evidence map[string]any) []string {
 	var changes []string
 	switch c := evidence["changes"].(type) {
@@ -107,6 +108,10 @@ func WideningKinds(evidence map[string]any) []string {
 			// traffic: another rule removed is another widening.
 			kinds = append(kinds, c)
 			continue
+		case "limit raised", "scope broadened":
+			// The current limit before the arrow is a rule; the proposed
+			// one after it moves with the traffic.
+			kind, _, _ = strings.Cut(c, " → ")
 		}
 		if _, in, ok := strings.Cut(c, " (in the "); ok {
 			kind += " (in the " + in

@@ -162,15 +162,16 @@ func TestHitCapIsKept(t *testing.T) {
 func TestWideningKinds(t *testing.T) {
 	accepted := recommend.WideningKinds(map[string]any{"changes": []any{"denied → allowed", "calls refused then pass",
 		"limit raised: 5/minute per grant → 9/minute per grant (in the intercept output)"}})
-	assert.Equal(t, []string{"calls refused then pass", "denied → allowed", "limit raised (in the intercept output)"}, accepted)
+	assert.Equal(t, []string{"calls refused then pass", "denied → allowed", "limit raised: 5/minute per grant (in the intercept output)"}, accepted)
 	for _, tt := range []struct {
 		changes []string
 		covered bool
 	}{
 		{[]string{"denied → allowed"}, true},
 		{[]string{"denied → allowed", "calls refused then pass"}, true},
-		{[]string{"limit raised: 9/minute per grant → 12/minute per grant (in the intercept output)"}, true},
-		{[]string{"limit raised: 9/minute per grant → 12/minute per grant"}, false},
+		{[]string{"limit raised: 5/minute per grant → 12/minute per grant (in the intercept output)"}, true},
+		{[]string{"limit raised: 5/minute per grant → 12/minute per grant"}, false},
+		{[]string{"limit raised: all tools 600/minute per grant → 900/minute per grant (in the intercept output)"}, false},
 		{[]string{"denied → allowed", "scope broadened: 2/minute per grant → 6/minute per session"}, false},
 	} {
 		kinds := recommend.WideningKinds(map[string]any{"changes": tt.changes})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -515,7 +516,11 @@ func (q query) carriedRefusals(ctx context.Context, current *policy.Policy) (car
 		return c, nil
 	}
 	err := q.db.QueryRowContext(ctx, `
-SELECT coalesce(max_by(policy_version, ts), '') FROM calls WHERE `+inWindow+` AND policy_version IS NOT NULL`, q.args()...).Scan(&c.version)
+SELECT policy_version FROM calls WHERE `+inWindow+` AND policy_version IS NOT NULL ORDER BY ts DESC, id DESC LIMIT 1`,
+		q.args()...).Scan(&c.version)
+	if errors.Is(err, sql.ErrNoRows) {
+		return c, nil
+	}
 	if err != nil {
 		return c, fmt.Errorf("replay: policy version in force: %w", err)
 	}
