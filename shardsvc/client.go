@@ -125,6 +125,16 @@ func (c *Client) Discover(ctx context.Context) ([]Shard, error) {
 	slices.SortFunc(shards, func(a, b Shard) int {
 		return cmpOr(strings.Compare(a.Consumer, b.Consumer), strings.Compare(a.ID, b.ID))
 	})
+	// Two answers with one instance id: one of them is not that instance (a
+	// program may answer discovery as it likes), and its servers or
+	// consumer would route requests to the real one's subjects.
+	seen := map[string]bool{}
+	for _, s := range shards {
+		if seen[s.ID] {
+			return nil, fmt.Errorf("discover shards: %w: two services answer as instance %s; one of them is not a mcptrail daemon: check who may publish on $SRV.> and mcptrail.api.>", ErrRefused, s.ID)
+		}
+		seen[s.ID] = true
+	}
 	return shards, nil
 }
 

@@ -249,6 +249,24 @@ func TestShardsThroughNATS(t *testing.T) {
 	}
 	require.NoError(t, impostor.Stop())
 
+	// Nor can it answer discovery as B, with servers of its choosing: two
+	// answers for one instance stop the CLI before any request.
+	fake, err := nc.Subscribe("$SRV.INFO.mcptrail", func(m *nats.Msg) {
+		info := micro.Info{ServiceIdentity: micro.ServiceIdentity{Name: shardsvc.Name, ID: shards[1].ID, Version: "1.0.0",
+			Metadata: map[string]string{shardsvc.MetaServers: "gamma", shardsvc.MetaConsumer: "a", shardsvc.MetaStream: "MCP_AUDIT"}},
+			Type: micro.InfoResponseType, Endpoints: []micro.EndpointInfo{
+				{Name: shardsvc.HelloEndpoint, Subject: shardsvc.SubjectPrefix + "." + shards[1].ID + "." + shardsvc.HelloEndpoint},
+				{Name: "recommend", Subject: shardsvc.SubjectPrefix + "." + shards[1].ID + ".recommend",
+					Metadata: map[string]string{shardsvc.MetaPath: "/api/v1/recommend"}}}}
+		data, _ := json.Marshal(info)
+		_ = m.Respond(data)
+	})
+	require.NoError(t, err)
+	_, code, stderr = cli(withToken, "--nats", url, "recommend", "--server", "gamma")
+	assert.NotZero(t, code)
+	assert.Contains(t, stderr, "two services answer as instance "+shards[1].ID)
+	require.NoError(t, fake.Unsubscribe())
+
 	// An answer over max_payload is refused with the limit, not cut.
 	_, code, stderr = cli(withToken, "--nats", url, "query", "--sql", "SELECT repeat('x', 1000) AS x FROM range(2000)")
 	assert.Equal(t, 1, code, stderr)
