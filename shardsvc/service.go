@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 
@@ -197,9 +198,12 @@ func (h *handler) endpoint(path string) micro.Handler {
 		if err == nil {
 			err = api.CheckRequest(r, h.o.Backend.Database())
 		}
+		if err == nil {
+			err = h.owns(r)
+		}
 		if err != nil {
 			code := CodeBadRequest
-			if errors.Is(err, api.ErrOtherDatabase) {
+			if errors.Is(err, api.ErrOtherDatabase) || errors.Is(err, errNotOwned) {
 				code = CodeConflict
 			}
 			_ = req.Error(code, oneLine(err.Error()), nil)
@@ -213,6 +217,20 @@ func (h *handler) endpoint(path string) micro.Handler {
 		}
 		h.running.Go(func() { h.run(path, r, req) })
 	})
+}
+
+// errNotOwned refuses a request about a server this shard does not consume.
+var errNotOwned = errors.New("not this shard's server")
+
+// owns refuses a request about one server that this daemon does not consume
+// (nats.servers): the CLI routes by what discovery says, and discovery
+// answers are not authenticated, so the shard checks too.
+func (h *handler) owns(r api.Request) error {
+	srv, _ := RequestServer(r)
+	if srv == "" || len(h.o.Servers) == 0 || slices.Contains(h.o.Servers, srv) {
+		return nil
+	}
+	return fmt.Errorf("%w: this shard consumes servers %s, not %q", errNotOwned, strings.Join(h.o.Servers, ","), srv)
 }
 
 func (h *handler) run(path string, r api.Request, req micro.Request) {

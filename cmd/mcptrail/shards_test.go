@@ -190,6 +190,16 @@ func TestShardsThroughNATS(t *testing.T) {
 		assert.Contains(t, resp.Header.Get(micro.ErrorHeader), "unauthorized")
 		assert.Empty(t, resp.Data)
 	}
+	// Nor does it run, even with the token, a request about a server it
+	// does not consume: discovery is not authenticated, so it checks too.
+	msg := nats.NewMsg(subject)
+	msg.Data = []byte(`{"server":"alpha"}`)
+	msg.Header.Set(shardsvc.AuthHeader, "Bearer "+token)
+	resp, err := nc.RequestMsg(msg, 5*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, shardsvc.CodeConflict, resp.Header.Get(micro.ErrorCodeHeader))
+	assert.Contains(t, resp.Header.Get(micro.ErrorHeader), `this shard consumes servers beta, not "alpha"`)
+	assert.Empty(t, resp.Data)
 
 	// A program that may serve mcptrail.api.> but lacks the token cannot
 	// borrow a shard's proof: it relays the CLI's challenge to shard B's
