@@ -186,7 +186,7 @@ func compileRule(base string, r *ToolRule) *compiledRule {
 }
 
 func compileCond(pointer string, c Condition) compiledCond {
-	cc := compiledCond{pointer: pointer, op: c.Op, text: strings.TrimSpace(c.Path + " " + c.Op + " " + string(c.Value)), key: ConditionKey(c)}
+	cc := compiledCond{pointer: pointer, op: c.Op, text: ConditionText(c), key: ConditionKey(c)}
 	rest, ok := strings.CutPrefix(c.Path, "args.")
 	if !ok || rest == "" || !slices.Contains(Ops, c.Op) {
 		cc.bad = true

@@ -227,7 +227,7 @@ func (w *interceptWriter) rules(tool, base string, r *ToolRule) []*yaml.Node {
 			rules = append(rules, rule)
 			continue
 		}
-		texts := strings.Join(conditionTexts(d.Conditions), " and ")
+		texts := ConditionsText(d.Conditions)
 		if len(d.Conditions) > 1 {
 			w.drop(dp, "denies when %s all hold; Intercept allows a call only while every condition of a rule holds and has no OR, so this cannot be written", texts)
 			continue
@@ -440,14 +440,6 @@ func floatNode(f float64) *yaml.Node {
 		s += ".0"
 	}
 	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!float", Value: s}
-}
-
-func conditionTexts(cs []Condition) []string {
-	out := make([]string, len(cs))
-	for i, c := range cs {
-		out[i] = strings.TrimSpace(c.Path + " " + c.Op + " " + string(c.Value))
-	}
-	return out
 }
 
 func mapping() *yaml.Node  { return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"} }

@@ -108,6 +108,21 @@ var (
 // IsApproval reports whether d is a "require approval" entry: a deny with no conditions.
 func (d DenyRule) IsApproval() bool { return len(d.Conditions) == 0 }
 
+// ConditionText writes a condition as people read it: "args.amount gt 10000".
+func ConditionText(c Condition) string {
+	return strings.TrimSpace(c.Path + " " + c.Op + " " + string(c.Value))
+}
+
+// ConditionsText writes a deny_if entry's conditions, which all must hold:
+// "args.node eq \"pve1\" and args.vmid lt 100".
+func ConditionsText(cs []Condition) string {
+	texts := make([]string, len(cs))
+	for i, c := range cs {
+		texts[i] = ConditionText(c)
+	}
+	return strings.Join(texts, " and ")
+}
+
 // EffectiveScope returns the scope the limit counts by, ScopeGrant when empty.
 func (l Limit) EffectiveScope() string {
 	if l.Scope == "" {

@@ -62,15 +62,11 @@ func accessOf(p *policy.Policy, tool string) access {
 			}
 		}
 		for _, c := range rule.r.Require {
-			a.conditions["require "+policy.ConditionKey(c)] = "require " + conditionText(c)
+			a.conditions["require "+policy.ConditionKey(c)] = "require " + policy.ConditionText(c)
 		}
 		for _, d := range rule.r.DenyIf {
 			if !d.IsApproval() {
-				texts := make([]string, len(d.Conditions))
-				for i, c := range d.Conditions {
-					texts[i] = conditionText(c)
-				}
-				a.conditions["deny_if "+policy.ConditionsKey(d.Conditions)] = "deny_if " + strings.Join(texts, " and ")
+				a.conditions["deny_if "+policy.ConditionsKey(d.Conditions)] = "deny_if " + policy.ConditionsText(d.Conditions)
 			}
 		}
 		for _, l := range rule.r.Limits {
@@ -131,11 +127,6 @@ func WideningCovered(kinds, accepted []string) bool {
 		}
 	}
 	return true
-}
-
-// conditionText writes a condition as "args.amount gt 10000".
-func conditionText(c policy.Condition) string {
-	return strings.TrimSpace(c.Path + " " + c.Op + " " + string(c.Value))
 }
 
 // LimitText writes a limit as "100/minute per grant".
