@@ -92,10 +92,7 @@ const (
 // HMAC-SHA256 of the challenge keyed with the token. A process squatting on
 // http.listen cannot compute it, so the CLI never sends it the token.
 func Proof(token string, challenge []byte) string {
-	m := hmac.New(sha256.New, []byte(token))
-	m.Write([]byte(proofLabel))
-	m.Write(challenge)
-	return hex.EncodeToString(m.Sum(nil))
+	return tokenMAC(token, []byte(proofLabel), challenge)
 }
 
 // ProofFor is Proof bound to whom the client asked: the subject of a NATS
@@ -103,11 +100,15 @@ func Proof(token string, challenge []byte) string {
 // the token cannot pass off another shard's proof as its own by relaying the
 // challenge: that proof names the other shard's subject.
 func ProofFor(token string, challenge []byte, addressee string) string {
+	return tokenMAC(token, []byte(boundProofLabel), challenge, []byte{0}, []byte(addressee))
+}
+
+// tokenMAC is the hex HMAC-SHA256, keyed with token, of parts in order.
+func tokenMAC(token string, parts ...[]byte) string {
 	m := hmac.New(sha256.New, []byte(token))
-	m.Write([]byte(boundProofLabel))
-	m.Write(challenge)
-	m.Write([]byte{0})
-	m.Write([]byte(addressee))
+	for _, p := range parts {
+		m.Write(p)
+	}
 	return hex.EncodeToString(m.Sum(nil))
 }
 
