@@ -125,8 +125,7 @@ func (p *publisher) failed(m *nats.Msg, err error) {
 	if local {
 		p.refused = 0 // the connection, not the stream, stopped this one
 		p.tries[id]--
-		again := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header}
-		p.retry = append(p.retry, resend{m: again, due: time.Now().Add(250 * time.Millisecond)})
+		p.resendAfter(m, 250*time.Millisecond)
 		return
 	}
 	var apiErr *jetstream.APIError
@@ -142,7 +141,7 @@ func (p *publisher) failed(m *nats.Msg, err error) {
 		p.last = now
 		if p.refused++; p.refused >= refusalsToStop && now.Sub(p.since) >= p.span {
 			p.stop(fmt.Errorf("publish: %w: %d messages refused over %s with none acknowledged, the last on %s: %w",
-				errRefused, p.refused, time.Since(p.since).Round(time.Second), m.Subject, err))
+				errRefused, p.refused, now.Sub(p.since).Round(time.Second), m.Subject, err))
 		}
 	}
 	tries := p.tries[id]
@@ -154,10 +153,14 @@ func (p *publisher) failed(m *nats.Msg, err error) {
 		}
 		return
 	}
-	backoff := min(250*time.Millisecond<<min(max(tries-1, 0), 6), maxBackoff)
-	// The reply subject was set by the failed publish: a new message.
+	p.resendAfter(m, min(250*time.Millisecond<<min(max(tries-1, 0), 6), maxBackoff))
+}
+
+// resendAfter schedules m to be sent again after d, as a new message: the
+// reply subject was set by the failed publish. p.mu is held.
+func (p *publisher) resendAfter(m *nats.Msg, d time.Duration) {
 	again := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header}
-	p.retry = append(p.retry, resend{m: again, due: time.Now().Add(backoff)})
+	p.retry = append(p.retry, resend{m: again, due: time.Now().Add(d)})
 }
 
 // lostWithConnection tells a send that failed because the connection went
