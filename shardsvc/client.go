@@ -51,7 +51,7 @@ func (s Shard) ServersLabel() string {
 
 // Owns reports whether the shard stores the server's events.
 func (s Shard) Owns(server string) bool {
-	return s.Servers == nil || slices.Contains(s.Servers, server)
+	return len(s.Servers) == 0 || slices.Contains(s.Servers, server)
 }
 
 // Silent is a shard that the stream knows (its durable consumer) but that
