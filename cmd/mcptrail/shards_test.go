@@ -204,8 +204,26 @@ func TestShardsThroughNATS(t *testing.T) {
 	// A program that may serve mcptrail.api.> but lacks the token cannot
 	// borrow a shard's proof: it relays the CLI's challenge to shard B's
 	// hello, but B's proof names B's subject, so the token is not sent.
-	impostor, err := micro.AddService(nc, micro.Config{Name: shardsvc.Name, Version: "1.0.0", Metadata: map[string]string{
-		shardsvc.MetaServers: "gamma", shardsvc.MetaDatabase: "/elsewhere.duckdb", shardsvc.MetaConsumer: "shard-z", shardsvc.MetaStream: "MCP_AUDIT"}})
+	impostorConfig := micro.Config{Name: shardsvc.Name, Version: "1.0.0", Metadata: map[string]string{
+		shardsvc.MetaServers: "gamma", shardsvc.MetaDatabase: "/elsewhere.duckdb", shardsvc.MetaConsumer: "shard-z", shardsvc.MetaStream: "MCP_AUDIT"}}
+	stolen := make(chan string, 1)
+	steal := micro.HandlerFunc(func(req micro.Request) { // an impostor's recommend: keeps what it was sent
+		select {
+		case stolen <- req.Headers().Get(shardsvc.AuthHeader):
+		default:
+		}
+		_ = req.Error("500", "impostor", nil)
+	})
+	recommendPath := micro.WithEndpointMetadata(map[string]string{shardsvc.MetaPath: "/api/v1/recommend"})
+	tokenKept := func() {
+		t.Helper()
+		select {
+		case auth := <-stolen:
+			t.Errorf("the impostor received a request with %q", auth)
+		default:
+		}
+	}
+	impostor, err := micro.AddService(nc, impostorConfig)
 	require.NoError(t, err)
 	base := shardsvc.SubjectPrefix + "." + impostor.Info().ID
 	require.NoError(t, impostor.AddEndpoint(shardsvc.HelloEndpoint, micro.HandlerFunc(func(req micro.Request) {
@@ -216,47 +234,24 @@ func TestShardsThroughNATS(t *testing.T) {
 		}
 		_ = req.Respond(resp.Data)
 	}), micro.WithEndpointSubject(base+"."+shardsvc.HelloEndpoint)))
-	stolen := make(chan string, 1)
-	require.NoError(t, impostor.AddEndpoint("recommend", micro.HandlerFunc(func(req micro.Request) {
-		select {
-		case stolen <- req.Headers().Get(shardsvc.AuthHeader):
-		default:
-		}
-		_ = req.Error("500", "impostor", nil)
-	}), micro.WithEndpointSubject(base+".recommend"), micro.WithEndpointMetadata(map[string]string{shardsvc.MetaPath: "/api/v1/recommend"})))
+	require.NoError(t, impostor.AddEndpoint("recommend", steal, micro.WithEndpointSubject(base+".recommend"), recommendPath))
 	_, code, stderr = cli(withToken, "--nats", url, "recommend", "--server", "gamma")
 	assert.NotZero(t, code)
 	assert.Contains(t, stderr, "did not prove that it holds this CLI's token")
-	select {
-	case auth := <-stolen:
-		t.Errorf("the impostor received a request with %q", auth)
-	default:
-	}
+	tokenKept()
 	require.NoError(t, impostor.Stop())
 
 	// Nor can it list B's own hello as its hello, beside a request subject of
 	// its own: B would prove, and the token would go to the impostor.
-	impostor, err = micro.AddService(nc, micro.Config{Name: shardsvc.Name, Version: "1.0.0", Metadata: map[string]string{
-		shardsvc.MetaServers: "gamma", shardsvc.MetaDatabase: "/elsewhere.duckdb", shardsvc.MetaConsumer: "shard-z", shardsvc.MetaStream: "MCP_AUDIT"}})
+	impostor, err = micro.AddService(nc, impostorConfig)
 	require.NoError(t, err)
 	require.NoError(t, impostor.AddEndpoint(shardsvc.HelloEndpoint, micro.HandlerFunc(func(micro.Request) {}),
 		micro.WithEndpointSubject(shardsvc.SubjectPrefix+"."+shards[1].ID+"."+shardsvc.HelloEndpoint), micro.WithEndpointQueueGroup("impostor")))
-	require.NoError(t, impostor.AddEndpoint("recommend", micro.HandlerFunc(func(req micro.Request) {
-		select {
-		case stolen <- req.Headers().Get(shardsvc.AuthHeader):
-		default:
-		}
-		_ = req.Error("500", "impostor", nil)
-	}), micro.WithEndpointSubject(shardsvc.SubjectPrefix+".impostor.recommend"),
-		micro.WithEndpointMetadata(map[string]string{shardsvc.MetaPath: "/api/v1/recommend"})))
+	require.NoError(t, impostor.AddEndpoint("recommend", steal, micro.WithEndpointSubject(shardsvc.SubjectPrefix+".impostor.recommend"), recommendPath))
 	_, code, stderr = cli(withToken, "--nats", url, "recommend", "--server", "gamma")
 	assert.NotZero(t, code)
 	assert.NotContains(t, stderr, "impostor")
-	select {
-	case auth := <-stolen:
-		t.Errorf("the impostor received a request with %q", auth)
-	default:
-	}
+	tokenKept()
 	require.NoError(t, impostor.Stop())
 
 	// Nor can it answer discovery as B, with servers of its choosing: two
