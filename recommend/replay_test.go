@@ -131,15 +131,25 @@ func TestReplayRefusedToolsTogether(t *testing.T) {
 // one second apart, in sessions of their own.
 func storeEvents(t *testing.T, fill func(add func(tool string, d audit.Decision, n int))) *analytics.Store {
 	t.Helper()
+	return storeCalls(t, func(add func(e audit.Event, n int)) {
+		fill(func(tool string, d audit.Decision, n int) { add(audit.Event{Tool: tool, Decision: d}, n) })
+	})
+}
+
+// storeCalls stores n calls like e for each add, a second apart in the hour
+// before now, each of server srv, grant g, agent a and a session of its own.
+func storeCalls(t *testing.T, fill func(add func(e audit.Event, n int))) *analytics.Store {
+	t.Helper()
 	store, err := analytics.Open(context.Background(), filepath.Join(t.TempDir(), "e.duckdb"), analytics.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	var evs []audit.Event
-	fill(func(tool string, d audit.Decision, n int) {
-		for i := 0; i < n; i++ {
+	fill(func(e audit.Event, n int) {
+		for range n {
 			k := len(evs)
-			evs = append(evs, audit.Event{ID: fmt.Sprintf("e%03d", k), TS: now.Add(-time.Hour + time.Duration(k)*time.Second),
-				Server: "srv", Tool: tool, Method: "tools/call", Decision: d, Grant: "g", Agent: "a", Session: fmt.Sprintf("s%d", k)})
+			e.ID, e.TS, e.Session = fmt.Sprintf("e%03d", k), now.Add(-time.Hour+time.Duration(k)*time.Second), fmt.Sprintf("s%d", k)
+			e.Server, e.Method, e.Grant, e.Agent = "srv", "tools/call", "g", "a"
+			evs = append(evs, e)
 		}
 	})
 	_, err = store.Append(context.Background(), ingest.Batch{Events: evs})
@@ -266,24 +276,13 @@ func TestReplayNewlyAllowedBeyondTheFirstDays(t *testing.T) {
 // newly allowed when the proposal changed them or the current policy is
 // unknown: never a widening where there is none, never none where there is one.
 func TestReplayCarriesConditionalRefusals(t *testing.T) {
-	store, err := analytics.Open(context.Background(), filepath.Join(t.TempDir(), "e.duckdb"), analytics.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
-	var evs []audit.Event
-	add := func(tool string, d audit.Decision, rule string, n int) {
-		for range n {
-			k := len(evs)
-			evs = append(evs, audit.Event{ID: fmt.Sprintf("e%03d", k), TS: now.Add(-time.Hour + time.Duration(k)*time.Second),
-				Server: "srv", Tool: tool, Method: "tools/call", Decision: d, Rule: rule, Grant: "g", Agent: "a", Session: fmt.Sprintf("s%d", k)})
-		}
-	}
-	add("refund", audit.Denied, "/tools/refund/deny_if/0", 3)
-	add("refund", audit.Allowed, "", 4)
-	add("pay", audit.Denied, "/tools/pay/require/0", 2)
-	add("pay", audit.Allowed, "", 1)
-	add("move", audit.Denied, "/tools/move/deny_if/0", 1)
-	_, err = store.Append(context.Background(), ingest.Batch{Events: evs})
-	require.NoError(t, err)
+	store := storeCalls(t, func(add func(e audit.Event, n int)) {
+		add(audit.Event{Tool: "refund", Decision: audit.Denied, Rule: "/tools/refund/deny_if/0"}, 3)
+		add(audit.Event{Tool: "refund", Decision: audit.Allowed}, 4)
+		add(audit.Event{Tool: "pay", Decision: audit.Denied, Rule: "/tools/pay/require/0"}, 2)
+		add(audit.Event{Tool: "pay", Decision: audit.Allowed}, 1)
+		add(audit.Event{Tool: "move", Decision: audit.Denied, Rule: "/tools/move/deny_if/0"}, 1)
+	})
 
 	const refundDeny = `{"conditions":[{"path":"args.amount","op":"gte","value":500}],"on_deny":"no"}`
 	const payRequire = `[{"path":"args.reason","op":"exists","value":true}]`
@@ -341,22 +340,11 @@ func TestReplayToolChecksSpendNoQuota(t *testing.T) {
 // to be: an earlier version's rule at the same pointer may have other
 // conditions.
 func TestReplayCarriesRefusalsOfTheCurrentVersionOnly(t *testing.T) {
-	store, err := analytics.Open(context.Background(), filepath.Join(t.TempDir(), "e.duckdb"), analytics.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
-	var evs []audit.Event
-	add := func(d audit.Decision, rule, version string, n int) {
-		for range n {
-			k := len(evs)
-			evs = append(evs, audit.Event{ID: fmt.Sprintf("e%03d", k), TS: now.Add(-time.Hour + time.Duration(k)*time.Second),
-				Server: "srv", Tool: "refund", Method: "tools/call", Decision: d, Rule: rule, PolicyVersion: version, Grant: "g", Session: fmt.Sprintf("s%d", k)})
-		}
-	}
-	add(audit.Denied, "/tools/refund/deny_if/0", "v1", 3)
-	add(audit.Denied, "/tools/refund/deny_if/0", "v2", 2)
-	add(audit.Allowed, "", "v2", 1)
-	_, err = store.Append(context.Background(), ingest.Batch{Events: evs})
-	require.NoError(t, err)
+	store := storeCalls(t, func(add func(e audit.Event, n int)) {
+		add(audit.Event{Tool: "refund", Decision: audit.Denied, Rule: "/tools/refund/deny_if/0", PolicyVersion: "v1"}, 3)
+		add(audit.Event{Tool: "refund", Decision: audit.Denied, Rule: "/tools/refund/deny_if/0", PolicyVersion: "v2"}, 2)
+		add(audit.Event{Tool: "refund", Decision: audit.Allowed, PolicyVersion: "v2"}, 1)
+	})
 	p, err := policy.Parse([]byte(`{"version":"1","default":"deny","tools":{"refund":{
 		"deny_if":[{"conditions":[{"path":"args.tier","op":"eq","value":"trial"}]}]}}}`), "p.json")
 	require.NoError(t, err)
