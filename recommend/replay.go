@@ -506,8 +506,8 @@ type carried struct {
 	version  string // "" when the events carry no policy_version
 }
 
-// applies reports whether a refused call's recorded rule and policy
-// version let the replay carry the refusal over.
+// applies reports whether a refused call's policy version lets the replay
+// carry its refusal over (its rule is looked up in refusals).
 func (c carried) applies(version string) bool { return c.version == "" || version == c.version }
 
 func (q query) carriedRefusals(ctx context.Context, current *policy.Policy) (carried, error) {
