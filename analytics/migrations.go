@@ -228,6 +228,29 @@ CREATE TABLE calls_clustered (clustered_until TIMESTAMPTZ NOT NULL);
 ALTER TABLE findings ADD COLUMN changes VARCHAR;
 ALTER TABLE suppressions ADD COLUMN covers VARCHAR;
 `, nil},
+	{16, "session peaks by counted sessions", "", recountUncountedSessions},
+}
+
+// recountUncountedSessions counts again the counted days of session_peaks
+// with calls whose session the gateway does not count (a conversation,
+// trace or derived one): before version 16 their rows kept those sessions
+// apart, where the gateway counts such calls under their grant
+// (CountedSession). A database without such calls has nothing to recount.
+func recountUncountedSessions(ctx context.Context, conn *sql.Conn) error {
+	days, err := QueryColumn[int64](ctx, conn, `
+SELECT DISTINCT epoch_ms(ts) // 86400000 AS day FROM calls
+WHERE tool IS NOT NULL AND session IS NOT NULL AND session_source IS DISTINCT FROM 'event'
+  AND epoch_ms(ts) // 86400000 IN (SELECT day FROM counted_days)
+ORDER BY day`)
+	if err != nil {
+		return fmt.Errorf("days with uncounted sessions: %w", err)
+	}
+	for _, day := range days {
+		if err := countSessionPeaks(ctx, conn, day); err != nil {
+			return fmt.Errorf("day %d: %w", day, err)
+		}
+	}
+	return nil
 }
 
 // rekeyedGatewaysSQL lists the gateways of the calls whose session is
@@ -320,8 +343,10 @@ func migrate(ctx context.Context, db *sql.DB) error {
 // applyMigration runs m and records it in one transaction on conn.
 func applyMigration(ctx context.Context, conn *sql.Conn, m migration) error {
 	err := inTransaction(ctx, conn, func() error {
-		if _, err := conn.ExecContext(ctx, m.sql); err != nil {
-			return err
+		if m.sql != "" {
+			if _, err := conn.ExecContext(ctx, m.sql); err != nil {
+				return err
+			}
 		}
 		if m.build != nil {
 			if err := m.build(ctx, conn); err != nil {

@@ -169,3 +169,48 @@ func TestFailedMigrationLeavesNothingBehind(t *testing.T) {
 	assert.Equal(t, 1, count(t, w, `SELECT n FROM test_step`))
 	assert.Equal(t, 2, count(t, w, `SELECT count(*) FROM tool_day_use`), "the step's rows, beside the batch's")
 }
+
+// Before version 16 session_peaks kept the calls of a conversation, trace
+// or derived session apart, under that session; the gateway counts them
+// under their grant (CountedSession). Migrating a database kept so counts
+// its counted days again: its rows become those a fresh count gives.
+func TestMigrationCountsSessionPeaksByCountedSessions(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "old.duckdb")
+	end := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	evs, err := runtraffic.Generate(3, 4000, 36*time.Hour, end, false)
+	require.NoError(t, err)
+	sessionsFromIDs(evs)
+	s, err := Open(ctx, path, Options{})
+	require.NoError(t, err)
+	_, err = s.Append(ctx, ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	res, err := s.Recluster(ctx, end)
+	require.NoError(t, err)
+	require.Positive(t, res.CountedDays)
+	require.Positive(t, count(t, s, `SELECT count(*) FROM calls WHERE session_source IN ('conversation', 'trace')`))
+	const rows = `SELECT string_agg(concat_ws('|', server, "grant", tool, day, session, peak, calls, peak_all, alone), '\n'
+		ORDER BY server, "grant", tool, day, session NULLS FIRST) FROM session_peaks`
+	var want, old, migrated string
+	require.NoError(t, s.DB().QueryRow(rows).Scan(&want))
+	// The rows as the older build counted them: by the stored session.
+	_, err = s.DB().ExecContext(ctx, `DELETE FROM session_peaks;
+INSERT INTO session_peaks
+SELECT server, g, tool, w // 1440, s, max(n), sum(n), max(n_all), s IS NOT NULL FROM (
+	SELECT server, coalesce("grant", '') AS g, tool, nullif(session, '') AS s, epoch_ms(ts) // 60000 AS w,
+	       count(*) FILTER (decision IN ('allowed', 'rate_limited')) AS n, count(*) AS n_all
+	FROM calls WHERE tool IS NOT NULL AND epoch_ms(ts) // 86400000 IN (SELECT day FROM counted_days) GROUP BY ALL
+) GROUP BY ALL;
+DELETE FROM schema_migrations WHERE version = 16`)
+	require.NoError(t, err)
+	require.NoError(t, s.DB().QueryRow(rows).Scan(&old))
+	require.NotEqual(t, want, old, "the older rows differ")
+	require.NoError(t, s.Close())
+
+	m, err := Open(ctx, path, Options{})
+	require.NoError(t, err)
+	defer m.Close()
+	require.NoError(t, m.DB().QueryRow(rows).Scan(&migrated))
+	assert.Equal(t, want, migrated, "session_peaks after the migration")
+	assert.Zero(t, count(t, m, `SELECT count(*) FROM session_peaks WHERE split_part(session, ':', 1) IN ('conversation', 'trace', 'derived')`))
+}

@@ -9,8 +9,9 @@ import (
 )
 
 // session_peaks holds, per server, grant (empty for calls without one),
-// tool, UTC day and session (NULL for calls without one), the busiest
-// minute of the day's calls: peak counts the allowed and rate-limited
+// tool, UTC day and session the gateway counts (CountedSession: NULL for
+// calls without a protocol session, counted under their grant), the
+// busiest minute of the day's calls: peak counts the allowed and rate-limited
 // calls of its busiest minute (what a per-session limit is sized from),
 // calls those calls over the day, peak_all every call of its busiest
 // minute (what a limit counts, and so which sessions a limit would have
@@ -58,13 +59,14 @@ const countedDaysTable = `
 CREATE TABLE counted_days (day BIGINT PRIMARY KEY);`
 
 // SessionMinutesSQL groups the calls that where selects per server,
-// grant, tool, session and minute: the columns server, g, tool, s (NULL
-// for a call without a session), w (minutes since the epoch), n (allowed
-// and rate-limited calls) and n_all (every call). Both session_peaks and
+// grant, tool, counted session and minute: the columns server, g, tool, s
+// (CountedSession: NULL for a call the gateway counts under its grant), w
+// (minutes since the epoch), n (allowed and rate-limited calls) and n_all
+// (every call). Both session_peaks and
 // the recommender's days without rows count minutes this way.
 func SessionMinutesSQL(where string) string {
 	return `
-SELECT server, coalesce("grant", '') AS g, tool, nullif(session, '') AS s, epoch_ms(ts) // 60000 AS w,
+SELECT server, coalesce("grant", '') AS g, tool, ` + CountedSession + ` AS s, epoch_ms(ts) // 60000 AS w,
        count(*) FILTER (decision IN ('allowed', 'rate_limited')) AS n, count(*) AS n_all
 FROM calls WHERE tool IS NOT NULL AND (` + where + `)
 GROUP BY ALL`

@@ -48,6 +48,16 @@ const RunsMaxGap = 60 * time.Second
 // stands in for it (SPEC §5).
 const SessionKey = `coalesce(session, 'gateway:' || gateway, '')`
 
+// CountedSession is the SQL expression of the session a gateway counts a
+// per-session limit by (SPEC §4): the event's own protocol session, NULL
+// for every other call. A conversation, trace or derived session is
+// mcptrail's correlation of calls the gateway saw without a session, and
+// the gateway counts those calls under their grant.
+const CountedSession = `CASE WHEN ` + HasCountedSession + ` THEN session END`
+
+// HasCountedSession is the SQL condition that a call has a CountedSession.
+const HasCountedSession = `session_source = 'event' AND session <> ''`
+
 // execQuerier is a connection or a transaction.
 type execQuerier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)

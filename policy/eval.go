@@ -27,9 +27,12 @@ const (
 
 // Call is one tool call as the evaluator sees it.
 type Call struct {
-	TS      time.Time
-	Tool    string
-	Grant   string
+	TS    time.Time
+	Tool  string
+	Grant string
+	// Session is the protocol session the gateway saw and counts a limit
+	// per session by; empty for a call without one, which counts under its
+	// grant.
 	Session string
 	Agent   string
 	// Args are the call's argument values, nil when unknown. mcptrail stores

@@ -387,8 +387,10 @@ type peakStats struct {
 // ScopeKeySQL is the SQL counter key of a limit's scope over the calls,
 // mirroring the policy evaluator (SPEC §4): a call without the scope's key
 // counts under its grant, and under the empty grant when that is missing
-// too. Keys are hashed (with the scope's letter, so that a session named
-// like a grant stays apart): they are only grouped on, and grouping on
+// too; a session is the event's own (analytics.CountedSession), since a
+// gateway knows no conversation, trace or derived session. Keys are hashed
+// (with the scope's letter, so that a session named like a grant stays
+// apart): they are only grouped on, and grouping on
 // integers is much cheaper than on strings (the report's limits against
 // their peaks, ops-bot's limits over 5M calls: 255–264 ms against 367–397
 // ms with a string built per call). The report measures its limits by it.
@@ -407,7 +409,7 @@ func ScopeKeySQL(scope string) string {
 // The counter keys of ScopeKeySQL's scopes.
 const (
 	grantScopeKey   = `hash('g', coalesce("grant", ''))`
-	sessionScopeKey = `CASE WHEN coalesce(session, '') <> '' THEN hash('s', session) ELSE ` + grantScopeKey + ` END`
+	sessionScopeKey = `CASE WHEN ` + analytics.HasCountedSession + ` THEN hash('s', session) ELSE ` + grantScopeKey + ` END`
 	agentScopeKey   = `CASE WHEN coalesce(agent, '') <> '' THEN hash('a', agent) ELSE ` + grantScopeKey + ` END`
 )
 

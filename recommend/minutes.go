@@ -12,7 +12,8 @@ import (
 )
 
 // callMinutes are a scope's calls in its window summed up per tool and
-// session scope key (a session, or the grant for calls without one) from
+// session scope key (a protocol session, or the grant for calls without
+// one: analytics.CountedSession) from
 // their minutes: the busiest minute's allowed and rate-limited calls
 // (peak), those calls in all (calls) and the busiest minute's calls of any
 // decision (peak_all). Two steps of a recommendation read them: the
@@ -315,9 +316,10 @@ SELECT n, count(*) FROM per WHERE n > $lim GROUP BY n`,
 
 // hotKey matches a call to a session key of the call minutes (h_s, h_g:
 // session_merged's s and g, or an alone row's session and an empty g): its
-// session, or its grant when it has none.
-const hotKey = `coalesce(calls.session, '') = h_s
-	AND CASE WHEN coalesce(calls.session, '') = '' THEN coalesce(calls."grant", '') ELSE '' END = h_g`
+// counted session (analytics.CountedSession), or its grant when it has
+// none.
+const hotKey = `coalesce(` + analytics.CountedSession + `, '') = h_s
+	AND CASE WHEN ` + analytics.HasCountedSession + ` THEN '' ELSE coalesce(calls."grant", '') END = h_g`
 
 // hotCalls are the calls on the days of the session keys in table (a
 // temporary table of keys over a limit with their first and last days, d0

@@ -875,7 +875,7 @@ GROUP BY limit_tool`)
 // streamKinds are the column kinds of stream's query.
 var streamKinds = []analytics.ColumnKind{analytics.VarcharColumn, analytics.TimestampColumn, analytics.VarcharColumn,
 	analytics.VarcharColumn, analytics.VarcharColumn, analytics.VarcharColumn, analytics.VarcharColumn, analytics.VarcharColumn,
-	analytics.VarcharColumn, analytics.VarcharColumn, analytics.VarcharColumn}
+	analytics.VarcharColumn, analytics.VarcharColumn, analytics.VarcharColumn, analytics.VarcharColumn}
 
 // streamSlice is how much of the window stream reads at a time: the
 // driver holds a query's whole result in memory (every call of a 5M-call
@@ -894,11 +894,14 @@ func (q query) stream(ctx context.Context, tools []string, p *policy.Policy, car
 	ev := policy.NewEvaluator(p)
 	text := `
 SELECT id, ts, tool, coalesce("grant", ''), coalesce(session, ''), coalesce(agent, ''), decision, ` + sessionID + `,
-       coalesce(args::VARCHAR, ''), coalesce(rule, ''), coalesce(policy_version, '')
+       coalesce(args::VARCHAR, ''), coalesce(rule, ''), coalesce(policy_version, ''),
+       coalesce(` + analytics.CountedSession + `, '')
 FROM calls WHERE ` + inWindow + ` AND list_contains($tools, tool) ORDER BY ts, id`
 	// The strings a call is evaluated with, kept from row to row: most
-	// rows repeat the row before's tool, grant, agent or session.
-	var tool, grant, session, agent, recorded string
+	// rows repeat the row before's tool, grant, agent or session. The
+	// evaluator counts a limit per session by the session the gateway saw
+	// (counted); the affected calls name the stored one.
+	var tool, grant, session, counted, agent, recorded string
 	keep := func(c *analytics.Chunk, col, row int, into *string) {
 		if b := c.Bytes(col, row); string(b) != *into {
 			*into = string(b)
@@ -911,8 +914,9 @@ FROM calls WHERE ` + inWindow + ` AND list_contains($tools, tool) ORDER BY ts, i
 			keep(c, 3, row, &grant)
 			keep(c, 4, row, &session)
 			keep(c, 5, row, &agent)
+			keep(c, 11, row, &counted)
 			ts := time.UnixMicro(micros[row]).UTC()
-			call := policy.Call{TS: ts, Tool: tool, Grant: grant, Session: session, Agent: agent}
+			call := policy.Call{TS: ts, Tool: tool, Grant: grant, Session: counted, Agent: agent}
 			if args := c.Bytes(8, row); len(args) > 0 {
 				var m map[string]any
 				if json.Unmarshal(args, &m) == nil {

@@ -1,0 +1,73 @@
+package recommend_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/policy"
+	"github.com/mcptrail/mcptrail/recommend"
+)
+
+// TestSessionLimitCountsCallsWithoutProtocolSessionUnderGrant: a gateway
+// counts a limit per session by the protocol session it saw; the calls it
+// saw without one (stored under a conversation, a trace or a derived
+// session) share their grant's counter. The replay counts them so: with
+// three calls a minute allowed per session, four protocol sessions of
+// three calls each pass, and the twelve calls of four conversations and
+// three of a derived session in the same minute, fifteen on the grant's
+// counter, lose twelve. So before the sealed day is counted into
+// session_peaks and after, on the SQL path and through the evaluator.
+func TestSessionLimitCountsCallsWithoutProtocolSessionUnderGrant(t *testing.T) {
+	ctx := context.Background()
+	store, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "counted.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	minute := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	var evs []audit.Event
+	add := func(session, agent string, attrs map[string]string, n int) {
+		for range n {
+			evs = append(evs, audit.Event{ID: fmt.Sprintf("c%03d", len(evs)), TS: minute.Add(time.Duration(len(evs)) * time.Second),
+				Server: "srv", Tool: "poll", Method: "tools/call", Decision: audit.Allowed, Grant: "g", Agent: agent,
+				Session: session, Attrs: attrs})
+		}
+	}
+	for i := range 4 {
+		add(fmt.Sprintf("s%d", i), "a", nil, 3)
+		add("", "a", map[string]string{audit.AttrConversationID: fmt.Sprintf("conv%d", i)}, 3)
+	}
+	add("", "b", nil, 3) // agent b's derived session
+	_, err = store.Append(ctx, ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	var sources string
+	require.NoError(t, store.DB().QueryRow(`SELECT string_agg(DISTINCT session_source, ',' ORDER BY session_source) FROM calls`).Scan(&sources))
+	require.Equal(t, "conversation,derived,event", sources)
+
+	p := &policy.Policy{Version: "1", Default: policy.DefaultAllow, Tools: map[string]*policy.ToolRule{
+		"poll": {Limits: []policy.Limit{{Counter: "poll", Window: policy.WindowMinute, Max: 3, Scope: policy.ScopeSession}}},
+	}}
+	require.NoError(t, p.Validate())
+	opts := recommend.ReplayOptions{Server: "srv", From: minute.Add(-24 * time.Hour), To: minute.Add(24 * time.Hour), Policy: p}
+	check := func(t *testing.T) {
+		fast, _ := fastAndExact(t, store, opts)
+		assert.EqualValues(t, 12, fast.RateLimited, "the grant's counter refuses all but three of the fifteen calls without a protocol session")
+		assert.EqualValues(t, len(evs)-12, fast.Allowed)
+	}
+	t.Run("from the calls", check)
+	res, err := store.Recluster(ctx, minute.Add(48*time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, 1, res.CountedDays)
+	var rows, grantRow int
+	require.NoError(t, store.DB().QueryRow(`SELECT count(*), count(*) FILTER (session IS NULL AND peak = 15) FROM session_peaks`).Scan(&rows, &grantRow))
+	assert.Equal(t, 5, rows, "a row per protocol session and one for the grant")
+	assert.Equal(t, 1, grantRow, "the fifteen calls without a protocol session counted in the grant's row")
+	t.Run("from session_peaks", check)
+}
