@@ -105,6 +105,23 @@ var (
 	Scopes  = []string{ScopeGrant, ScopeSession, ScopeAgent}
 )
 
+// Conditional reports whether r decides by a call's arguments: it holds a
+// require condition or a deny_if entry with conditions. False for nil.
+func (r *ToolRule) Conditional() bool {
+	if r == nil {
+		return false
+	}
+	if len(r.Require) > 0 {
+		return true
+	}
+	for _, d := range r.DenyIf {
+		if !d.IsApproval() {
+			return true
+		}
+	}
+	return false
+}
+
 // IsApproval reports whether d is a "require approval" entry: a deny with no conditions.
 func (d DenyRule) IsApproval() bool { return len(d.Conditions) == 0 }
 

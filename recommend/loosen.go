@@ -55,7 +55,7 @@ func accessOf(p *policy.Policy, tool string) access {
 		if hasApproval(rule.r) {
 			a.level = accApproval
 		}
-		if len(rule.r.Require) > 0 || hasConditionalDeny(rule.r) {
+		if rule.r.Conditional() {
 			a.conditional = true
 			if a.conditions == nil {
 				a.conditions = map[string]string{}

@@ -91,9 +91,10 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 		info := tools[t]
 		v := probe.Peek(policy.Call{Tool: t, TS: o.From})
 		rule := toolRule(o.Policy, t)
-		// A conditional rule decides call by call where the calls carry
-		// their arguments, or a refusal of the current policy's tells of them.
-		conditional := rule != nil && (len(rule.Require) > 0 || hasConditionalDeny(rule)) && info.withArgs+info.refused > 0
+		// A conditional rule (the tool's or all_tools') decides call by
+		// call where the calls carry their arguments, or a refusal of the
+		// current policy's tells of them.
+		conditional := (rule.Conditional() || o.Policy != nil && o.Policy.AllTools.Conditional()) && info.withArgs+info.refused > 0
 		switch {
 		case v.Decision != policy.Allowed && !conditional:
 			static = append(static, t)
@@ -366,14 +367,17 @@ func toolRule(p *policy.Policy, tool string) *policy.ToolRule {
 	return p.Tools[tool]
 }
 
-// anyConditional says whether a rule of p holds a requirement or a denial
-// on a call's arguments.
+// anyConditional says whether a rule of p, a tool's or all_tools', holds a
+// requirement or a denial on a call's arguments.
 func anyConditional(p *policy.Policy) bool {
 	if p == nil {
 		return false
 	}
+	if p.AllTools.Conditional() {
+		return true
+	}
 	for _, r := range p.Tools {
-		if len(r.Require) > 0 || hasConditionalDeny(r) {
+		if r.Conditional() {
 			return true
 		}
 	}
@@ -393,15 +397,6 @@ func toolsFromUsage(usage map[string]*usage) map[string]*toolInfo {
 		}
 	}
 	return out
-}
-
-func hasConditionalDeny(r *policy.ToolRule) bool {
-	for _, d := range r.DenyIf {
-		if !d.IsApproval() {
-			return true
-		}
-	}
-	return false
 }
 
 func (r *Replay) tool(t string) *ToolReplay {

@@ -353,3 +353,23 @@ func TestReplayCarriesRefusalsOfTheCurrentVersionOnly(t *testing.T) {
 	assert.Equal(t, int64(2), r.Denied, "v2's refusals, by the current rule")
 	assert.Equal(t, int64(3), r.NewlyAllowed, "v1's: its rule at that pointer may have been another")
 }
+
+// A conditional rule of all_tools decides call by call as a tool's own
+// does: it refuses the calls whose stored arguments match it, and the
+// gateway's refusals by it of calls without arguments carry over. The
+// replay took such a policy for one without the rule.
+func TestReplayAllToolsConditions(t *testing.T) {
+	store := storeCalls(t, func(add func(e audit.Event, n int)) {
+		add(audit.Event{Tool: "stop_vm", Decision: audit.Allowed, Args: []byte(`{"force":true}`)}, 3)
+		add(audit.Event{Tool: "stop_vm", Decision: audit.Allowed, Args: []byte(`{"vmid":1}`)}, 2)
+		add(audit.Event{Tool: "stop_vm", Decision: audit.Denied, Rule: "/all_tools/deny_if/0"}, 2)
+	})
+	p, err := policy.Parse([]byte(`{"version":"1","default":"allow",
+		"all_tools":{"deny_if":[{"conditions":[{"path":"args.force","op":"exists","value":true}],"on_deny":"no"}]}}`), "p.json")
+	require.NoError(t, err)
+	r, _ := fastAndExact(t, store, recommend.ReplayOptions{Server: "srv", From: now.Add(-2 * time.Hour), To: now, Policy: p, Current: p})
+	assert.Equal(t, int64(5), r.Denied, "the three calls with force, and the two the gateway refused by the same rule")
+	assert.Equal(t, int64(3), r.Changed)
+	assert.Zero(t, r.NewlyAllowed)
+	assert.Equal(t, int64(2), r.Allowed)
+}
