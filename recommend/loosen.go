@@ -160,16 +160,17 @@ func RuleText(p *policy.Policy, tool string) string {
 	return s
 }
 
-// scopeBreadth orders scopes from the narrowest counter (one per grant) to
-// the broadest (one per session: every session gets its own quota).
-func scopeBreadth(scope string) int {
-	switch scope {
-	case policy.ScopeAgent:
-		return 1
-	case policy.ScopeSession:
-		return 2
-	}
-	return 0
+// narrowerOrSame reports whether a limit counted per scope b lets no more
+// calls through than one counted per scope a: the same scope, or one
+// counter per grant, which no other scope undercuts. The others do not
+// order: per agent gives each agent one quota where per session gives each
+// of its sessions one, but a call without a protocol session counts under
+// its grant (SPEC §4), so for stateless traffic a per-session limit is a
+// per-grant one that a per-agent limit multiplies; and one per gateway
+// instance (Intercept's state store) multiplies a grant's by the instances
+// it reaches.
+func narrowerOrSame(b, a string) bool {
+	return b == a || b == policy.ScopeGrant
 }
 
 var windowSeconds = map[string]int64{policy.WindowMinute: 60, policy.WindowHour: 3600, policy.WindowDay: 86400}
@@ -193,11 +194,20 @@ func raised(a, b policy.Limit) bool {
 	return false
 }
 
-// covers reports whether b is at least as strict as a: no broader scope and
-// no more calls in any span.
+// covers reports whether b is at least as strict as a: a scope no broader
+// (narrowerOrSame) and no more calls in any span.
 func covers(b, a policy.Limit) bool {
-	return scopeBreadth(b.EffectiveScope()) <= scopeBreadth(a.EffectiveScope()) && !raised(a, b)
+	return narrowerOrSame(b.EffectiveScope(), a.EffectiveScope()) && !raised(a, b)
 }
+
+// coversNamed is covers for limits of a policy: a limit of all_tools counts
+// every tool's calls on one counter, which only another such limit covers
+// (the tools' own limits together let through their sum).
+func coversNamed(b, a namedLimit) bool {
+	return covers(b.Limit, a.Limit) && (allToolsLimit(b) || !allToolsLimit(a))
+}
+
+func allToolsLimit(l namedLimit) bool { return strings.HasPrefix(l.pointer, "/all_tools/") }
 
 // Loosenings lists how the proposed policy widens a tool's access compared
 // with the current one: a refusal turned into approval or allowance, a limit
@@ -212,10 +222,9 @@ func Loosenings(current, proposed *policy.Policy, tool string) []string {
 	if b.level > a.level {
 		out = append(out, accessWords[a.level]+" → "+accessWords[b.level])
 	}
-	if a.conditional && !b.conditional && b.level >= accApproval && a.level >= accApproval {
-		out = append(out, "conditions removed")
-	}
-	if a.conditional && b.conditional && b.level >= accApproval && a.level >= accApproval {
+	if a.conditional && b.level >= accApproval && a.level >= accApproval {
+		// Each rule removed by its text, so that accepting one removal
+		// (a suppression's covers) accepts no other.
 		var gone []string
 		for k, text := range a.conditions {
 			if _, kept := b.conditions[k]; !kept {
@@ -233,7 +242,7 @@ func Loosenings(current, proposed *policy.Policy, tool string) []string {
 	for _, old := range a.limits {
 		i := slices.IndexFunc(b.limits, func(n namedLimit) bool { return n.pointer == old.pointer })
 		if i < 0 {
-			if !slices.ContainsFunc(b.limits, func(n namedLimit) bool { return covers(n.Limit, old.Limit) }) {
+			if !slices.ContainsFunc(b.limits, func(n namedLimit) bool { return coversNamed(n, old) }) {
 				out = append(out, "limit removed: "+limitName(old))
 			}
 			continue
@@ -242,7 +251,7 @@ func Loosenings(current, proposed *policy.Policy, tool string) []string {
 		if raised(old.Limit, nl) {
 			out = append(out, fmt.Sprintf("limit raised: %s → %s", limitName(old), LimitText(nl)))
 		}
-		if scopeBreadth(nl.EffectiveScope()) > scopeBreadth(old.EffectiveScope()) {
+		if !narrowerOrSame(nl.EffectiveScope(), old.EffectiveScope()) {
 			out = append(out, fmt.Sprintf("scope broadened: %s → %s", limitName(old), LimitText(nl)))
 		}
 	}
@@ -250,7 +259,7 @@ func Loosenings(current, proposed *policy.Policy, tool string) []string {
 }
 
 func limitName(l namedLimit) string {
-	if strings.HasPrefix(l.pointer, "/all_tools/") {
+	if allToolsLimit(l) {
 		return "all tools " + LimitText(l.Limit)
 	}
 	return LimitText(l.Limit)

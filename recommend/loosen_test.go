@@ -53,7 +53,7 @@ func TestLooseningKinds(t *testing.T) {
 		"get_c":      {"limit removed: all tools 60/minute per grant", "scope broadened: 100/minute per grant → 56/day per session"},
 		"get_d":      nil, // allowed → hidden narrows
 		"get_e":      {"approval → allowed"},
-		"get_f":      {"conditions removed", "limit removed: all tools 60/minute per grant"},
+		"get_f":      {"condition removed: deny_if args.x eq 1", "limit removed: all tools 60/minute per grant"},
 	} {
 		got := recommend.Loosenings(cur, prop, tool)
 		assert.ElementsMatch(t, want, got, tool)
@@ -65,6 +65,51 @@ func TestLooseningKinds(t *testing.T) {
 	assert.Equal(t, "allowed, 100/minute per grant; all tools 60/minute per grant", recommend.RuleText(cur, "get_c"))
 	assert.Equal(t, "allowed with conditions, all tools 60/minute per grant", recommend.RuleText(cur, "get_f"))
 	assert.Equal(t, "hidden", recommend.RuleText(cur, "delete_vm"))
+}
+
+// Scopes that do not order, and a cap shared by every tool, are never
+// taken as covered: per agent does not narrow per session (a call without
+// a protocol session counts under its grant, so for stateless traffic a
+// per-session cap is a per-grant one), per gateway instance does not narrow
+// per grant (a grant may reach several instances), and the tools' own
+// limits do not cover an all_tools cap (together they let through their
+// sum). Each removed condition is named, so that accepting one accepts no
+// other.
+func TestLooseningScopesAndSharedCaps(t *testing.T) {
+	cur := parsePolicy(t, `{"version": "1", "default": "allow",
+  "all_tools": {"limits": [{"counter": "all", "window": "minute", "max": 240, "scope": "grant"}]},
+  "tools": {
+    "poll": {"limits": [{"counter": "poll_rate", "window": "minute", "max": 20, "scope": "session"}]},
+    "get_a": {"limits": [{"counter": "a_cap", "window": "minute", "max": 100, "scope": "grant"}]},
+    "stop_vm": {"deny_if": [{"conditions": [{"path": "args.env", "op": "eq", "value": "dev"}, {"path": "args.force", "op": "eq", "value": true}], "on_deny": "no"}]}
+  }}`)
+	prop := cur.Clone()
+	prop.AllTools = nil
+	prop.Tools["poll"].Limits[0].Scope = policy.ScopeAgent
+	prop.Tools["get_a"].Limits = []policy.Limit{{Counter: "a_rate", Window: policy.WindowMinute, Max: 100, Scope: policy.ScopeInstance},
+		{Counter: "all_a", Window: policy.WindowMinute, Max: 200, Scope: policy.ScopeGrant}}
+	prop.Tools["stop_vm"].DenyIf = nil
+	assert.ElementsMatch(t, []string{"limit removed: all tools 240/minute per grant", "scope broadened: 20/minute per session → 20/minute per agent"},
+		recommend.Loosenings(cur, prop, "poll"))
+	assert.ElementsMatch(t, []string{"limit removed: all tools 240/minute per grant", "limit removed: 100/minute per grant"},
+		recommend.Loosenings(cur, prop, "get_a"), "neither a per-instance limit nor a tool's own limit covers these")
+	assert.ElementsMatch(t, []string{"limit removed: all tools 240/minute per grant", `condition removed: deny_if args.env eq "dev" and args.force eq true`},
+		recommend.Loosenings(cur, prop, "stop_vm"))
+
+	// Per grant still covers any scope, and all_tools a tool's own cap.
+	narrower := cur.Clone()
+	narrower.Tools["poll"].Limits[0].Scope = policy.ScopeGrant
+	narrower.Tools["get_a"].Limits = nil
+	narrower.AllTools.Limits = append(narrower.AllTools.Limits, policy.Limit{Counter: "all_a", Window: policy.WindowMinute, Max: 100, Scope: policy.ScopeGrant})
+	assert.Empty(t, recommend.Loosenings(cur, narrower, "poll"))
+	assert.Empty(t, recommend.Loosenings(cur, narrower, "get_a"))
+
+	// Another condition removed later is another widening.
+	other := cur.Clone()
+	other.Tools["stop_vm"].DenyIf[0].Conditions[0].Value = []byte(`"prod"`)
+	kinds := func(changes []string) []string { return recommend.WideningKinds(map[string]any{"changes": changes}) }
+	accepted := kinds(recommend.Loosenings(cur, prop, "stop_vm"))
+	assert.False(t, recommend.WideningCovered(kinds(recommend.Loosenings(other, prop, "stop_vm")), accepted))
 }
 
 // A proposal that widens access says so: a loosening finding with the rule
