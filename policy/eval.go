@@ -173,12 +173,8 @@ func compileRule(base string, r *ToolRule) *compiledRule {
 			continue
 		}
 		// Gateways name a limit by its counter: /tools/x/limits/x_rate.
-		id := l.Counter
-		if id == "" {
-			id = strconv.Itoa(i)
-		}
 		c.limits = append(c.limits, compiledLimit{
-			pointer: base + "/limits/" + pointerEscape(id),
+			pointer: LimitPointer(base, i, l),
 			counter: l.Counter,
 			window:  w,
 			max:     l.Max,

@@ -217,12 +217,15 @@ func Run(ctx context.Context, db *sql.DB, o ReplayOptions) (*Replay, error) {
 
 // sortCalls orders calls by time, then id.
 func sortCalls(cs []AffectedCall) {
-	sort.Slice(cs, func(i, j int) bool {
-		if !cs[i].TS.Equal(cs[j].TS) {
-			return cs[i].TS.Before(cs[j].TS)
-		}
-		return cs[i].ID < cs[j].ID
-	})
+	sort.Slice(cs, func(i, j int) bool { return callBefore(cs[i], cs[j]) })
+}
+
+// callBefore orders calls as the replay feeds them: by time, then id.
+func callBefore(a, b AffectedCall) bool {
+	if !a.TS.Equal(b.TS) {
+		return a.TS.Before(b.TS)
+	}
+	return a.ID < b.ID
 }
 
 // newlyPerTool is how many of a tool's newly allowed calls a replay lists.
@@ -422,9 +425,10 @@ func countCause(m *map[Cause]int64, v policy.Verdict, n int64) {
 	(*m)[Cause{v.Decision, v.Rule}] += n
 }
 
-// limitRule is the pointer of a tool's limit, as the evaluator names it.
+// limitRule is the pointer of a tool's only limit, as the evaluator names
+// it (the counter escaped as a JSON pointer token).
 func limitRule(tool string, l policy.Limit) string {
-	return policy.ToolPointer(tool) + "/limits/" + l.Counter
+	return policy.LimitPointer(policy.ToolPointer(tool), 0, l)
 }
 
 func (tr *ToolReplay) add(decision string, n int64) {
@@ -475,14 +479,15 @@ func (a *affected) add(c AffectedCall, sk string, firstN int) {
 	case len(a.first) < firstN*4:
 		a.first = append(a.first, c)
 	default:
-		// Keep the earliest firstN*4 by replacing the latest when c is earlier.
+		// Keep the earliest firstN*4 by replacing the latest when c is
+		// earlier (by time, then id: calls of one instant are many).
 		latest := 0
 		for i := range a.first {
-			if a.first[i].TS.After(a.first[latest].TS) {
+			if callBefore(a.first[latest], a.first[i]) {
 				latest = i
 			}
 		}
-		if c.TS.Before(a.first[latest].TS) {
+		if callBefore(c, a.first[latest]) {
 			a.first[latest] = c
 		}
 	}

@@ -373,3 +373,44 @@ func TestReplayAllToolsConditions(t *testing.T) {
 	assert.Zero(t, r.NewlyAllowed)
 	assert.Equal(t, int64(2), r.Allowed)
 }
+
+// The earliest affected calls are the first by time, then id, however
+// many calls share an instant and whichever path decided them: the
+// statically refused tools' calls filled the list, and a call of the same
+// instant with a smaller id was dropped.
+func TestReplayFirstAffectedTiesByID(t *testing.T) {
+	ctx := context.Background()
+	store, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "ties.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	at := now.Add(-time.Hour)
+	var evs []audit.Event
+	add := func(id, tool string) {
+		evs = append(evs, audit.Event{ID: id, TS: at, Server: "srv", Tool: tool, Method: "tools/call", Decision: audit.Allowed, Grant: "g", Session: id})
+	}
+	add("a0", "lim")
+	add("a1", "lim")
+	for i := range 4 {
+		add(fmt.Sprintf("b%d", i), fmt.Sprintf("h%d", i))
+	}
+	_, err = store.Append(ctx, ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	p := &policy.Policy{Version: "1", Default: policy.DefaultAllow, Hide: []string{"h0", "h1", "h2", "h3"}, Tools: map[string]*policy.ToolRule{
+		"lim": {Limits: []policy.Limit{{Counter: "lim", Window: policy.WindowHour, Max: 1}}},
+	}}
+	fast, _ := fastAndExact(t, store, recommend.ReplayOptions{Server: "srv", From: now.Add(-2 * time.Hour), To: now, Policy: p, FirstN: 1})
+	require.Len(t, fast.FirstAffected, 1)
+	assert.Equal(t, "a1", fast.FirstAffected[0].ID, "a1 comes before b0 at the same instant")
+}
+
+// A limit is named by its counter escaped as a JSON pointer token, on the
+// SQL path as by the evaluator.
+func TestReplayLimitRuleEscapesItsCounter(t *testing.T) {
+	store := storeEvents(t, func(add func(tool string, d audit.Decision, n int)) { add("get_a", audit.Allowed, 3) })
+	p := &policy.Policy{Version: "1", Default: policy.DefaultAllow, Tools: map[string]*policy.ToolRule{
+		"get_a": {Limits: []policy.Limit{{Counter: "per/min", Window: policy.WindowHour, Max: 1}}},
+	}}
+	fast, _ := fastAndExact(t, store, recommend.ReplayOptions{Server: "srv", From: now.Add(-2 * time.Hour), To: now, Policy: p})
+	require.NotEmpty(t, fast.FirstAffected)
+	assert.Equal(t, "/tools/get_a/limits/per~1min", fast.FirstAffected[0].Rule)
+}
