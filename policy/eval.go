@@ -335,13 +335,15 @@ func windowStart(ts time.Time, w int) time.Time {
 }
 
 // scopeKey is the counter key of a call for a scope; the prefixes keep a
-// session named like a grant from sharing its counter.
+// session named like a grant from sharing its counter. A policy is attached
+// to a grant, so each grant counts its own sessions and agents: a session
+// or agent seen under two grants has a counter in each.
 func scopeKey(scope string, c Call) string {
 	switch {
 	case scope == ScopeSession && c.Session != "":
-		return "s:" + c.Session
+		return "s:" + c.Grant + "\x00" + c.Session
 	case scope == ScopeAgent && c.Agent != "":
-		return "a:" + c.Agent
+		return "a:" + c.Grant + "\x00" + c.Agent
 	}
 	return "g:" + c.Grant
 }

@@ -106,7 +106,7 @@ func TestEvaluateScopes(t *testing.T) {
 			{c("g1", "s1", ""), Allowed},
 			{c("g1", "s2", ""), Allowed},
 			{c("g1", "s1", ""), RateLimited},
-			{c("g2", "s1", ""), RateLimited}, // the session id is the key, whatever the grant
+			{c("g2", "s1", ""), Allowed}, // each grant counts its own sessions: a policy is attached to a grant
 		}},
 		{"session missing falls back to the grant", "session", []step{
 			{c("g1", "", ""), Allowed},
@@ -120,6 +120,7 @@ func TestEvaluateScopes(t *testing.T) {
 			{c("g1", "s1", "a1"), Allowed},
 			{c("g1", "s2", "a1"), RateLimited},
 			{c("g1", "s1", "a2"), Allowed},
+			{c("g2", "s3", "a1"), Allowed}, // and its own agents
 		}},
 		{"agent missing falls back to the grant", "agent", []step{
 			{c("g1", "s1", ""), Allowed},
@@ -332,7 +333,7 @@ func TestEvaluatorMemoryIsBounded(t *testing.T) {
 
 	// A call older than the current window (out of order) counts in the current one.
 	assert.Equal(t, Allowed, e.Evaluate(Call{TS: at(0), Tool: "x", Session: "late"}).Decision)
-	assert.Equal(t, 2, e.windows[0].counts["/tools/x/limits/x_rate\x00s:late"])
+	assert.Equal(t, 2, e.windows[0].counts["/tools/x/limits/x_rate\x00s:\x00late"])
 }
 
 func TestTally(t *testing.T) {

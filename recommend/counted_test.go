@@ -71,3 +71,45 @@ func TestSessionLimitCountsCallsWithoutProtocolSessionUnderGrant(t *testing.T) {
 	assert.Equal(t, 1, grantRow, "the fifteen calls without a protocol session counted in the grant's row")
 	t.Run("from session_peaks", check)
 }
+
+// A policy is attached to a grant, so each grant counts its own sessions
+// and agents: a session (or agent) seen under two grants in one minute has
+// a counter in each, in a replay over every grant as in the evaluator, on
+// the SQL path before and after its day is counted into session_peaks
+// (whose rows are per grant: merging them across grants lost the count).
+func TestSessionAndAgentCountersArePerGrant(t *testing.T) {
+	ctx := context.Background()
+	store, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "grants.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	minute := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	var evs []audit.Event
+	add := func(tool, grant, session string) {
+		evs = append(evs, audit.Event{ID: fmt.Sprintf("c%03d", len(evs)), TS: minute.Add(time.Duration(len(evs)) * time.Second),
+			Server: "srv", Tool: tool, Method: "tools/call", Decision: audit.Allowed, Grant: grant, Agent: "a", Session: session})
+	}
+	for _, tool := range []string{"by_session", "by_agent"} {
+		add(tool, "g1", "s")
+		add(tool, "g2", "s")
+		add(tool, "g2", "s") // the second call of g2's counter: refused
+	}
+	_, err = store.Append(ctx, ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	limit := func(scope string) *policy.ToolRule {
+		return &policy.ToolRule{Limits: []policy.Limit{{Counter: scope, Window: policy.WindowMinute, Max: 1, Scope: scope}}}
+	}
+	p := &policy.Policy{Version: "1", Default: policy.DefaultAllow, Tools: map[string]*policy.ToolRule{
+		"by_session": limit(policy.ScopeSession), "by_agent": limit(policy.ScopeAgent)}}
+	opts := recommend.ReplayOptions{Server: "srv", From: minute.Add(-24 * time.Hour), To: minute.Add(24 * time.Hour), Policy: p}
+	check := func(t *testing.T) {
+		fast, _ := fastAndExact(t, store, opts)
+		for _, tool := range []string{"by_session", "by_agent"} {
+			assert.EqualValues(t, 1, fast.ByTool[tool].RateLimited, tool)
+		}
+	}
+	t.Run("from the calls", check)
+	res, err := store.Recluster(ctx, minute.Add(48*time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, 1, res.CountedDays)
+	t.Run("from session_peaks", check)
+}

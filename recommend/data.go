@@ -388,7 +388,8 @@ type peakStats struct {
 // mirroring the policy evaluator (SPEC §4): a call without the scope's key
 // counts under its grant, and under the empty grant when that is missing
 // too; a session is the event's own (analytics.CountedSession), since a
-// gateway knows no conversation, trace or derived session. Keys are hashed
+// gateway knows no conversation, trace or derived session, and a session or
+// agent is counted within its grant, to which a policy is attached. Keys are hashed
 // (with the scope's letter, so that a session named like a grant stays
 // apart): they are only grouped on, and grouping on
 // integers is much cheaper than on strings (the report's limits against
@@ -409,8 +410,8 @@ func ScopeKeySQL(scope string) string {
 // The counter keys of ScopeKeySQL's scopes.
 const (
 	grantScopeKey   = `hash('g', coalesce("grant", ''))`
-	sessionScopeKey = `CASE WHEN ` + analytics.HasCountedSession + ` THEN hash('s', session) ELSE ` + grantScopeKey + ` END`
-	agentScopeKey   = `CASE WHEN coalesce(agent, '') <> '' THEN hash('a', agent) ELSE ` + grantScopeKey + ` END`
+	sessionScopeKey = `CASE WHEN ` + analytics.HasCountedSession + ` THEN hash('s', coalesce("grant", ''), session) ELSE ` + grantScopeKey + ` END`
+	agentScopeKey   = `CASE WHEN coalesce(agent, '') <> '' THEN hash('a', coalesce("grant", ''), agent) ELSE ` + grantScopeKey + ` END`
 )
 
 // peaks computes per-tool percentiles of per-scope peak counts per window

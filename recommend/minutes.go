@@ -146,7 +146,7 @@ WITH d AS (
 	FROM session_peaks SEMI JOIN session_edge e ON e.tool = session_peaks.tool AND e.s = session_peaks.session
 	WHERE ` + stored + ` AND alone
 )
-SELECT tool, coalesce(s, '') AS s, CASE WHEN s IS NULL THEN g ELSE '' END AS g,
+SELECT tool, coalesce(s, '') AS s, g,
        max(peak) AS peak, sum(calls) AS calls, max(peak_all) AS peak_all, min(d0) AS d0, max(d1) AS d1
 FROM d GROUP BY ALL`},
 	}
@@ -277,7 +277,7 @@ func (m *callMinutes) pollWindows(ctx context.Context, names map[uint64]string, 
 	lim := limit(stats[tool])
 	if _, err := m.conn.ExecContext(ctx, `
 CREATE OR REPLACE TEMP TABLE poll_hot AS
-SELECT session AS h_s, '' AS h_g, day AS d0, day AS d1 FROM session_peaks
+SELECT session AS h_s, "grant" AS h_g, day AS d0, day AS d1 FROM session_peaks
 WHERE `+storedRows(m.days)+` AND tool = $tool AND alone AND peak > $lim AND `+unseenKey+`
 UNION ALL
 SELECT s, g, d0, d1 FROM session_merged WHERE tool = $tool AND peak > $lim`,
@@ -315,11 +315,10 @@ SELECT n, count(*) FROM per WHERE n > $lim GROUP BY n`,
 }
 
 // hotKey matches a call to a session key of the call minutes (h_s, h_g:
-// session_merged's s and g, or an alone row's session and an empty g): its
-// counted session (analytics.CountedSession), or its grant when it has
-// none.
-const hotKey = `coalesce(` + analytics.CountedSession + `, '') = h_s
-	AND CASE WHEN ` + analytics.HasCountedSession + ` THEN '' ELSE coalesce(calls."grant", '') END = h_g`
+// session_merged's s and g, or an alone row's session and grant): its
+// counted session (analytics.CountedSession; empty for none) under its
+// grant.
+const hotKey = `coalesce(` + analytics.CountedSession + `, '') = h_s AND coalesce(calls."grant", '') = h_g`
 
 // hotCalls are the calls on the days of the session keys in table (a
 // temporary table of keys over a limit with their first and last days, d0
@@ -361,7 +360,7 @@ CREATE OR REPLACE TEMP TABLE minute_hot AS
 WITH per_minute AS (
 	SELECT * FROM replay_limits WHERE `+fromMinutes+`
 )
-SELECT tool AS h_tool, session AS h_s, '' AS h_g, day AS d0, day AS d1 FROM session_peaks JOIN per_minute ON tool = limit_tool
+SELECT tool AS h_tool, session AS h_s, "grant" AS h_g, day AS d0, day AS d1 FROM session_peaks JOIN per_minute ON tool = limit_tool
 WHERE `+storedRows(m.days)+` AND alone AND peak_all > lim AND `+unseenKey+`
 UNION ALL
 SELECT tool, s, g, d0, d1 FROM session_merged JOIN per_minute ON tool = limit_tool WHERE peak_all > lim`,
