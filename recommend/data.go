@@ -415,18 +415,19 @@ const (
 )
 
 // peaks computes per-tool percentiles of per-scope peak counts per window
-// over the calls that pass the policy's other rules (allowed or rate-limited).
+// over the calls that pass the policy's other rules (allowed or rate-limited),
+// of those that consume the scope's quota (consumesQuota).
 // tools are the tools to measure; names maps tool hashes back to the tools
 // (toolNames).
 func (q query) peaks(ctx context.Context, names map[uint64]string, tools []string, scope, window string) (map[string]*peakStats, error) {
 	rows, err := q.rows(ctx, "peaks "+scope+" "+window, `
 WITH c AS (
-	SELECT hash(tool) AS th, epoch_ms(ts) // $bucket_ms AS w, `+ScopeKeySQL(scope)+` AS k
+	SELECT hash(tool) AS th, epoch_ms(ts) // $bucket_ms AS w, `+ScopeKeySQL(scope)+` AS k, `+consumesQuota(scope)+` AS consumes
 	FROM calls WHERE `+inWindow+` AND tool IN (SELECT unnest($tools::VARCHAR[])) AND decision IN ('allowed', 'rate_limited')
 ), per AS (
-	SELECT th, k, w, count(*) AS n FROM c GROUP BY ALL
+	SELECT th, k, w, count(*) FILTER (consumes) AS n, count(*) AS all_n FROM c GROUP BY ALL
 ), pk AS (
-	SELECT th, k, max(n) AS peak, sum(n) AS calls FROM per GROUP BY ALL
+	SELECT th, k, max(n) AS peak, sum(all_n) AS calls FROM per GROUP BY ALL
 )
 SELECT th, peak, count(*), sum(calls) FROM pk GROUP BY ALL`, sql.Named("bucket_ms", policy.WindowLength(window).Milliseconds()), sql.Named("tools", stringList(tools)))
 	if err != nil {
@@ -520,10 +521,10 @@ func (q query) pollPeaks(ctx context.Context, tool, scope string, windows []stri
 	if _, err := conn.ExecContext(ctx, `
 CREATE OR REPLACE TEMP TABLE poll_minutes AS
 WITH c AS (
-	SELECT hash(`+ScopeKeySQL(scope)+`) AS k, hash(`+sessionKey+`) AS skh, epoch_ms(ts) AS ms
+	SELECT hash(`+ScopeKeySQL(scope)+`) AS k, hash(`+sessionKey+`) AS skh, epoch_ms(ts) AS ms, `+consumesQuota(scope)+` AS consumes
 	FROM calls WHERE `+inWindow+` AND tool = $tool AND decision IN ('allowed', 'rate_limited')
 )
-SELECT k, ms // 60000 AS m, count(*) FILTER (x.skh IS NULL) AS n, count(*) FILTER (x.skh IS NOT NULL) AS n_loop
+SELECT k, ms // 60000 AS m, count(*) FILTER (x.skh IS NULL AND consumes) AS n, count(*) FILTER (x.skh IS NOT NULL AND consumes) AS n_loop
 FROM c LEFT JOIN (SELECT * FROM excluded_runs WHERE tool = $tool) x ON x.skh = c.skh AND c.ms BETWEEN x.t0 AND x.t1
 GROUP BY ALL`,
 		q.args(sql.Named("tool", tool))...); err != nil {

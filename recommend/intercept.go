@@ -46,6 +46,7 @@ type GatewayLimit struct {
 	Calls     int64        // calls counted against it in the window
 	Refused   int64        // how many of them it would have refused
 	Normal    int64        // how many of those were outside runaway loops
+	GivenBack int64        // calls answered with a JSON-RPC error, whose quota Intercept gives back
 	Instances int64
 }
 
@@ -250,8 +251,9 @@ func enforcedByIntercept(p *policy.Policy) *policy.Policy {
 
 // refusedIn counts, for each limit, the calls it would have counted in the
 // window, how many of them it would have refused (in time order, every call
-// past max in its window and scope key: a refused call consumes no quota),
-// and how many of those lie outside runaway loops.
+// once max calls before it in its window and scope key consumed quota: a
+// refused call consumes none, nor one consumesQuota leaves out), and how
+// many of those lie outside runaway loops.
 func (q query) refusedIn(ctx context.Context, scope string, limits []GatewayLimit, runaway []run) error {
 	if len(limits) == 0 {
 		return nil
@@ -277,25 +279,30 @@ func (q query) refusedIn(ctx context.Context, scope string, limits []GatewayLimi
 WITH l AS (
 	SELECT unnest($ids::BIGINT[]) AS id, unnest($tools::VARCHAR[]) AS t, unnest($ms::BIGINT[]) AS ms, unnest($maxes::BIGINT[]) AS mx
 ), c AS (
-	SELECT l.id, l.mx, calls.ts, calls.id AS cid, `+ScopeKeySQL(scope)+` AS k, epoch_ms(calls.ts) // l.ms AS w, x.skh IS NOT NULL AS runaway
+	SELECT l.id, l.mx, calls.ts, calls.id AS cid, `+ScopeKeySQL(scope)+` AS k, epoch_ms(calls.ts) // l.ms AS w, x.skh IS NOT NULL AS runaway,
+	       `+consumesQuota(scope)+` AS consumes
 	FROM calls JOIN l ON calls.tool = l.t
 	LEFT JOIN excluded_runs x ON x.skh = hash(`+sessionKey+`) AND x.tool = calls.tool AND epoch_ms(calls.ts) BETWEEN x.t0 AND x.t1
 	WHERE `+inWindow+` AND decision IN ('allowed', 'rate_limited')
 ), r AS (
-	SELECT id, runaway, row_number() OVER (PARTITION BY id, k, w ORDER BY ts, cid) > mx AS refused FROM c
+	-- Refused once the calls before it in its window took the quota: a
+	-- refused call takes none, and neither does one Intercept gives back.
+	SELECT id, runaway, consumes, coalesce(sum(consumes::INTEGER) OVER (PARTITION BY id, k, w ORDER BY ts, cid
+	       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) >= mx AS refused FROM c
 )
-SELECT id, count(*), count(*) FILTER (refused), count(*) FILTER (refused AND NOT runaway) FROM r GROUP BY id`,
+SELECT id, count(*), count(*) FILTER (refused), count(*) FILTER (refused AND NOT runaway), count(*) FILTER (NOT consumes)
+FROM r GROUP BY id`,
 		q.args(sql.Named("ids", ids), sql.Named("tools", tools), sql.Named("ms", ms), sql.Named("maxes", maxes))...)
 	if err != nil {
 		return fmt.Errorf("gateway-scope refusals: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id, calls, refused, normal int64
-		if err := rows.Scan(&id, &calls, &refused, &normal); err != nil {
+		var id, calls, refused, normal, givenBack int64
+		if err := rows.Scan(&id, &calls, &refused, &normal, &givenBack); err != nil {
 			return fmt.Errorf("gateway-scope refusals: %w", err)
 		}
-		limits[id].Calls, limits[id].Refused, limits[id].Normal = calls, refused, normal
+		limits[id].Calls, limits[id].Refused, limits[id].Normal, limits[id].GivenBack = calls, refused, normal, givenBack
 	}
 	return rows.Err()
 }
@@ -317,6 +324,10 @@ func (l GatewayLimit) note() string {
 		GroupDigits(l.Refused), GroupDigits(l.Calls), share)
 	if l.Runaway {
 		text += fmt.Sprintf(", %s of them outside runaway loops", GroupDigits(l.Normal))
+	}
+	if l.GivenBack > 0 {
+		text += fmt.Sprintf(".\nIntercept gives back the quota of the calls answered with a JSON-RPC error (%s of the %s)",
+			GroupDigits(l.GivenBack), GroupDigits(l.Calls))
 	}
 	return text + "."
 }
@@ -372,4 +383,17 @@ func WriteIntercept(w, stderr io.Writer, r *Report, allowLossy bool) error {
 	}
 	_, err = w.Write(out.YAML)
 	return err
+}
+
+// consumesQuota is the SQL condition that an allowed call consumed quota
+// of a limit counted per scope. Intercept gives a call's quota back when
+// its upstream answers with a JSON-RPC error (its proxy rolls back the
+// call's reservations), which an event records as error_code; a result
+// with isError is no such error. policy.json's counters keep every call
+// the policy lets through (SPEC §4).
+func consumesQuota(scope string) string {
+	if scope == policy.ScopeInstance {
+		return `error_code IS NULL`
+	}
+	return `true`
 }

@@ -46,8 +46,9 @@ func tourStore(t *testing.T, n int) *analytics.Store {
 
 // refusedPerInstance replays the window's calls that passed the recorded
 // gateway's other rules through p, counting each limit per gateway instance
-// (the evaluator's session scope keyed by the instance), and returns the
-// calls per tool and how many the limits refused.
+// (the evaluator's session scope keyed by the instance) as Intercept does:
+// a call answered with a JSON-RPC error takes no quota (Peek). It returns
+// the calls per tool and how many the limits refused.
 func refusedPerInstance(t *testing.T, store *analytics.Store, p *policy.Policy) (calls, refused map[string]int) {
 	t.Helper()
 	q := p.Clone()
@@ -56,7 +57,7 @@ func refusedPerInstance(t *testing.T, store *analytics.Store, p *policy.Policy) 
 			r.Limits[i].Scope = policy.ScopeSession
 		}
 	}
-	rows, err := store.DB().Query(`SELECT ts, tool, coalesce(gateway, '') FROM calls
+	rows, err := store.DB().Query(`SELECT ts, tool, coalesce(gateway, ''), error_code IS NOT NULL FROM calls
 		WHERE ts > $1 AND ts <= $2 AND decision IN ('allowed', 'rate_limited') ORDER BY ts, id`, now.Add(-30*24*time.Hour), now)
 	require.NoError(t, err)
 	defer rows.Close()
@@ -64,9 +65,14 @@ func refusedPerInstance(t *testing.T, store *analytics.Store, p *policy.Policy) 
 	calls, refused = map[string]int{}, map[string]int{}
 	for rows.Next() {
 		var c policy.Call
-		require.NoError(t, rows.Scan(&c.TS, &c.Tool, &c.Session))
+		var givenBack bool
+		require.NoError(t, rows.Scan(&c.TS, &c.Tool, &c.Session, &givenBack))
 		calls[c.Tool]++
-		if e.Evaluate(c).Decision == policy.RateLimited {
+		decide := e.Evaluate
+		if givenBack {
+			decide = e.Peek
+		}
+		if decide(c).Decision == policy.RateLimited {
 			refused[c.Tool]++
 		}
 	}
