@@ -119,17 +119,42 @@ func (r *Result) Reject(err error, record proto.Message, opts Options) {
 	r.Rejects = append(r.Rejects, Reject{Err: rej, Raw: raw})
 }
 
-// withoutArgs is a copy of a span or log record without its argument values.
+// withoutArgs is a copy of a span or log record that keeps no argument
+// value: gen_ai.tool.call.arguments goes, the attributes the mapping reads
+// (none holds arguments) keep their values, and every other value is
+// audit.Redacted, its key kept. Gateways carry arguments under names of
+// their own (mcp.tool.arguments), in span events (gen_ai.content.input)
+// and in a log record's body (the JSON-RPC request), so only what is known
+// to hold none is kept: the record's other attributes, its events' and
+// links' attributes, and its body are redacted.
 func withoutArgs(m proto.Message) proto.Message {
 	m = proto.Clone(m)
-	strip := func(kvs []*commonpb.KeyValue) []*commonpb.KeyValue {
-		return slices.DeleteFunc(kvs, func(kv *commonpb.KeyValue) bool { return kv.GetKey() == attrArguments })
+	redacted := func() *commonpb.AnyValue {
+		return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: audit.Redacted}}
+	}
+	redact := func(kvs []*commonpb.KeyValue, keep map[string]bool) []*commonpb.KeyValue {
+		kvs = slices.DeleteFunc(kvs, func(kv *commonpb.KeyValue) bool { return kv.GetKey() == attrArguments })
+		for _, kv := range kvs {
+			if !keep[kv.GetKey()] {
+				kv.Value = redacted()
+			}
+		}
+		return kvs
 	}
 	switch x := m.(type) {
 	case *tracepb.Span:
-		x.Attributes = strip(x.Attributes)
+		x.Attributes = redact(x.Attributes, wanted)
+		for _, e := range x.Events {
+			e.Attributes = redact(e.Attributes, nil)
+		}
+		for _, l := range x.Links {
+			l.Attributes = redact(l.Attributes, nil)
+		}
 	case *logspb.LogRecord:
-		x.Attributes = strip(x.Attributes)
+		x.Attributes = redact(x.Attributes, wanted)
+		if x.Body != nil {
+			x.Body = redacted()
+		}
 	}
 	return m
 }

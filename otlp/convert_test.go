@@ -389,3 +389,43 @@ func TestJSONHexIDs(t *testing.T) {
 		t.Error("malformed protobuf: no error")
 	}
 }
+
+// A rejected record's dead letter keeps no argument value without
+// store_args, wherever a gateway puts them: under an attribute name of its
+// own (ToolHive's mcp.tool.arguments), in a span event (Archestra's
+// gen_ai.content.input) or link, or in a log record's body (the JSON-RPC
+// request). The attributes the mapping reads keep their values, the
+// others their keys.
+func TestRejectedRecordsKeepNoArgumentValue(t *testing.T) {
+	const secret = "ghp_SECRET"
+	span := toolSpan(kv("mcp.gateway.decision", "maybe"), kv("mcp.gateway.rule", "/tools/x"), // rejected: bad_decision
+		kv("mcp.tool.arguments", "token="+secret), kv("gen_ai.tool.call.arguments", `{"token":"`+secret+`"}`))
+	span.Events = []*tracepb.Span_Event{{Name: "gen_ai.content.input", Attributes: []*commonpb.KeyValue{kv("gen_ai.tool.call.arguments", `{"token":"`+secret+`"}`)}}}
+	span.Links = []*tracepb.Span_Link{{TraceId: traceA, SpanId: spanA, Attributes: []*commonpb.KeyValue{kv("input", secret)}}}
+	rec := &logspb.LogRecord{TimeUnixNano: uint64(t0.UnixNano()),
+		Attributes: []*commonpb.KeyValue{kv("gen_ai.operation.name", "execute_tool"), kv("gen_ai.tool.name", "get_vm_status"),
+			kv("mcp.gateway.decision", "maybe"), kv("mcp.gateway.rule", "/tools/x"), kv("mcp.tool.arguments", secret)},
+		Body:       &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: `{"method":"tools/call","params":{"name":"x","arguments":{"token":"` + secret + `"}}}`}}}
+	logs := &collogs.ExportLogsServiceRequest{ResourceLogs: []*logspb.ResourceLogs{{
+		Resource:  &resourcepb.Resource{Attributes: gatewayResource},
+		ScopeLogs: []*logspb.ScopeLogs{{LogRecords: []*logspb.LogRecord{rec}}},
+	}}}
+	for _, res := range []Result{FromTraces(traces(gatewayResource, span), Options{}), FromLogs(logs, Options{})} {
+		if len(res.Rejects) != 1 {
+			t.Fatalf("rejects %d, rejected %v", len(res.Rejects), res.Rejected)
+		}
+		raw := string(res.Rejects[0].Raw)
+		if strings.Contains(raw, secret) {
+			t.Errorf("the dead letter keeps an argument value: %s", raw)
+		}
+		for _, kept := range []string{`"mcp.tool.arguments"`, `"/tools/x"`, audit.Redacted} {
+			if !strings.Contains(raw, kept) {
+				t.Errorf("the dead letter lacks %s: %s", kept, raw)
+			}
+		}
+	}
+	stored := FromTraces(traces(gatewayResource, span), Options{StoreArgs: true})
+	if !strings.Contains(string(stored.Rejects[0].Raw), secret) {
+		t.Error("with store_args the record is kept as it came")
+	}
+}
