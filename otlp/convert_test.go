@@ -405,7 +405,7 @@ func TestRejectedRecordsKeepNoArgumentValue(t *testing.T) {
 	rec := &logspb.LogRecord{TimeUnixNano: uint64(t0.UnixNano()),
 		Attributes: []*commonpb.KeyValue{kv("gen_ai.operation.name", "execute_tool"), kv("gen_ai.tool.name", "get_vm_status"),
 			kv("mcp.gateway.decision", "maybe"), kv("mcp.gateway.rule", "/tools/x"), kv("mcp.tool.arguments", secret)},
-		Body:       &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: `{"method":"tools/call","params":{"name":"x","arguments":{"token":"` + secret + `"}}}`}}}
+		Body: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: `{"method":"tools/call","params":{"name":"x","arguments":{"token":"` + secret + `"}}}`}}}
 	logs := &collogs.ExportLogsServiceRequest{ResourceLogs: []*logspb.ResourceLogs{{
 		Resource:  &resourcepb.Resource{Attributes: gatewayResource},
 		ScopeLogs: []*logspb.ScopeLogs{{LogRecords: []*logspb.LogRecord{rec}}},
