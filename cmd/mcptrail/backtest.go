@@ -105,7 +105,7 @@ func (a *app) runBacktest(ctx context.Context, store *analytics.Store, req *api.
 	if err != nil {
 		return err
 	}
-	g := a.grantsOptions(store, req.Server, params, "", "")
+	g := a.grantsOptions(store, req.Server, params, "", "", nil)
 	o.Now, o.Params, o.Inputs, o.GeneratedAt = a.now, params, g.Inputs, g.GeneratedAt
 	calls, done, err := a.callsDB(ctx, store, backtestReach(o))
 	if err != nil {
@@ -131,7 +131,7 @@ func backtestReach(o backtest.Options) time.Duration {
 // default, a week), scored on the calls since, so a reviewer sees how
 // such proposals hold up before merging this one.
 func (a *app) appendBacktest(ctx context.Context, store *analytics.Store, dir, server, grant string, params recommend.Params) error {
-	g := a.grantsOptions(store, server, params, "", "")
+	g := a.grantsOptions(store, server, params, "", "", nil)
 	o := backtest.Options{Server: server, Grant: grant, Now: a.now, Train: params.Window,
 		Test: defaultTest, Folds: 1, Params: params, Inputs: g.Inputs, GeneratedAt: g.GeneratedAt}
 	calls, done, err := a.callsDB(ctx, store, backtestReach(o))

@@ -69,29 +69,66 @@ func (a *app) importCatalogData(ctx context.Context, store *analytics.Store, dat
 	return server, len(recs), added, err
 }
 
-// recommendInputs gathers the catalog, current policy and suppressions for a
-// server, importing --catalog and --policy files first so that later runs
-// know when each tool appeared.
-func (a *app) recommendInputs(ctx context.Context, store *analytics.Store, server, grant string, catalogFile, policyFile *api.File) (recommend.Options, error) {
-	opts := recommend.Options{Server: server, Grant: grant, Now: a.now}
+// givenPolicy is a policy given to this run (--policy), recorded for its
+// scope (a grant, or "" for the server-wide policy): the current policy of
+// that scope for the run whatever the recorded order (with --now pinned
+// earlier than an earlier run's, its record sorts before that run's), with
+// the one in force before it as its previous.
+type givenPolicy struct {
+	grant    string
+	policy   *policy.Policy
+	previous *policy.Policy
+}
+
+// recordGivenPolicy imports --catalog and --policy files for server (and
+// grant), so that later runs know when each tool appeared, and returns the
+// policy given, nil without one.
+func (a *app) recordGivenPolicy(ctx context.Context, store *analytics.Store, server, grant string, catalogFile, policyFile *api.File) (*givenPolicy, error) {
 	if catalogFile != nil {
 		if _, _, _, err := a.importCatalogData(ctx, store, catalogFile.Content, catalogFile.Name, server); err != nil {
-			return opts, err
+			return nil, err
 		}
 	}
-	if policyFile != nil {
-		p, err := policy.Parse(policyFile.Content, policyFile.Name)
-		if err != nil {
-			return opts, err
-		}
-		doc, err := p.Canonical()
-		if err != nil {
-			return opts, err
-		}
-		if _, err := store.ImportPolicy(ctx, analytics.PolicyRecord{Server: server, Grant: grant, Source: policyFile.Name, ImportedAt: a.now, Document: doc}); err != nil {
-			return opts, err
-		}
+	if policyFile == nil {
+		return nil, nil
 	}
+	p, err := policy.Parse(policyFile.Content, policyFile.Name)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := p.Canonical()
+	if err != nil {
+		return nil, err
+	}
+	before, err := scopePolicies(ctx, store, server, grant)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := store.ImportPolicy(ctx, analytics.PolicyRecord{Server: server, Grant: grant, Source: policyFile.Name, ImportedAt: a.now, Document: doc}); err != nil {
+		return nil, err
+	}
+	return &givenPolicy{grant: grant, policy: p, previous: before.current}, nil
+}
+
+// apply makes g the current policy of grant's recorded policies sp when g
+// was given for that grant, or server-wide and grant has none of its own.
+func (g *givenPolicy) apply(grant string, sp *recordedPolicies) {
+	switch {
+	case g == nil:
+		return
+	case g.grant == grant:
+	case g.grant == "" && sp.serverWide:
+	default:
+		return
+	}
+	sp.current, sp.previous = g.policy, g.previous
+}
+
+// recommendInputs gathers the catalog, current policy and suppressions for a
+// server and grant; given, when this run was given a policy (--policy,
+// recordGivenPolicy), is the current policy of the scope it was given for.
+func (a *app) recommendInputs(ctx context.Context, store *analytics.Store, server, grant string, given *givenPolicy) (recommend.Options, error) {
+	opts := recommend.Options{Server: server, Grant: grant, Now: a.now}
 	tools, err := store.Tools(ctx, server)
 	if err != nil {
 		return opts, err
@@ -100,6 +137,7 @@ func (a *app) recommendInputs(ctx context.Context, store *analytics.Store, serve
 	if err != nil {
 		return opts, err
 	}
+	given.apply(grant, &sp)
 	opts.Current, opts.Previous, opts.CurrentServerWide = sp.current, sp.previous, sp.serverWide
 	for _, t := range tools {
 		opts.Catalog = append(opts.Catalog, catalog.Classification{Tool: t.Tool, Category: catalog.Category(t.Category),
@@ -163,7 +201,7 @@ func toolAdded(tools []analytics.ToolRecord, history []analytics.PolicyRecord) m
 type recordedPolicies struct {
 	history    []analytics.PolicyRecord
 	current    *policy.Policy // the latest, nil when none is recorded
-	previous   *policy.Policy // the one before it: a regression's revert restores its rule
+	previous   *policy.Policy // the one before it (for a grant's first own, the server-wide one then in force): a regression's revert restores its rule
 	serverWide bool           // a grant's current policy is the server-wide one
 }
 
@@ -187,10 +225,29 @@ func scopePolicies(ctx context.Context, store *analytics.Store, server, grant st
 			return sp, err
 		}
 	}
-	if len(history) > 1 {
+	switch {
+	case len(history) > 1:
 		before := history[len(history)-2]
 		if sp.previous, err = policy.Parse(before.Document, "earlier recorded policy of "+server); err != nil {
 			return sp, err
+		}
+	case len(history) == 1 && grant != "" && !sp.serverWide:
+		// A grant's first own policy followed the server-wide one in
+		// force for it then: a regression's revert restores that rule.
+		wide, err := store.PolicyHistory(ctx, server, "")
+		if err != nil {
+			return sp, err
+		}
+		var before *analytics.PolicyRecord
+		for i := range wide {
+			if !wide[i].ImportedAt.After(history[0].ImportedAt) {
+				before = &wide[i]
+			}
+		}
+		if before != nil {
+			if sp.previous, err = policy.Parse(before.Document, "server-wide policy of "+server+" before the grant's own"); err != nil {
+				return sp, err
+			}
 		}
 	}
 	return sp, nil

@@ -42,7 +42,7 @@ func (a *app) startPolicyWatch(store *analytics.Store, opts *server.Options) {
 // as made by source; it returns the scope's findings.
 func (a *app) recordScope(store *analytics.Store, source string) func(ctx context.Context, server, grant string, now time.Time) ([]recommend.Finding, error) {
 	return func(ctx context.Context, server, grant string, now time.Time) ([]recommend.Finding, error) {
-		o := a.grantsOptions(store, server, a.recommendParams(), "", source)
+		o := a.grantsOptions(store, server, a.recommendParams(), "", source, nil)
 		o.Grant, o.Now, o.GeneratedAt = grant, now, time.Time{}
 		r, set, err := recommend.RecommendGrants(ctx, store.DB(), o)
 		if err != nil {

@@ -181,12 +181,11 @@ func (a *app) runRecommend(ctx context.Context, store *analytics.Store, req *api
 // the caller renders, then waits for it before writing anything.
 func (a *app) recommendAll(ctx context.Context, store *analytics.Store, server, grant string, catalogFile, policyFile *api.File,
 	params recommend.Params, target string) (*recommend.Report, *recommend.Set, *pendingHistory, error) {
-	if catalogFile != nil || policyFile != nil {
-		if _, err := a.recommendInputs(ctx, store, server, grant, catalogFile, policyFile); err != nil {
-			return nil, nil, nil, err
-		}
+	given, err := a.recordGivenPolicy(ctx, store, server, grant, catalogFile, policyFile)
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	o := a.grantsOptions(store, server, params, target, "recommend")
+	o := a.grantsOptions(store, server, params, target, "recommend", given)
 	o.Grant = grant
 	var history *pendingHistory
 	o.Record, history = a.recordFindingsBeside(store, "recommend")
@@ -212,10 +211,10 @@ func (a *app) recommendAll(ctx context.Context, store *analytics.Store, server, 
 // target format ("" for the report). Every run is recorded in the finding
 // history as made by source (recommend, report, schedule), which marks its
 // findings new or changed.
-func (a *app) grantsOptions(store *analytics.Store, server string, params recommend.Params, target, source string) recommend.GrantsOptions {
+func (a *app) grantsOptions(store *analytics.Store, server string, params recommend.Params, target, source string, given *givenPolicy) recommend.GrantsOptions {
 	o := recommend.GrantsOptions{Server: server, Now: a.now, Params: params,
 		Inputs: func(ctx context.Context, g string) (recommend.Options, error) {
-			opts, err := a.recommendInputs(ctx, store, server, g, nil, nil)
+			opts, err := a.recommendInputs(ctx, store, server, g, given)
 			// A grant's query timings, told apart from the others' running beside them.
 			opts.Log = a.log.With("grant", g)
 			opts.Target = target // limits in the target gateway's scope (recommend/intercept.go)

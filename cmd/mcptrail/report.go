@@ -130,7 +130,7 @@ func (a *app) runReport(ctx context.Context, store *analytics.Store, server stri
 	}
 	var reports []*report.Report
 	for _, srv := range servers {
-		ropts := a.grantsOptions(store, srv, a.recommendParams(), "", "report")
+		ropts := a.grantsOptions(store, srv, a.recommendParams(), "", "report", nil)
 		opts := report.Options{Server: srv, Window: window, Now: a.now, GeneratedAt: generated, Recommend: ropts, Log: a.log, Calls: calls}
 		if out != "" {
 			res, err := report.Run(ctx, store, report.RunOptions{Options: opts, OutDir: a.outPath(out), Formats: formats})

@@ -54,6 +54,6 @@ func (a *app) reportInputs(store *analytics.Store) func(server string, now time.
 	return func(server string, now time.Time) recommend.GrantsOptions {
 		at := *a
 		at.now = now
-		return at.grantsOptions(store, server, a.recommendParams(), "", "schedule")
+		return at.grantsOptions(store, server, a.recommendParams(), "", "schedule", nil)
 	}
 }
