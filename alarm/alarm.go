@@ -562,18 +562,21 @@ func (a *Alarm) derive(ctx context.Context, server string, now time.Time) (thres
 }
 
 // limit is the current policy's limit on the run's tool: the run's grant's
-// policy, else the server-wide one (grant ""); the tool's own limits before
-// all_tools', the lowest first.
+// policy, else (for a grant without a policy of its own) the server-wide
+// one (grant ""); the tool's own limits before all_tools', the lowest
+// first. A grant's own policy without a limit on the tool names none.
 func (a *Alarm) limit(ctx context.Context, r *run) (*Limit, error) {
 	recs, err := a.Store.CurrentPolicies(ctx, r.server)
 	if err != nil {
 		return nil, err
 	}
 	for _, grant := range []string{r.grant, ""} {
+		own := false
 		for _, rec := range recs {
 			if rec.Grant != grant {
 				continue
 			}
+			own = true
 			p, err := policy.Decode(rec.Document, "policy of "+rec.Server)
 			if err != nil {
 				return nil, nil // a policy that no longer decodes names no limit
@@ -597,7 +600,7 @@ func (a *Alarm) limit(ctx context.Context, r *run) (*Limit, error) {
 				}
 			}
 		}
-		if grant == "" {
+		if own || grant == "" {
 			break
 		}
 	}
