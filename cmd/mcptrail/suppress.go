@@ -115,6 +115,7 @@ var findingKinds = map[string]bool{
 	recommend.KindUnusedTool: true, recommend.KindRiskyTool: true, recommend.KindPollingLoop: true,
 	recommend.KindRateLimit: true, recommend.KindRetryStorm: true, recommend.KindDeniedProbe: true,
 	recommend.KindUnknownTool: true, recommend.KindAllowCandidate: true, recommend.KindLoosening: true,
+	recommend.KindRegression: true,
 }
 
 func sortedKinds() []string {
@@ -244,7 +245,7 @@ func (a *app) suppressAllOf(ctx context.Context, store *analytics.Store, req *ap
 	if params.Window, err = parseSince(req.Since, params.Window, "30d, 2w or 72h"); err != nil {
 		return err
 	}
-	opts, err := a.recommendInputs(ctx, store, req.Server, req.Grant, nil, nil)
+	opts, err := a.recommendInputs(ctx, store, req.Server, req.Grant, nil)
 	if err != nil {
 		return err
 	}
