@@ -172,6 +172,17 @@ func (l Limit) MarshalJSON() ([]byte, error) {
 	return json.Marshal(t)
 }
 
+// MarshalJSON writes a tool's rule as policy.json has it under tools, so
+// that a rule quoted in other documents (a revert's restore) reads the
+// same and can be pasted into a policy.
+func (r ToolRule) MarshalJSON() ([]byte, error) {
+	t, err := r.tree("")
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(t)
+}
+
 func (c Condition) tree(path string) (object, error) {
 	o := object{}
 	if err := o.extra(path, c.Extra); err != nil {

@@ -317,3 +317,16 @@ func mustCanonical(t testing.TB, p *Policy) []byte {
 	require.NoError(t, err)
 	return b
 }
+
+// A tool's rule quoted in another document (a revert's restore) reads as
+// policy.json has it under tools, not as the Go struct: it can be pasted
+// into a policy.
+func TestToolRuleJSONMarshalling(t *testing.T) {
+	p := mustParse(t, `{"version":"1","default":"deny","tools":{"x":{"deny_if":[{"conditions":[],"on_deny":"ask"}],
+		"limits":[{"counter":"x_rate","window":"minute","max":5,"scope":"session"}]}}}`)
+	out, err := json.Marshal(struct {
+		Restore *ToolRule `json:"restore"`
+	}{p.Tools["x"]})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"restore":{"deny_if":[{"conditions":[],"on_deny":"ask"}],"limits":[{"counter":"x_rate","window":"minute","max":5,"scope":"session"}]}}`, string(out))
+}
