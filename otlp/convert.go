@@ -174,6 +174,14 @@ const (
 	attrRPCStatus    = "rpc.response.status_code"
 	attrClient       = "client.address"
 	opExecuteTool    = "execute_tool"
+	// Gateways' own signs of a refusal or an error result: a call a tool
+	// policy blocked (Archestra: mcp.blocked, with mcp.blocked_reason), an
+	// HTTP answer that refused it (ToolHive's authorization: 403; a rate
+	// limit: 429), a result with isError (Archestra: mcp.is_error_result).
+	attrBlocked       = "mcp.blocked"
+	attrBlockedReason = "mcp.blocked_reason"
+	attrHTTPStatus    = "http.response.status_code"
+	attrIsErrorResult = "mcp.is_error_result"
 )
 
 var (
@@ -184,7 +192,7 @@ var (
 	decisionAttrs = []string{"mcp.gateway.decision", "policy.decision"}
 	grantAttrs    = []string{"mcp.gateway.grant", "policy.grant"}
 	ruleAttrs     = []string{"mcp.gateway.rule", "policy.rule"}
-	reasonAttrs   = []string{"mcp.gateway.reason", "policy.reason"}
+	reasonAttrs   = []string{"mcp.gateway.reason", "policy.reason", attrBlockedReason}
 	versionAttrs  = []string{"mcp.gateway.policy_version", "policy.version"}
 	// keptAttrs go to the event's attrs as they are (truncated to the field
 	// limit).
@@ -198,7 +206,8 @@ type read map[string]string
 
 var wanted = func() map[string]bool {
 	m := map[string]bool{attrMethod: true, attrOperation: true, attrSession: true, attrConversation: true,
-		attrRequestID: true, attrErrorType: true, attrRPCStatus: true}
+		attrRequestID: true, attrErrorType: true, attrRPCStatus: true, attrBlocked: true, attrHTTPStatus: true,
+		attrIsErrorResult: true}
 	for _, l := range [][]string{toolAttrs, serverAttrs, gatewayAttrs, agentAttrs, decisionAttrs, grantAttrs,
 		ruleAttrs, reasonAttrs, versionAttrs, keptAttrs} {
 		for _, k := range l {
@@ -430,12 +439,23 @@ func event(r read, rec record, opts Options) (audit.Event, error) {
 			return e, rejectf(audit.ReasonBadDecision, fmt.Sprintf("decision attribute %q: want allowed, denied, rate_limited, approval_required or hidden", clip(d)))
 		}
 		e.Decision = dec
+	} else {
+		// Without a decision attribute, a gateway's own sign of a refusal:
+		// a refusal read as an allowed call would count as use.
+		switch {
+		case strings.EqualFold(r[attrBlocked], "true"):
+			e.Decision = audit.Denied
+		case r[attrHTTPStatus] == "403":
+			e.Decision = audit.Denied
+		case r[attrHTTPStatus] == "429":
+			e.Decision = audit.RateLimited
+		}
 	}
 	code, codeErr := rpcError(r[attrRPCStatus])
 	if code != nil {
 		e.ErrorCode = code
 	}
-	if r[attrErrorType] != "" || rec.spanError || codeErr {
+	if r[attrErrorType] != "" || rec.spanError || codeErr || strings.EqualFold(r[attrIsErrorResult], "true") {
 		e.Status = "error"
 	}
 	if e.Decision != audit.Allowed {

@@ -429,3 +429,34 @@ func TestRejectedRecordsKeepNoArgumentValue(t *testing.T) {
 		t.Error("with store_args the record is kept as it came")
 	}
 }
+
+// A gateway that writes no decision attribute still tells a refusal its
+// own way, and a refused call read as allowed would count as use: a span
+// Archestra's tool policy blocked (mcp.blocked, its reason, status ERROR)
+// is denied; a call ToolHive's authorization answered 403 is denied, and
+// one answered 429 rate limited; a result with isError (Archestra's
+// mcp.is_error_result) is an allowed call with status error and no
+// JSON-RPC error code. An explicit decision attribute still wins.
+func TestGatewaysOwnRefusalsAndErrorResults(t *testing.T) {
+	blocked := toolSpan(kv("mcp.blocked", true), kv("mcp.blocked_reason", "Tool invocation blocked: policy is configured to always block tool call"))
+	blocked.Status = &tracepb.Status{Code: tracepb.Status_STATUS_CODE_ERROR, Message: "blocked"}
+	for _, c := range []struct {
+		name     string
+		span     *tracepb.Span
+		decision audit.Decision
+		status   string
+		reason   string
+	}{
+		{"archestra blocked", blocked, audit.Denied, "", "Tool invocation blocked: policy is configured to always block tool call"},
+		{"toolhive 403", toolSpan(kv("http.response.status_code", 403)), audit.Denied, "", ""},
+		{"429", toolSpan(kv("http.response.status_code", 429)), audit.RateLimited, "", ""},
+		{"error result", toolSpan(kv("mcp.is_error_result", true)), audit.Allowed, "error", ""},
+		{"200", toolSpan(kv("http.response.status_code", 200)), audit.Allowed, "ok", ""},
+		{"explicit decision wins", toolSpan(kv("http.response.status_code", 403), kv("mcp.gateway.decision", "allowed")), audit.Allowed, "ok", ""},
+	} {
+		e := one(t, FromTraces(traces(gatewayResource, c.span), Options{}))
+		if e.Decision != c.decision || e.Status != c.status || e.Reason != c.reason || e.ErrorCode != nil {
+			t.Errorf("%s: decision %q status %q reason %q error_code %v", c.name, e.Decision, e.Status, e.Reason, e.ErrorCode)
+		}
+	}
+}
