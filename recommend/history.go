@@ -32,7 +32,7 @@ type History struct {
 	// or again after it was resolved or accepted).
 	New bool `json:"new"`
 	// Changed: the previous run found it with another state, severity or
-	// proposed change.
+	// proposed change (for a loosening, another widening).
 	Changed bool `json:"changed"`
 }
 
@@ -84,9 +84,12 @@ func AdvanceHistory(r *Report, h analytics.RunHistory) ([]analytics.FindingRecor
 			n.ChangedAt = at
 			rec.Transitions = append(rec.Transitions, analytics.FindingTransition{FindingID: f.ID, From: old.State, To: n.State})
 		}
+		// A loosening's action is always widen: what it widens is its
+		// changes (unknown for one recorded before they were, nil).
+		otherWidening := f.Kind == KindLoosening && old.Changes != nil && !slices.Equal(old.Changes, n.Changes)
 		f.History = &History{State: n.State, FirstSeen: n.FirstSeen, LastSeen: at,
 			New:     h.PreviousRunID != 0 && !inPrevious,
-			Changed: inPrevious && (old.State != n.State || old.Severity != n.Severity || old.Action != n.Action)}
+			Changed: inPrevious && (old.State != n.State || old.Severity != n.Severity || old.Action != n.Action || otherWidening)}
 		next = append(next, n)
 	}
 	for _, k := range h.Known {

@@ -103,3 +103,21 @@ func TestInPolicy(t *testing.T) {
 	}
 	assert.False(t, Finding{Tool: "h", Action: Action{Op: OpHide}}.InPolicy(nil))
 }
+
+// A loosening found again that widens another way is changed: its action
+// is always widen, and what changed is what it widens.
+func TestAdvanceHistoryLooseningWidensAnotherWay(t *testing.T) {
+	t1 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	loosening := func(change string) Finding {
+		return Finding{ID: "loosening:srv:ci:list_backups", Kind: KindLoosening, Tool: "list_backups", Severity: Medium,
+			Action: Action{Op: OpWiden}, Evidence: map[string]any{"changes": []string{change}}}
+	}
+	run1 := &Report{Window: Window{To: t1}, Findings: []Finding{loosening("denied → allowed")}}
+	next, _ := AdvanceHistory(run1, analytics.RunHistory{RunID: 1})
+	same := &Report{Window: Window{To: t1.Add(time.Hour)}, Findings: []Finding{loosening("denied → allowed")}}
+	next, _ = AdvanceHistory(same, analytics.RunHistory{RunID: 2, PreviousRunID: 1, Known: next})
+	assert.False(t, same.Findings[0].History.Changed)
+	other := &Report{Window: Window{To: t1.Add(2 * time.Hour)}, Findings: []Finding{loosening("hidden → allowed")}}
+	AdvanceHistory(other, analytics.RunHistory{RunID: 3, PreviousRunID: 2, Known: next})
+	assert.True(t, other.Findings[0].History.Changed)
+}
