@@ -236,8 +236,10 @@ func acceptedWidening(ctx context.Context, store *analytics.Store, req *api.Supp
 	return f.Changes, nil
 }
 
-// suppressAllOf runs the recommender as recommend would and suppresses each
-// open finding of the kind.
+// suppressAllOf runs the recommender as recommend would (one report per
+// grant on a server with grants, unless --grant names one) and suppresses
+// each open finding of the kind: the ids a server-wide run gives
+// (kind:server:*:tool) are not those recommend reports per grant.
 func (a *app) suppressAllOf(ctx context.Context, store *analytics.Store, req *api.SuppressRequest, end time.Time) error {
 	a.applySettings(req.Settings)
 	params := a.recommendParams()
@@ -245,22 +247,27 @@ func (a *app) suppressAllOf(ctx context.Context, store *analytics.Store, req *ap
 	if params.Window, err = parseSince(req.Since, params.Window, "30d, 2w or 72h"); err != nil {
 		return err
 	}
-	opts, err := a.recommendInputs(ctx, store, req.Server, req.Grant, nil)
-	if err != nil {
-		return err
-	}
-	opts.Params, opts.Log = params, a.log
+	o := a.grantsOptions(store, req.Server, params, "", "", nil)
+	o.Grant, o.Record = req.Grant, nil // finding nothing to record: suppress is no run of recommend
 	calls, done, err := a.callsDB(ctx, store, params.Window)
 	if err != nil {
 		return err
 	}
 	defer done()
-	report, err := recommend.Recommend(ctx, calls, opts)
+	r, set, err := recommend.RecommendGrants(ctx, calls, o)
 	if err != nil {
 		return err
 	}
+	reports := []*recommend.Report{r}
+	if set != nil {
+		reports = set.Reports()
+	}
+	var findings []recommend.Finding
+	for _, r := range reports {
+		findings = append(findings, r.Findings...)
+	}
 	n := 0
-	for _, f := range report.Findings {
+	for _, f := range findings {
 		if f.Kind != req.AllOf || f.Suppressed != nil {
 			continue
 		}
