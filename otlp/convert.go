@@ -246,6 +246,12 @@ func stringOf(v *commonpb.AnyValue) (string, bool) {
 	case *commonpb.AnyValue_BoolValue:
 		return strconv.FormatBool(x.BoolValue), true
 	case *commonpb.AnyValue_DoubleValue:
+		// As JSON writes a number: a whole one in full (a request id sent
+		// as a double, 12345678, reads as the native event's), others in
+		// the shortest form.
+		if f := x.DoubleValue; f == math.Trunc(f) && math.Abs(f) < 1e21 {
+			return strconv.FormatFloat(f, 'f', -1, 64), true
+		}
 		return strconv.FormatFloat(x.DoubleValue, 'g', -1, 64), true
 	}
 	return "", false

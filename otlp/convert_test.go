@@ -460,3 +460,17 @@ func TestGatewaysOwnRefusalsAndErrorResults(t *testing.T) {
 		}
 	}
 }
+
+// A request id sent as a double reads as the same id sent as an integer
+// or in a native event: whole numbers in full, not in exponent form.
+func TestDoubleAttributesReadAsJSONNumbers(t *testing.T) {
+	for _, c := range []struct {
+		v    float64
+		want string
+	}{{12345678, "12345678"}, {-3, "-3"}, {1.5, "1.5"}, {1e21, "1e+21"}} {
+		sp := toolSpan(kv("jsonrpc.request.id", &commonpb.AnyValue{Value: &commonpb.AnyValue_DoubleValue{DoubleValue: c.v}}))
+		if got := one(t, FromTraces(traces(gatewayResource, sp), Options{})).RequestID; got != c.want {
+			t.Errorf("%g: request id %q, want %q", c.v, got, c.want)
+		}
+	}
+}
