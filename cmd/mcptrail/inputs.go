@@ -104,10 +104,17 @@ func (a *app) recordGivenPolicy(ctx context.Context, store *analytics.Store, ser
 	if err != nil {
 		return nil, err
 	}
-	if _, err := store.ImportPolicy(ctx, analytics.PolicyRecord{Server: server, Grant: grant, Source: policyFile.Name, ImportedAt: a.now, Document: doc}); err != nil {
+	inserted, err := store.ImportPolicy(ctx, analytics.PolicyRecord{Server: server, Grant: grant, Source: policyFile.Name, ImportedAt: a.now, Document: doc})
+	if err != nil {
 		return nil, err
 	}
-	return &givenPolicy{grant: grant, policy: p, previous: before.current}, nil
+	previous := before.current
+	if !inserted {
+		// The same as the scope's latest (CI gives the same file every
+		// run): that record is the current one, and its previous stays.
+		previous = before.previous
+	}
+	return &givenPolicy{grant: grant, policy: p, previous: previous}, nil
 }
 
 // apply makes g the current policy of grant's recorded policies sp when g

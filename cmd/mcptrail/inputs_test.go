@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/policy"
 )
 
@@ -42,4 +43,31 @@ func TestGrantsFirstPolicyFollowsTheServerWideOne(t *testing.T) {
 	sp, err = scopePolicies(ctx, store, "srv", "")
 	require.NoError(t, err)
 	assert.Equal(t, policy.DefaultAllow, sp.previous.Default, "the server-wide scope's own previous")
+}
+
+// A policy given again, the same as the scope's latest record (CI passes
+// the same file every run), keeps that record's previous: it is not its
+// own previous, which would make a regression's revert restore nothing.
+func TestGivenPolicyAgainKeepsItsPrevious(t *testing.T) {
+	ctx := context.Background()
+	store, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "p.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	a := &app{}
+	give := func(doc string, at time.Time) *givenPolicy {
+		a.now = at
+		g, err := a.recordGivenPolicy(ctx, store, "srv", "ops", nil, &api.File{Name: "p.json", Content: []byte(doc)})
+		require.NoError(t, err)
+		return g
+	}
+	t0 := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+	give(`{"version":"1","default":"allow","tools":{"x":{"limits":[{"counter":"x","window":"minute","max":5}]}}}`, t0)
+	v2 := `{"version":"1","default":"allow","hide":["x"]}`
+	g := give(v2, t0.Add(time.Hour))
+	require.NotNil(t, g.previous)
+	assert.Equal(t, 5, g.previous.Tools["x"].Limits[0].Max)
+	g = give(v2, t0.Add(2*time.Hour))
+	require.NotNil(t, g.previous, "given again: the previous of the record it repeats")
+	require.Contains(t, g.previous.Tools, "x")
+	assert.Equal(t, 5, g.previous.Tools["x"].Limits[0].Max)
 }
