@@ -65,6 +65,26 @@ func (p *Policy) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
+// UnmarshalJSON decodes a tool's rule as policy.json has it under tools (a
+// revert's restore read back; see ToolRule.MarshalJSON), without validating
+// its values.
+func (r *ToolRule) UnmarshalJSON(data []byte) error {
+	var ps problems
+	tree, ok := readTree(data, &ps)
+	if !ok {
+		return ps.err("")
+	}
+	q := decodeToolRule(&ps, "", "", tree)
+	if err := ps.err(""); err != nil {
+		return err
+	}
+	if q == nil {
+		q = &ToolRule{}
+	}
+	*r = *q
+	return nil
+}
+
 // readTree decodes data into maps, slices, strings, json.Numbers, bools and
 // nils. Unlike json.Unmarshal it reports duplicate object keys, which
 // encoding/json silently resolves by keeping the last one: a tool listed twice

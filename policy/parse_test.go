@@ -329,4 +329,12 @@ func TestToolRuleJSONMarshalling(t *testing.T) {
 	}{p.Tools["x"]})
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"restore":{"deny_if":[{"conditions":[],"on_deny":"ask"}],"limits":[{"counter":"x_rate","window":"minute","max":5,"scope":"session"}]}}`, string(out))
+
+	// And reads back as it was (a finding's recorded action is decoded to
+	// tell whether the current policy holds it).
+	var back struct {
+		Restore *ToolRule `json:"restore"`
+	}
+	require.NoError(t, json.Unmarshal(out, &back))
+	assert.Equal(t, p.Tools["x"], back.Restore)
 }
