@@ -429,7 +429,10 @@ WITH c AS (
 ), pk AS (
 	SELECT th, k, max(n) AS peak, sum(all_n) AS calls FROM per GROUP BY ALL
 )
-SELECT th, peak, count(*), sum(calls) FROM pk GROUP BY ALL`, sql.Named("bucket_ms", policy.WindowLength(window).Milliseconds()), sql.Named("tools", stringList(tools)))
+-- A key whose calls took no quota (each answered with an error Intercept
+-- gives back) is left out, as the polled tools' peaks leave it, unless
+-- no key of the tool took any.
+SELECT th, peak, count(*), sum(calls) FROM pk WHERE peak > 0 OR th NOT IN (SELECT th FROM pk WHERE peak > 0) GROUP BY ALL`, sql.Named("bucket_ms", policy.WindowLength(window).Milliseconds()), sql.Named("tools", stringList(tools)))
 	if err != nil {
 		return nil, err
 	}

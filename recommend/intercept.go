@@ -393,7 +393,9 @@ func WriteIntercept(w, stderr io.Writer, r *Report, allowLossy bool) error {
 // the policy lets through (SPEC §4).
 func consumesQuota(scope string) string {
 	if scope == policy.ScopeInstance {
-		return `error_code IS NULL`
+		// Only a call the upstream answered: a recorded refusal's error
+		// code is the recording gateway's, and forwarded it takes quota.
+		return `NOT (decision = 'allowed' AND error_code IS NOT NULL)`
 	}
 	return `true`
 }

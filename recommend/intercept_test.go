@@ -57,7 +57,7 @@ func refusedPerInstance(t *testing.T, store *analytics.Store, p *policy.Policy) 
 			r.Limits[i].Scope = policy.ScopeSession
 		}
 	}
-	rows, err := store.DB().Query(`SELECT ts, tool, coalesce(gateway, ''), error_code IS NOT NULL FROM calls
+	rows, err := store.DB().Query(`SELECT ts, tool, coalesce(gateway, ''), decision = 'allowed' AND error_code IS NOT NULL FROM calls
 		WHERE ts > $1 AND ts <= $2 AND decision IN ('allowed', 'rate_limited') ORDER BY ts, id`, now.Add(-30*24*time.Hour), now)
 	require.NoError(t, err)
 	defer rows.Close()
