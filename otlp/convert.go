@@ -126,7 +126,8 @@ func (r *Result) Reject(err error, record proto.Message, opts Options) {
 // their own (mcp.tool.arguments), in span events (gen_ai.content.input)
 // and in a log record's body (the JSON-RPC request), so only what is known
 // to hold none is kept: the record's other attributes, its events' and
-// links' attributes, and its body are redacted.
+// links' attributes, a span's status message and a log's body are
+// redacted.
 func withoutArgs(m proto.Message) proto.Message {
 	m = proto.Clone(m)
 	redacted := func() *commonpb.AnyValue {
@@ -144,6 +145,9 @@ func withoutArgs(m proto.Message) proto.Message {
 	switch x := m.(type) {
 	case *tracepb.Span:
 		x.Attributes = redact(x.Attributes, wanted)
+		if x.Status.GetMessage() != "" {
+			x.Status.Message = audit.Redacted // an upstream error may quote the arguments
+		}
 		for _, e := range x.Events {
 			e.Attributes = redact(e.Attributes, nil)
 		}

@@ -393,15 +393,17 @@ func TestJSONHexIDs(t *testing.T) {
 // A rejected record's dead letter keeps no argument value without
 // store_args, wherever a gateway puts them: under an attribute name of its
 // own (ToolHive's mcp.tool.arguments), in a span event (Archestra's
-// gen_ai.content.input) or link, or in a log record's body (the JSON-RPC
-// request). The attributes the mapping reads keep their values, the
-// others their keys.
+// gen_ai.content.input) or link, in a span's status message (an upstream
+// error quoting them), or in a log record's body (the JSON-RPC request).
+// The attributes the mapping reads keep their values, the others their
+// keys.
 func TestRejectedRecordsKeepNoArgumentValue(t *testing.T) {
 	const secret = "ghp_SECRET"
 	span := toolSpan(kv("mcp.gateway.decision", "maybe"), kv("mcp.gateway.rule", "/tools/x"), // rejected: bad_decision
 		kv("mcp.tool.arguments", "token="+secret), kv("gen_ai.tool.call.arguments", `{"token":"`+secret+`"}`))
 	span.Events = []*tracepb.Span_Event{{Name: "gen_ai.content.input", Attributes: []*commonpb.KeyValue{kv("gen_ai.tool.call.arguments", `{"token":"`+secret+`"}`)}}}
 	span.Links = []*tracepb.Span_Link{{TraceId: traceA, SpanId: spanA, Attributes: []*commonpb.KeyValue{kv("input", secret)}}}
+	span.Status = &tracepb.Status{Code: tracepb.Status_STATUS_CODE_ERROR, Message: "bad token " + secret}
 	rec := &logspb.LogRecord{TimeUnixNano: uint64(t0.UnixNano()),
 		Attributes: []*commonpb.KeyValue{kv("gen_ai.operation.name", "execute_tool"), kv("gen_ai.tool.name", "get_vm_status"),
 			kv("mcp.gateway.decision", "maybe"), kv("mcp.gateway.rule", "/tools/x"), kv("mcp.tool.arguments", secret)},
