@@ -163,6 +163,10 @@ func withoutArgs(m proto.Message) proto.Message {
 	return m
 }
 
+// AttrArgsError is the attribute of a call kept without its arguments
+// because they were no JSON object: why.
+const AttrArgsError = "args_error"
+
 // The attribute names read (SPEC §1, OpenTelemetry).
 const (
 	attrMethod       = "mcp.method.name"
@@ -473,7 +477,14 @@ func event(r read, rec record, opts Options) (audit.Event, error) {
 	}
 	if rec.args != nil {
 		if err := setArgs(&e, rec.args, opts); err != nil {
-			return e, err
+			// Arguments that are no JSON object (ToolHive writes
+			// "key=value, key2=[REDACTED]") say nothing the store can hash,
+			// but the call is still a call: it is kept without them, and
+			// says why. Only arguments over the limit reject it.
+			if audit.ReasonOf(err) == audit.ReasonTooLarge {
+				return e, err
+			}
+			setAttr(&e, AttrArgsError, truncate(err.Error(), opts.MaxFieldBytes))
 		}
 	}
 	for _, k := range keptAttrs {

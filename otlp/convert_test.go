@@ -250,24 +250,30 @@ func TestDroppedAndRejected(t *testing.T) {
 	child := toolSpan()
 	child.SpanId, child.ParentSpanId = mustHex("1111111111111111"), spanB
 
+	notObject.SpanId = mustHex("2222222222222222")
 	res := FromTraces(traces(gatewayResource, noTool, list, http, exec, badDecision, longSession, bigArgs, notObject, noTime, ok, child), Options{})
-	if res.Records != 11 || len(res.Events) != 1 {
+	if res.Records != 11 || len(res.Events) != 2 {
 		t.Fatalf("records %d events %d", res.Records, len(res.Events))
+	}
+	// Arguments that are no JSON object: the call is kept without them.
+	kept := res.Events[0]
+	if kept.ArgsHash != "" || len(kept.ArgKeys) != 0 || !strings.Contains(kept.Attrs[AttrArgsError], "gen_ai.tool.call.arguments") {
+		t.Errorf("arguments that are no object: %+v", kept)
 	}
 	wantDropped := map[string]int{DropOtherCall: 1, DropNotMCP: 1, DropNoToolName: 1, DropNested: 1}
 	wantRejected := map[string]int{audit.ReasonMissingTool: 1, audit.ReasonBadDecision: 1, audit.ReasonFieldTooLong: 1,
-		audit.ReasonTooLarge: 1, audit.ReasonMalformedJSON: 1, audit.ReasonMissingTS: 1}
+		audit.ReasonTooLarge: 1, audit.ReasonMissingTS: 1}
 	if !equalCounts(res.Dropped, wantDropped) {
 		t.Errorf("dropped %v, want %v", res.Dropped, wantDropped)
 	}
 	if !equalCounts(res.Rejected, wantRejected) {
 		t.Errorf("rejected %v, want %v", res.Rejected, wantRejected)
 	}
-	if res.RejectedCount() != 6 || !strings.Contains(res.Message, "tools/call") {
+	if res.RejectedCount() != 5 || !strings.Contains(res.Message, "tools/call") {
 		t.Errorf("rejected count %d, message %q", res.RejectedCount(), res.Message)
 	}
 	// The rejected records are kept for dead letters, without argument values.
-	if len(res.Rejects) != 6 {
+	if len(res.Rejects) != 5 {
 		t.Fatalf("rejects %d", len(res.Rejects))
 	}
 	for _, rj := range res.Rejects {
@@ -474,5 +480,15 @@ func TestDoubleAttributesReadAsJSONNumbers(t *testing.T) {
 		if got := one(t, FromTraces(traces(gatewayResource, sp), Options{})).RequestID; got != c.want {
 			t.Errorf("%g: request id %q, want %q", c.v, got, c.want)
 		}
+	}
+}
+
+// ToolHive writes a call's arguments as "key=value" text, no JSON: the
+// call is kept without them (no args_hash, no arg_keys), saying why,
+// rather than lost.
+func TestArgumentsThatAreNoJSONKeepTheCall(t *testing.T) {
+	e := one(t, FromTraces(traces(gatewayResource, toolSpan(kv("gen_ai.tool.call.arguments", "url=https://example.org, token=[REDACTED]"))), Options{}))
+	if e.ArgsHash != "" || e.ArgKeys != nil || e.Attrs[AttrArgsError] == "" || e.Decision != audit.Allowed {
+		t.Errorf("kept as %+v", e)
 	}
 }
