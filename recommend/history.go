@@ -3,6 +3,7 @@ package recommend
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/mcptrail/mcptrail/analytics"
@@ -85,8 +86,11 @@ func AdvanceHistory(r *Report, h analytics.RunHistory) ([]analytics.FindingRecor
 			rec.Transitions = append(rec.Transitions, analytics.FindingTransition{FindingID: f.ID, From: old.State, To: n.State})
 		}
 		// A loosening's action is always widen: what it widens is its
-		// changes (unknown for one recorded before they were, nil).
-		otherWidening := f.Kind == KindLoosening && old.Changes != nil && !slices.Equal(old.Changes, n.Changes)
+		// changes (unknown for one recorded before they were, nil), those
+		// of the policy itself: a run for another output format adds or
+		// drops that output's own, which is no change of the proposal.
+		otherWidening := f.Kind == KindLoosening && old.Changes != nil &&
+			!slices.Equal(policyWidenings(old.Changes), policyWidenings(n.Changes))
 		f.History = &History{State: n.State, FirstSeen: n.FirstSeen, LastSeen: at,
 			New:     h.PreviousRunID != 0 && !inPrevious,
 			Changed: inPrevious && (old.State != n.State || old.Severity != n.Severity || old.Action != n.Action || otherWidening)}
@@ -166,4 +170,11 @@ func (f Finding) InPolicy(p *policy.Policy) bool {
 		return revertInPolicy(f, p)
 	}
 	return false
+}
+
+// policyWidenings are the kinds of a loosening's changes that the proposal
+// itself makes, without those of one output format ("… (in the intercept
+// output)").
+func policyWidenings(kinds []string) []string {
+	return slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return strings.Contains(k, " (in the ") })
 }

@@ -117,7 +117,14 @@ func TestAdvanceHistoryLooseningWidensAnotherWay(t *testing.T) {
 	same := &Report{Window: Window{To: t1.Add(time.Hour)}, Findings: []Finding{loosening("denied → allowed")}}
 	next, _ = AdvanceHistory(same, analytics.RunHistory{RunID: 2, PreviousRunID: 1, Known: next})
 	assert.False(t, same.Findings[0].History.Changed)
+	// A run for the Intercept output adds that output's own widening: no
+	// change of the proposal.
+	intercept := loosening("denied → allowed")
+	intercept.Evidence["changes"] = []string{"denied → allowed", "limit removed: 5/minute per grant (in the intercept output)"}
+	withOutput := &Report{Window: Window{To: t1.Add(90 * time.Minute)}, Findings: []Finding{intercept}}
+	next, _ = AdvanceHistory(withOutput, analytics.RunHistory{RunID: 3, PreviousRunID: 2, Known: next})
+	assert.False(t, withOutput.Findings[0].History.Changed, "another output's own widening")
 	other := &Report{Window: Window{To: t1.Add(2 * time.Hour)}, Findings: []Finding{loosening("hidden → allowed")}}
-	AdvanceHistory(other, analytics.RunHistory{RunID: 3, PreviousRunID: 2, Known: next})
+	AdvanceHistory(other, analytics.RunHistory{RunID: 4, PreviousRunID: 3, Known: next})
 	assert.True(t, other.Findings[0].History.Changed)
 }
