@@ -29,7 +29,7 @@ const (
 	DropNotMCP     = "not_mcp"      // neither mcp.method.name nor gen_ai.operation.name=execute_tool
 	DropOtherCall  = "other_method" // an MCP request other than tools/call (initialize, tools/list, …)
 	DropNoToolName = "no_tool_name" // execute_tool without a tool name
-	DropNested     = "nested"       // a tool-call span inside another tool-call span of the same request
+	DropNested     = "nested"       // a tool-call span nested with others of its call in the request, which give the event (nestedCalls)
 )
 
 // Options controls the conversion.
@@ -322,10 +322,9 @@ type record struct {
 func FromTraces(req *coltrace.ExportTraceServiceRequest, opts Options) Result {
 	opts = opts.withDefaults()
 	var res Result
-	// Spans that are tool calls, so that a tool-call span inside another one
-	// (a gateway's server span and its client span to the upstream) gives
-	// one event, the outermost.
-	calls := map[string]bool{}
+	// Spans that are tool calls, so that tool-call spans nested in one
+	// another give one event (nestedCalls.keep).
+	nested := nestedCalls{}
 	var reads []read // each span's, read once for both passes
 	for _, rs := range req.GetResourceSpans() {
 		for _, ss := range rs.GetScopeSpans() {
@@ -333,11 +332,12 @@ func FromTraces(req *coltrace.ExportTraceServiceRequest, opts Options) Result {
 				r := readAttrs(rs.GetResource(), sp.GetAttributes())
 				reads = append(reads, r)
 				if ok, _ := isToolCall(r); ok {
-					calls[spanKey(sp.GetTraceId(), sp.GetSpanId())] = true
+					nested.add(sp)
 				}
 			}
 		}
 	}
+	nested.markServerDescendants()
 	for _, rs := range req.GetResourceSpans() {
 		for _, ss := range rs.GetScopeSpans() {
 			for _, sp := range ss.GetSpans() {
@@ -346,7 +346,7 @@ func FromTraces(req *coltrace.ExportTraceServiceRequest, opts Options) Result {
 				if !res.toolCall(r) {
 					continue
 				}
-				if len(sp.GetParentSpanId()) > 0 && calls[spanKey(sp.GetTraceId(), sp.GetParentSpanId())] {
+				if !nested.keep(sp) {
 					res.drop(DropNested)
 					continue
 				}
@@ -607,6 +607,57 @@ func attr(kvs []*commonpb.KeyValue, key string) *commonpb.AnyValue {
 func hexOf(b []byte) string { return hex.EncodeToString(b) }
 
 func spanKey(trace, span []byte) string { return string(trace) + "/" + string(span) }
+
+// nestedCalls are a request's tool-call spans, to give one event of a call
+// whose spans nest: a gateway's server span around its client span to the
+// upstream, or an agent's execute_tool span (and its MCP client span)
+// around the gateway's server span. The event is the outermost server
+// span, the one a gateway records what it did in (its decision, its
+// server); without a server span among them, the outermost span.
+type nestedCalls map[string]*callSpan
+
+type callSpan struct {
+	parent           string // the parent span's key, "" for none
+	server           bool   // span kind SERVER
+	serverDescendant bool   // a tool-call span inside it is a server span
+}
+
+func (n nestedCalls) add(sp *tracepb.Span) {
+	c := &callSpan{server: sp.GetKind() == tracepb.Span_SPAN_KIND_SERVER}
+	if len(sp.GetParentSpanId()) > 0 {
+		c.parent = spanKey(sp.GetTraceId(), sp.GetParentSpanId())
+	}
+	n[spanKey(sp.GetTraceId(), sp.GetSpanId())] = c
+}
+
+// markServerDescendants marks the tool-call ancestors of each server span
+// (a cycle of bad parent ids stops the walk).
+func (n nestedCalls) markServerDescendants() {
+	for _, c := range n {
+		if !c.server {
+			continue
+		}
+		for up, steps := n[c.parent], 0; up != nil && !up.serverDescendant && steps < len(n); up, steps = n[up.parent], steps+1 {
+			up.serverDescendant = true
+		}
+	}
+}
+
+// keep says whether a tool-call span gives the event of its call: a server
+// span with no server span among its tool-call ancestors, or a span of
+// another kind with no tool-call ancestor and no server span inside it.
+func (n nestedCalls) keep(sp *tracepb.Span) bool {
+	c := n[spanKey(sp.GetTraceId(), sp.GetSpanId())]
+	if c == nil {
+		return true
+	}
+	for up, steps := n[c.parent], 0; up != nil && steps < len(n); up, steps = n[up.parent], steps+1 {
+		if up.server || !c.server {
+			return false
+		}
+	}
+	return c.server || !c.serverDescendant
+}
 
 // validID: an id of the right length that is not all zeroes (OTLP's rule).
 func validID(b []byte, n int) bool {

@@ -492,3 +492,35 @@ func TestArgumentsThatAreNoJSONKeepTheCall(t *testing.T) {
 		t.Errorf("kept as %+v", e)
 	}
 }
+
+// An agent's execute_tool span, its MCP client span, the gateway's server
+// span and the gateway's client span to the upstream, all in one request,
+// give one event: the gateway's server span, which records the decision
+// and the server (the outermost span, the agent's, names neither).
+func TestNestedCallSpansGiveTheGatewaysServerSpan(t *testing.T) {
+	ids := [][]byte{mustHex("1000000000000001"), mustHex("1000000000000002"), mustHex("1000000000000003"), mustHex("1000000000000004")}
+	span := func(i int, kind tracepb.Span_SpanKind, attrs ...*commonpb.KeyValue) *tracepb.Span {
+		sp := toolSpan(attrs...)
+		sp.SpanId, sp.Kind = ids[i], kind
+		if i > 0 {
+			sp.ParentSpanId = ids[i-1]
+		}
+		return sp
+	}
+	agentTurn := span(0, tracepb.Span_SPAN_KIND_INTERNAL, kv("gen_ai.operation.name", "execute_tool"))
+	agentTurn.Attributes = []*commonpb.KeyValue{kv("gen_ai.operation.name", "execute_tool"), kv("gen_ai.tool.name", "get_vm_status")}
+	agentClient := span(1, tracepb.Span_SPAN_KIND_CLIENT)
+	gateway := span(2, tracepb.Span_SPAN_KIND_SERVER, kv("mcp.server.name", "pve"), kv("mcp.gateway.decision", "denied"))
+	upstream := span(3, tracepb.Span_SPAN_KIND_CLIENT)
+	req := &coltrace.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{
+		{Resource: &resourcepb.Resource{Attributes: []*commonpb.KeyValue{kv("service.name", "my-agent")}},
+			ScopeSpans: []*tracepb.ScopeSpans{{Spans: []*tracepb.Span{agentTurn, agentClient}}}},
+		{Resource: &resourcepb.Resource{Attributes: gatewayResource},
+			ScopeSpans: []*tracepb.ScopeSpans{{Spans: []*tracepb.Span{gateway, upstream}}}},
+	}}
+	res := FromTraces(req, Options{})
+	e := one(t, res)
+	if e.Server != "pve" || e.Decision != audit.Denied || e.Gateway != "gw-1" || res.Dropped[DropNested] != 3 {
+		t.Errorf("event %+v, dropped %v", e, res.Dropped)
+	}
+}
