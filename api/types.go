@@ -228,10 +228,14 @@ type SuppressRequest struct {
 	Force bool `json:"force,omitempty"`
 	// AllOf suppresses every current finding of this kind on Server (and
 	// Grant), as recommend finds them with Settings.
-	AllOf    string    `json:"all_of,omitempty"`
-	Server   string    `json:"server,omitempty"`
-	Grant    string    `json:"grant,omitempty"`
-	Since    string    `json:"since,omitempty"`
+	AllOf  string `json:"all_of,omitempty"`
+	Server string `json:"server,omitempty"`
+	Grant  string `json:"grant,omitempty"`
+	Since  string `json:"since,omitempty"`
+	// Format, with AllOf, is the output the recommendation is for:
+	// "intercept" adds its own widenings to a loosening's (what a
+	// suppression of it then accepts); "" the policy.json proposal's.
+	Format   string    `json:"format,omitempty"`
 	Settings *Settings `json:"settings,omitempty"`
 }
 

@@ -37,7 +37,10 @@ now: a later widening of the tool in another way applies again.
 
 --all-of KIND suppresses every open finding of that kind that recommend finds
 now on --server (and --grant): a way to accept what exists on the day CI starts
-to gate on findings.`,
+to gate on findings. With --format intercept, it finds them as recommend
+--format intercept does, so that a loosening's suppression also accepts what
+the Intercept output widens (the current policy's limits Intercept cannot
+count as they are).`,
 		Example: `  mcptrail suppress unused_tool:proxmox-mcp:*:create_vm --reason "DR drills" --until 2027-03-01 --by alice
   mcptrail suppress --all-of unused_tool --server proxmox-mcp --reason "accepted at adoption" --until 90d`,
 		Args: cobra.MaximumNArgs(1),
@@ -77,6 +80,7 @@ to gate on findings.`,
 	fl.StringVar(&req.Server, "server", "", "with --all-of: the server")
 	fl.StringVar(&req.Grant, "grant", "", "with --all-of: only this grant's findings")
 	fl.StringVar(&req.Since, "since", "", "with --all-of: the window recommend reads (default recommend.window)")
+	fl.StringVar(&req.Format, "format", "", "with --all-of: the output the findings are for, intercept to include what its output widens")
 	return cmd
 }
 
@@ -102,7 +106,13 @@ func (a *app) checkSuppress(req *api.SuppressRequest) (time.Time, error) {
 		if req.Server == "" {
 			return time.Time{}, usageErrorf("--all-of needs --server: the server whose findings to suppress")
 		}
+		if req.Format != "" && req.Format != recommend.FormatIntercept {
+			return time.Time{}, usageErrorf("--format %q: want intercept (or leave it out for the policy.json proposal's findings)", req.Format)
+		}
 		return end, nil
+	}
+	if req.Format != "" {
+		return time.Time{}, usageErrorf("--format goes with --all-of: a finding given by its id is suppressed as the last recorded run saw it")
 	}
 	if err := checkFindingID(req.FindingID); err != nil {
 		return time.Time{}, usageErrorf("%v", err)
@@ -247,7 +257,7 @@ func (a *app) suppressAllOf(ctx context.Context, store *analytics.Store, req *ap
 	if params.Window, err = parseSince(req.Since, params.Window, "30d, 2w or 72h"); err != nil {
 		return err
 	}
-	o := a.grantsOptions(store, req.Server, params, "", "", nil)
+	o := a.grantsOptions(store, req.Server, params, req.Format, "", nil)
 	o.Grant, o.Record = req.Grant, nil // finding nothing to record: suppress is no run of recommend
 	calls, done, err := a.callsDB(ctx, store, params.Window)
 	if err != nil {
