@@ -389,10 +389,10 @@ type peakStats struct {
 // counts under its grant, and under the empty grant when that is missing
 // too; a session is the event's own (analytics.CountedSession), since a
 // gateway knows no conversation, trace or derived session, and a session or
-// agent is counted within its grant, to which a policy is attached. Keys are hashed
-// (with the scope's letter, so that a session named like a grant stays
-// apart): they are only grouped on, and grouping on
-// integers is much cheaper than on strings (the report's limits against
+// agent is counted within its grant, to which a policy is attached. Keys
+// are hashed (with the scope's letter, so that a session named like a
+// grant stays apart): they are only grouped on, and grouping on integers
+// is much cheaper than on strings (the report's limits against
 // their peaks, ops-bot's limits over 5M calls: 255–264 ms against 367–397
 // ms with a string built per call). The report measures its limits by it.
 func ScopeKeySQL(scope string) string {
@@ -420,6 +420,14 @@ const (
 // tools are the tools to measure; names maps tool hashes back to the tools
 // (toolNames).
 func (q query) peaks(ctx context.Context, names map[uint64]string, tools []string, scope, window string) (map[string]*peakStats, error) {
+	// A key whose calls took no quota (each answered with an error
+	// Intercept gives back) is left out, as the polled tools' peaks leave
+	// it, unless no key of the tool took any. Only a scope whose counter
+	// gives quota back has such keys: the others skip the filter.
+	keys := ``
+	if givesQuotaBack(scope) {
+		keys = `WHERE peak > 0 OR th NOT IN (SELECT th FROM pk WHERE peak > 0)`
+	}
 	rows, err := q.rows(ctx, "peaks "+scope+" "+window, `
 WITH c AS (
 	SELECT hash(tool) AS th, epoch_ms(ts) // $bucket_ms AS w, `+ScopeKeySQL(scope)+` AS k, `+consumesQuota(scope)+` AS consumes
@@ -429,10 +437,7 @@ WITH c AS (
 ), pk AS (
 	SELECT th, k, max(n) AS peak, sum(all_n) AS calls FROM per GROUP BY ALL
 )
--- A key whose calls took no quota (each answered with an error Intercept
--- gives back) is left out, as the polled tools' peaks leave it, unless
--- no key of the tool took any.
-SELECT th, peak, count(*), sum(calls) FROM pk WHERE peak > 0 OR th NOT IN (SELECT th FROM pk WHERE peak > 0) GROUP BY ALL`, sql.Named("bucket_ms", policy.WindowLength(window).Milliseconds()), sql.Named("tools", stringList(tools)))
+SELECT th, peak, count(*), sum(calls) FROM pk `+keys+` GROUP BY ALL`, sql.Named("bucket_ms", policy.WindowLength(window).Milliseconds()), sql.Named("tools", stringList(tools)))
 	if err != nil {
 		return nil, err
 	}

@@ -392,10 +392,14 @@ func WriteIntercept(w, stderr io.Writer, r *Report, allowLossy bool) error {
 // with isError is no such error. policy.json's counters keep every call
 // the policy lets through (SPEC §4).
 func consumesQuota(scope string) string {
-	if scope == policy.ScopeInstance {
+	if givesQuotaBack(scope) {
 		// Only a call the upstream answered: a recorded refusal's error
 		// code is the recording gateway's, and forwarded it takes quota.
 		return `NOT (decision = 'allowed' AND error_code IS NOT NULL)`
 	}
 	return `true`
 }
+
+// givesQuotaBack reports whether a limit counted per scope gives back the
+// quota of a call answered with an error: Intercept's, per state store.
+func givesQuotaBack(scope string) bool { return scope == policy.ScopeInstance }
