@@ -648,15 +648,18 @@ func (n nestedCalls) markServerDescendants() {
 // another kind with no tool-call ancestor and no server span inside it.
 func (n nestedCalls) keep(sp *tracepb.Span) bool {
 	c := n[spanKey(sp.GetTraceId(), sp.GetSpanId())]
-	if c == nil {
+	switch {
+	case c == nil:
 		return true
+	case !c.server:
+		return n[c.parent] == nil && !c.serverDescendant
 	}
 	for up, steps := n[c.parent], 0; up != nil && steps < len(n); up, steps = n[up.parent], steps+1 {
-		if up.server || !c.server {
+		if up.server {
 			return false
 		}
 	}
-	return c.server || !c.serverDescendant
+	return true
 }
 
 // validID: an id of the right length that is not all zeroes (OTLP's rule).
