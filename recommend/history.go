@@ -176,5 +176,5 @@ func (f Finding) InPolicy(p *policy.Policy) bool {
 // itself makes, without those of one output format ("… (in the intercept
 // output)").
 func policyWidenings(kinds []string) []string {
-	return slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return strings.Contains(k, " (in the ") })
+	return slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return strings.Contains(k, inOutput) })
 }

@@ -191,7 +191,7 @@ func (s *state) gatewayLoosenings(proposed *policy.Policy, g *GatewayPolicy) boo
 		var extra []string
 		for _, w := range Loosenings(cur, enforced, t) {
 			if !slices.Contains(already, w) {
-				extra = append(extra, w+" (in the "+g.Format+" output)")
+				extra = append(extra, w+inOutput+g.Format+" output)")
 			}
 		}
 		if len(extra) == 0 {

@@ -79,6 +79,10 @@ func accessOf(p *policy.Policy, tool string) access {
 	return a
 }
 
+// inOutput opens what a change of one output format ends with: "limit
+// removed: … (in the intercept output)" (gatewayLoosenings).
+const inOutput = " (in the "
+
 // WideningKinds are the kinds of a loosening's changes, from its evidence
 // ("denied → allowed", "limit raised", "scope broadened (in the intercept
 // output)"), sorted, without their figures, which move with the traffic
@@ -109,8 +113,8 @@ func WideningKinds(evidence map[string]any) []string {
 			// one after it moves with the traffic.
 			kind, _, _ = strings.Cut(c, " → ")
 		}
-		if _, in, ok := strings.Cut(c, " (in the "); ok {
-			kind += " (in the " + in
+		if _, in, ok := strings.Cut(c, inOutput); ok {
+			kind += inOutput + in
 		}
 		kinds = append(kinds, kind)
 	}
