@@ -3,14 +3,12 @@ package recommend_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/ingest"
 	"github.com/mcptrail/mcptrail/policy"
@@ -28,9 +26,7 @@ import (
 // session_peaks and after, on the SQL path and through the evaluator.
 func TestSessionLimitCountsCallsWithoutProtocolSessionUnderGrant(t *testing.T) {
 	ctx := context.Background()
-	store, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "counted.duckdb"), analytics.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
+	store := openStore(t)
 	minute := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
 	var evs []audit.Event
 	add := func(session, agent string, attrs map[string]string, n int) {
@@ -45,7 +41,7 @@ func TestSessionLimitCountsCallsWithoutProtocolSessionUnderGrant(t *testing.T) {
 		add("", "a", map[string]string{audit.AttrConversationID: fmt.Sprintf("conv%d", i)}, 3)
 	}
 	add("", "b", nil, 3) // agent b's derived session
-	_, err = store.Append(ctx, ingest.Batch{Events: evs})
+	_, err := store.Append(ctx, ingest.Batch{Events: evs})
 	require.NoError(t, err)
 	var sources string
 	require.NoError(t, store.DB().QueryRow(`SELECT string_agg(DISTINCT session_source, ',' ORDER BY session_source) FROM calls`).Scan(&sources))
@@ -79,9 +75,7 @@ func TestSessionLimitCountsCallsWithoutProtocolSessionUnderGrant(t *testing.T) {
 // (whose rows are per grant: merging them across grants lost the count).
 func TestSessionAndAgentCountersArePerGrant(t *testing.T) {
 	ctx := context.Background()
-	store, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "grants.duckdb"), analytics.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
+	store := openStore(t)
 	minute := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
 	var evs []audit.Event
 	add := func(tool, grant, session string) {
@@ -93,7 +87,7 @@ func TestSessionAndAgentCountersArePerGrant(t *testing.T) {
 		add(tool, "g2", "s")
 		add(tool, "g2", "s") // the second call of g2's counter: refused
 	}
-	_, err = store.Append(ctx, ingest.Batch{Events: evs})
+	_, err := store.Append(ctx, ingest.Batch{Events: evs})
 	require.NoError(t, err)
 	limit := func(scope string) *policy.ToolRule {
 		return &policy.ToolRule{Limits: []policy.Limit{{Counter: scope, Window: policy.WindowMinute, Max: 1, Scope: scope}}}

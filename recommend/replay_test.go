@@ -140,9 +140,7 @@ func storeEvents(t *testing.T, fill func(add func(tool string, d audit.Decision,
 // before now, each of server srv, grant g, agent a and a session of its own.
 func storeCalls(t *testing.T, fill func(add func(e audit.Event, n int))) *analytics.Store {
 	t.Helper()
-	store, err := analytics.Open(context.Background(), filepath.Join(t.TempDir(), "e.duckdb"), analytics.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
+	store := openStore(t)
 	var evs []audit.Event
 	fill(func(e audit.Event, n int) {
 		for range n {
@@ -152,8 +150,18 @@ func storeCalls(t *testing.T, fill func(add func(e audit.Event, n int))) *analyt
 			evs = append(evs, e)
 		}
 	})
-	_, err = store.Append(context.Background(), ingest.Batch{Events: evs})
+	_, err := store.Append(context.Background(), ingest.Batch{Events: evs})
 	require.NoError(t, err)
+	return store
+}
+
+// openStore opens an empty store in the test's temporary folder, closed
+// when the test ends.
+func openStore(t *testing.T) *analytics.Store {
+	t.Helper()
+	store, err := analytics.Open(context.Background(), filepath.Join(t.TempDir(), "calls.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
 	return store
 }
 
@@ -380,9 +388,7 @@ func TestReplayAllToolsConditions(t *testing.T) {
 // instant with a smaller id was dropped.
 func TestReplayFirstAffectedTiesByID(t *testing.T) {
 	ctx := context.Background()
-	store, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "ties.duckdb"), analytics.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
+	store := openStore(t)
 	at := now.Add(-time.Hour)
 	var evs []audit.Event
 	add := func(id, tool string) {
@@ -393,7 +399,7 @@ func TestReplayFirstAffectedTiesByID(t *testing.T) {
 	for i := range 4 {
 		add(fmt.Sprintf("b%d", i), fmt.Sprintf("h%d", i))
 	}
-	_, err = store.Append(ctx, ingest.Batch{Events: evs})
+	_, err := store.Append(ctx, ingest.Batch{Events: evs})
 	require.NoError(t, err)
 	p := &policy.Policy{Version: "1", Default: policy.DefaultAllow, Hide: []string{"h0", "h1", "h2", "h3"}, Tools: map[string]*policy.ToolRule{
 		"lim": {Limits: []policy.Limit{{Counter: "lim", Window: policy.WindowHour, Max: 1}}},
