@@ -11,8 +11,9 @@ import (
 // session_peaks holds, per server, grant (empty for calls without one),
 // tool, UTC day and session the gateway counts (CountedSession: NULL for
 // calls without a protocol session, counted under their grant), the
-// busiest minute of the day's calls: peak counts the allowed and rate-limited
-// calls of its busiest minute (what a per-session limit is sized from),
+// busiest minute of the day's calls: peak counts the allowed and
+// rate-limited calls of its busiest minute (what a per-session limit is
+// sized from),
 // calls those calls over the day, peak_all every call of its busiest
 // minute (what a limit counts, and so which sessions a limit would have
 // refused calls of). The recommender's peaks per session and minute then
@@ -62,8 +63,8 @@ CREATE TABLE counted_days (day BIGINT PRIMARY KEY);`
 // grant, tool, counted session and minute: the columns server, g, tool, s
 // (CountedSession: NULL for a call the gateway counts under its grant), w
 // (minutes since the epoch), n (allowed and rate-limited calls) and n_all
-// (every call). Both session_peaks and
-// the recommender's days without rows count minutes this way.
+// (every call). Both session_peaks and the recommender's days without rows
+// count minutes this way.
 func SessionMinutesSQL(where string) string {
 	return `
 SELECT server, coalesce("grant", '') AS g, tool, ` + CountedSession + ` AS s, epoch_ms(ts) // 60000 AS w,
