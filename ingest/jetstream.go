@@ -458,7 +458,10 @@ func (s *JetStreamSource) resync(ctx context.Context, cp uint64) bool {
 		next, err := Rewind(ctx, s.JS, s.Consumer, cp)
 		if err == nil {
 			if next > 0 {
-				s.lastDelivery = 0 // the reset restarts delivery sequences
+				// The reset restarts delivery sequences at 1: a first
+				// delivery numbered later was lost (to a pull request left
+				// waiting from before the reset, say), a gap like any other.
+				s.nextDelivery, s.lastDelivery = 1, 0
 				s.Log.Info("positioned the consumer after its checkpoint: what was delivered and never stored comes again, what is stored does not",
 					"consumer", s.CheckpointKey, "checkpoint", cp, "next_seq", next)
 			}
