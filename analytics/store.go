@@ -444,10 +444,12 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 		res.Duplicates = st.n + st.repeats - res.Ingested
 	}
 	if len(b.DeadLetters) > 0 {
-		if err := appendDeadLetters(conn, b.DeadLetters, now); err != nil {
+		stored, err := appendDeadLetters(ctx, conn, b.DeadLetters, now)
+		if err != nil {
 			return res, err
 		}
-		res.Rejected = len(b.DeadLetters)
+		res.Rejected = stored
+		res.Duplicates += len(b.DeadLetters) - stored
 	}
 	if b.Checkpoint != nil {
 		if _, err := conn.ExecContext(ctx, `INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?)`,
@@ -539,29 +541,4 @@ func AppendRows[T any](conn *sql.Conn, catalog, table string, items []T, row fun
 		}
 		return nil
 	})
-}
-
-func appendDeadLetters(conn *sql.Conn, dls []ingest.DeadLetter, now time.Time) error {
-	err := AppendRows(conn, "", "dead_letters", dls, func(d *ingest.DeadLetter) []driver.Value {
-		at := d.At
-		if at.IsZero() {
-			at = now
-		}
-		var line, seq driver.Value
-		if d.Line > 0 {
-			line = d.Line
-		}
-		if d.Seq > 0 {
-			seq = d.Seq
-		}
-		// A subject or file name need not be UTF-8 (a gateway may publish
-		// on such a subject), nor a detail quoting one: DuckDB would take
-		// the text for NULL and refuse the batch, and every retry of it.
-		return []driver.Value{at.UTC(), strings.ToValidUTF8(d.Source, "\uFFFD"), line, seq, nullable(d.Format), d.Reason,
-			nullable(strings.ToValidUTF8(d.Detail, "\uFFFD")), d.Raw}
-	}, func(d *ingest.DeadLetter) string { return "dead letter from " + d.Source })
-	if err != nil {
-		return fmt.Errorf("append: dead letters: %w", err)
-	}
-	return nil
 }

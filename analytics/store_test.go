@@ -507,6 +507,37 @@ func (otherConn) Prepare(string) (driver.Stmt, error) { return nil, driver.ErrSk
 func (otherConn) Close() error                        { return nil }
 func (otherConn) Begin() (driver.Tx, error)           { return nil, driver.ErrSkip }
 
+// A stream message's dead letters are stored once, however often it is
+// delivered: two deliveries of one message in one batch (a consumer that
+// acknowledges redelivers what a stalled commit held past the ack wait),
+// or a message read again after its batch was stored (a re-read from the
+// stream's start), count as duplicates. A file's are not: a file has no
+// redelivery, and its lines are told apart by nothing else.
+func TestAppendStoresAStreamMessagesDeadLettersOnce(t *testing.T) {
+	s := openTemp(t)
+	ctx := context.Background()
+	bad := func(seq uint64, line int64, raw string) ingest.DeadLetter {
+		return ingest.DeadLetter{Source: "mcp.audit.\xff", Seq: seq, Line: line, Reason: "malformed_json", Raw: []byte(raw)}
+	}
+	r, err := s.Append(ctx, ingest.Batch{
+		DeadLetters: []ingest.DeadLetter{bad(3, 2, "{x"), bad(3, 2, "{x"), bad(3, 3, "{y"), bad(4, 0, "{x"),
+			{Source: "bad.jsonl", Line: 4, Reason: "malformed_json", Raw: []byte("{x")}},
+		Checkpoint: &ingest.Checkpoint{Consumer: "mcptrail", Seq: 4},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, ingest.Result{Rejected: 4, Duplicates: 1}, r)
+	r, err = s.Append(ctx, ingest.Batch{
+		DeadLetters: []ingest.DeadLetter{bad(3, 3, "{y"), bad(4, 0, "{x"), bad(5, 1, "{x"), bad(4, 0, "{other"),
+			{Source: "bad.jsonl", Line: 4, Reason: "malformed_json", Raw: []byte("{x")}},
+		Checkpoint: &ingest.Checkpoint{Consumer: "mcptrail", Seq: 5},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, ingest.Result{Rejected: 3, Duplicates: 2}, r)
+	assert.Equal(t, 7, count(t, s, `SELECT count(*) FROM dead_letters`))
+	assert.Equal(t, 1, count(t, s, `SELECT count(*) FROM dead_letters WHERE seq = 3 AND line = 2`))
+	assert.Equal(t, 2, count(t, s, `SELECT count(*) FROM dead_letters WHERE source = 'bad.jsonl'`))
+}
+
 // A dead letter's text is stored whatever its bytes: a NATS subject or a
 // file name that is not UTF-8 (a gateway may publish on one) is kept with
 // its invalid bytes replaced, instead of failing its batch, and every batch
