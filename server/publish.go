@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,7 +28,8 @@ const DefaultPublishAttempts = 8
 type PublishOptions struct {
 	URL string // NATS server URL(s), comma-separated
 	Auth
-	// Subject is the subject prefix: events go to Subject + server.
+	// Subject is the stream's subject (nats.subject, such as mcp.audit.>)
+	// or its prefix (mcp.audit.): events go to the prefix + server.
 	// "mcp.audit." when empty.
 	Subject string
 	// Rate is the target in events per second; 0 publishes as fast as the
@@ -80,10 +82,7 @@ func Publish(ctx context.Context, opts PublishOptions, next func() (audit.Event,
 	if opts.URL == "" {
 		return PublishStats{}, errors.New("publish: no NATS URL")
 	}
-	prefix := opts.Subject
-	if prefix == "" {
-		prefix = strings.TrimSuffix(DefaultSubject, ">")
-	}
+	prefix := strings.TrimSuffix(cmp.Or(opts.Subject, DefaultSubject), ">")
 	if !strings.HasSuffix(prefix, ".") {
 		prefix += "."
 	}

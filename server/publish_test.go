@@ -150,6 +150,28 @@ func TestPublishBatchedAcrossAServerRestart(t *testing.T) {
 	f.holdsEachOnce(t, n)
 }
 
+// Events go to the configured subject with the server's name in place of
+// its wildcard, as `publish` and `simulate --nats` pass nats.subject: never
+// to a subject that keeps the wildcard as a token, which a gateway user
+// allowed only its own server's subject may not publish to.
+func TestPublishSendsOnTheConfiguredSubject(t *testing.T) {
+	f := newStreamFixture(t, jetstream.StreamConfig{})
+	for i, subject := range []string{"mcp.audit.>", "mcp.audit.", ""} {
+		r := waitPublish(t, f.publish(PublishOptions{Subject: subject, Batch: 2}, events(3*i, 3*i+3, "pve")))
+		require.NoError(t, r.err, subject)
+	}
+	cons, err := f.js.OrderedConsumer(context.Background(), "MCP_AUDIT", jetstream.OrderedConsumerConfig{})
+	require.NoError(t, err)
+	batch, err := cons.FetchNoWait(100)
+	require.NoError(t, err)
+	n := 0
+	for m := range batch.Messages() {
+		n++
+		assert.Equal(t, "mcp.audit.pve", m.Subject())
+	}
+	assert.Equal(t, 3*2, n, "two messages of each publish")
+}
+
 // A message lost with the connection does not use up an attempt: an outage
 // far longer than two attempts' backoff loses nothing.
 func TestPublishOutlastsALongOutage(t *testing.T) {

@@ -120,7 +120,7 @@ func (a *app) runDemo(ctx context.Context, dir string, days int) error {
 		})
 		genErr <- err
 	}()
-	st, err := server.Publish(srvCtx, server.PublishOptions{URL: "nats://" + natsAddr,
+	st, err := server.Publish(srvCtx, server.PublishOptions{URL: "nats://" + natsAddr, Subject: opts.Subject,
 		Auth: server.Auth{User: server.DefaultGatewayUser, Password: gwPassword}}, func() (audit.Event, bool, error) {
 		e, ok := <-events
 		return e, ok, nil

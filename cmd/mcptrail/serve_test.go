@@ -134,7 +134,8 @@ func TestServeSurvivesSIGKILL(t *testing.T) {
 // `simulate --nats` against `serve` needs no credentials on the command line:
 // it signs in as the embedded server's default gateway, whose password file
 // serve wrote beside the database. Without that file it is refused, and says
-// how to sign in.
+// how to sign in. It publishes on nats.subject (here not the default), which
+// is all the gateway may publish to.
 func TestSimulateNATSSignsInAsTheGateway(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the daemon as a child process")
@@ -146,6 +147,7 @@ func TestSimulateNATSSignsInAsTheGateway(t *testing.T) {
 		"MCPTRAIL_NATS_EMBEDDED_LISTEN="+natsAddr,
 		"MCPTRAIL_NATS_EMBEDDED_STORE_DIR="+filepath.Join(dir, "nats"),
 		"MCPTRAIL_HTTP_LISTEN="+httpAddr,
+		"MCPTRAIL_NATS_SUBJECT=gw.audit.>",
 	)
 	serve := exec.Command(binary, "serve")
 	var log strings.Builder

@@ -90,7 +90,7 @@ as OTLP/HTTP protobuf to a receiver (serve's otlp.listen), with the API token.`,
 				if err != nil {
 					return err
 				}
-				po := server.PublishOptions{URL: natsURL, Auth: auth, Rate: rate, Batch: batch, MaxMessageBytes: a.cfg.Ingest.MaxMessageBytes}
+				po := server.PublishOptions{URL: natsURL, Auth: auth, Subject: a.cfg.NATS.Subject, Rate: rate, Batch: batch, MaxMessageBytes: a.cfg.Ingest.MaxMessageBytes}
 				return a.publishSimulation(cmd, opts, po, stateless)
 			}
 			if otlpURL != "" {
