@@ -184,7 +184,11 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 		return fmt.Errorf("jetstream source: %w", err)
 	}
 	if s.Stream != nil {
-		if info, err := s.Stream.Info(ctx); err == nil {
+		info, ok := s.streamInfo(ctx)
+		if !ok {
+			return nil
+		}
+		if info != nil {
 			s.streamCreated = info.Created
 			// A stream deleted and recreated while the daemon was down
 			// restarts its sequences, so the old checkpoint would skip new
@@ -417,7 +421,11 @@ func (s *JetStreamSource) recreate(ctx context.Context, p *pipeline) bool {
 		s.Stream = st
 	}
 	if s.Stream != nil {
-		if info, err := s.Stream.Info(ctx); err == nil && !info.Created.Equal(s.streamCreated) {
+		info, ok := s.streamInfo(ctx)
+		if !ok {
+			return false
+		}
+		if info != nil && !info.Created.Equal(s.streamCreated) {
 			known := !s.streamCreated.IsZero()
 			s.streamCreated = info.Created
 			if known {
@@ -442,6 +450,26 @@ func (s *JetStreamSource) recreate(ctx context.Context, p *pipeline) bool {
 		s.OnRecreate("consumer")
 	}
 	return true
+}
+
+// streamInfo asks the stream what it is until it answers (a stream whose
+// leader is being elected fails for a moment): without its creation time
+// a recreated stream would be read by the old stream's checkpoint, which
+// passes over as many of its first messages. nil when the stream is
+// missing (the consumer's fetch then fails and recreates both); false when
+// ctx ended first.
+func (s *JetStreamSource) streamInfo(ctx context.Context) (*jetstream.StreamInfo, bool) {
+	var bo backoff
+	for {
+		info, err := s.Stream.Info(ctx)
+		if err == nil || errors.Is(err, jetstream.ErrStreamNotFound) {
+			return info, true
+		}
+		s.fail("fetch", fmt.Errorf("stream info: %w", err))
+		if !bo.wait(ctx) {
+			return nil, false
+		}
+	}
 }
 
 // resync makes sure that no delivery the source has not seen is

@@ -404,6 +404,39 @@ func TestJetStreamRecreatedStreamIgnoresOldCheckpoint(t *testing.T) {
 	assert.Equal(t, map[string]bool{"e000003": true, "e000004": true}, stored(consumer("older"), 3, created.Add(time.Minute), 2), "the messages after the checkpoint")
 }
 
+// flakyStream fails its first Info calls, as a stream whose leader is being
+// elected answers.
+type flakyStream struct {
+	jetstream.Stream
+	fails atomic.Int32
+}
+
+func (s *flakyStream) Info(ctx context.Context, opts ...jetstream.StreamInfoOpt) (*jetstream.StreamInfo, error) {
+	if s.fails.Add(-1) >= 0 {
+		return nil, errors.New("nats: timeout")
+	}
+	return s.Stream.Info(ctx, opts...)
+}
+
+// The recreated stream is noticed even when the stream cannot say what it
+// is at once: the source asks again instead of reading the new stream by
+// the old stream's checkpoint, which would pass over its first messages
+// for good.
+func TestJetStreamRecreatedStreamIsNoticedAfterAFailedInfo(t *testing.T) {
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Minute)
+	jsPublish(t, js, 0, 5)
+	st, err := js.Stream(context.Background(), "MCP_AUDIT")
+	require.NoError(t, err)
+	const key = "MCP_AUDIT/mcptrail"
+	flaky := &flakyStream{Stream: st}
+	flaky.fails.Store(2)
+	sink := &memSink{cp: map[string]uint64{key: 1000}, cpAt: map[string]time.Time{key: time.Now().Add(-time.Hour)}}
+	runSource(t, &JetStreamSource{Consumer: c, JS: js, Stream: flaky, Sink: sink, CheckpointKey: key, BatchSize: 50, MaxWait: 200 * time.Millisecond})
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 5 }, 10*time.Second, 20*time.Millisecond)
+	assert.Len(t, sink.storedOnce(t), 5)
+}
+
 func TestEnsureStreamUpdatesLimitsAndKeepsSubjects(t *testing.T) {
 	_, js := jsServer(t)
 	ctx := context.Background()
