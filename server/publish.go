@@ -57,6 +57,8 @@ type PublishOptions struct {
 	// 100 of them, none acknowledged) before publishing stops
 	// (DefaultRefusalSpan when <= 0).
 	RefusalSpan time.Duration
+
+	handlerDelay time.Duration // tests: see publisher.handlerDelay
 }
 
 // PublishStats reports what Publish achieved.

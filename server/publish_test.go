@@ -172,6 +172,28 @@ func TestPublishSendsOnTheConfiguredSubject(t *testing.T) {
 	assert.Equal(t, 3*2, n, "two messages of each publish")
 }
 
+// Publish ends only once it knows what became of every message: the
+// client counts a message done before its acknowledgement's handler runs,
+// and a publish that ended in that moment reported the last events neither
+// published nor failed, a refused one as success.
+func TestPublishWaitsForTheLastHandlers(t *testing.T) {
+	f := newStreamFixture(t, jetstream.StreamConfig{})
+	more := events(0, 2, "pve") // the first is sent alone, the second asynchronously
+	next := func() (audit.Event, bool, error) {
+		e, ok, err := more()
+		if !ok {
+			// The second's acknowledgement arrives and its handler starts
+			// (held back for 200 ms) before Publish waits for the rest.
+			time.Sleep(50 * time.Millisecond)
+		}
+		return e, ok, err
+	}
+	r := waitPublish(t, f.publish(PublishOptions{Batch: 1, handlerDelay: 200 * time.Millisecond}, next))
+	require.NoError(t, r.err)
+	assert.Equal(t, 2, r.st.Published)
+	assert.Equal(t, 2, r.st.Messages)
+}
+
 // A message lost with the connection does not use up an attempt: an outage
 // far longer than two attempts' backoff loses nothing.
 func TestPublishOutlastsALongOutage(t *testing.T) {

@@ -29,6 +29,13 @@ type publisher struct {
 	st       PublishStats
 	firstErr error
 	tries    map[string]int // sends so far per Nats-Msg-Id, of messages not yet acknowledged
+	// awaiting counts the asynchronous sends whose acknowledgement or error
+	// handler has not finished: the client counts a message done before
+	// its handler runs, so drain waits for these too.
+	awaiting int
+	// handlerDelay holds each handler back (tests: the window between the
+	// client's count and the handler, made wide).
+	handlerDelay time.Duration
 	retry    []resend       // messages waiting to be sent again
 	refused  int            // messages JetStream refused since the last acknowledgement
 	since    time.Time      // the first of those refusals
@@ -79,7 +86,8 @@ func newPublisher(nc *nats.Conn, opts PublishOptions, stop func(error)) (*publis
 	if span <= 0 {
 		span = DefaultRefusalSpan
 	}
-	p := &publisher{nc: nc, attempts: opts.Attempts, ackWait: ackWait, span: span, tries: map[string]int{}, start: time.Now(), stop: stop}
+	p := &publisher{nc: nc, attempts: opts.Attempts, ackWait: ackWait, span: span, tries: map[string]int{}, start: time.Now(), stop: stop,
+		handlerDelay: opts.handlerDelay}
 	if p.attempts <= 0 {
 		p.attempts = DefaultPublishAttempts
 	}
@@ -87,10 +95,10 @@ func newPublisher(nc *nats.Conn, opts PublishOptions, stop func(error)) (*publis
 		jetstream.WithPublishAsyncMaxPending(inFlight),
 		jetstream.WithPublishAsyncTimeout(ackWait),
 		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
-			p.acked(m, ack)
+			p.handled(func() { p.acked(m, ack) })
 		}),
 		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
-			p.failed(m, err)
+			p.handled(func() { p.failed(m, err) })
 		}),
 	)
 	if err != nil {
@@ -98,6 +106,18 @@ func newPublisher(nc *nats.Conn, opts PublishOptions, stop func(error)) (*publis
 	}
 	p.js = js
 	return p, nil
+}
+
+// handled runs an asynchronous send's handler, record, and then counts
+// the send as no longer awaited.
+func (p *publisher) handled(record func()) {
+	if p.handlerDelay > 0 {
+		time.Sleep(p.handlerDelay)
+	}
+	record()
+	p.mu.Lock()
+	p.awaiting--
+	p.mu.Unlock()
 }
 
 func (p *publisher) acked(m *nats.Msg, ack *jetstream.PubAck) {
@@ -237,7 +257,11 @@ func (p *publisher) sendAsync(ctx context.Context, m *nats.Msg) error {
 			// Not handed to the connection (e.g. closed): the error handler
 			// never hears of it, so it is retried from here.
 			p.failed(m, err)
+			return nil
 		}
+		p.mu.Lock()
+		p.awaiting++ // its handler may have run already: then back to 0
+		p.mu.Unlock()
 		return nil
 	}
 }
@@ -276,6 +300,13 @@ func (p *publisher) drain(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		// The client is done with every message; their handlers may still
+		// be recording what became of the last ones.
+		for p.handlersRunning() {
+			if !wait.Sleep(ctx, time.Millisecond) {
+				return ctx.Err()
+			}
+		}
 		p.mu.Lock()
 		var next time.Time
 		for _, r := range p.retry {
@@ -294,6 +325,12 @@ func (p *publisher) drain(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+func (p *publisher) handlersRunning() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.awaiting > 0
 }
 
 // finish reports the stats and the error that ended publishing: err, or
