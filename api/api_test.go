@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -234,7 +236,7 @@ func TestClientSendsNoTokenToASquatter(t *testing.T) {
 		}
 		w.Header().Set(IdentHeader, "1")
 		if r.URL.Path == PathHello {
-			fmt.Fprintf(w, `{"service":"mcptrail","api":"v1","proof":"%s"}`, Proof("a guess", []byte("x")))
+			fmt.Fprintf(w, `{"service":"mcptrail","api":"v1","proof":"%s"}`, Proof("a guess", []byte("x"), "127.0.0.1:1"))
 			return
 		}
 		fmt.Fprint(w, `{"exit":0}`)
@@ -245,6 +247,36 @@ func TestClientSendsNoTokenToASquatter(t *testing.T) {
 	assert.True(t, reached)
 	assert.ErrorContains(t, err, "did not prove that it holds this CLI's token")
 	assert.False(t, sawToken.Load(), "the squatter received the token")
+}
+
+// A squatter that relays the hello to a daemon holding the same token (a
+// shard's, another port's) gets no token: the proof names the address the
+// daemon accepted the connection on, which is not the one the CLI dialed.
+func TestClientSendsNoTokenToARelay(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	h, err := NewHandler(Options{Backend: &scriptBackend{}, Token: testToken, Listen: ln.Addr().String()})
+	require.NoError(t, err)
+	daemon := &httptest.Server{Listener: ln, Config: &http.Server{Handler: h}}
+	daemon.Start()
+	defer daemon.Close()
+	target, err := url.Parse(daemon.URL)
+	require.NoError(t, err)
+	var sawToken atomic.Bool
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			sawToken.Store(true)
+		}
+		r.Host = target.Host // what the daemon accepts
+		proxy.ServeHTTP(w, r)
+	}))
+	defer relay.Close()
+	c := &Client{Listen: relay.Listener.Addr().String(), Token: testToken}
+	_, reached, _, err := c.Do(context.Background(), &QueryRequest{SQL: "x"}, Sink{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}})
+	assert.True(t, reached)
+	assert.ErrorContains(t, err, "did not prove that it holds this CLI's token")
+	assert.False(t, sawToken.Load(), "the relay received the token")
 }
 
 // The request that carries the token goes over the connection that carried
@@ -306,10 +338,12 @@ func TestHelloProvesTheToken(t *testing.T) {
 	defer resp.Body.Close()
 	var b bytes.Buffer
 	_, _ = b.ReadFrom(resp.Body)
-	assert.Contains(t, b.String(), Proof(testToken, challenge))
+	addr := srv.Listener.Addr().String()
+	assert.Contains(t, b.String(), Proof(testToken, challenge, addr), "the proof names the address the daemon accepted on")
 	assert.NotContains(t, b.String(), testToken)
-	assert.True(t, checkProof(testToken, challenge, Proof(testToken, challenge)))
-	assert.False(t, checkProof(testToken+"x", challenge, Proof(testToken, challenge)))
+	assert.True(t, checkProof(testToken, challenge, addr, Proof(testToken, challenge, addr)))
+	assert.False(t, checkProof(testToken+"x", challenge, addr, Proof(testToken, challenge, addr)))
+	assert.False(t, checkProof(testToken, challenge, "127.0.0.1:1", Proof(testToken, challenge, addr)))
 }
 
 func TestTokenFile(t *testing.T) {

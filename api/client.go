@@ -71,9 +71,12 @@ var errConnLost = errors.New("the connection to the daemon closed after its hell
 // oneConn dials the daemon once per client: the request that carries the
 // token goes over the very connection whose other end proved it holds it,
 // so that a process taking the port in between never receives it.
+// The hello's proof must name the address the connection reached (remote),
+// so that a daemon reached through a relay cannot prove anything for it.
 type oneConn struct {
 	mu     sync.Mutex
 	dialed bool
+	remote string
 	d      net.Dialer
 }
 
@@ -84,34 +87,46 @@ func (o *oneConn) dial(ctx context.Context, network, addr string) (net.Conn, err
 		return nil, errConnLost
 	}
 	o.dialed = true
-	return o.d.DialContext(ctx, network, addr)
+	conn, err := o.d.DialContext(ctx, network, addr)
+	if err == nil {
+		o.remote = conn.RemoteAddr().String()
+	}
+	return conn, err
+}
+
+// remoteAddr is the address the connection reached, "" before it is dialed.
+func (o *oneConn) remoteAddr() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.remote
 }
 
 // httpClient is a client for one exchange with the daemon (a hello, then
 // the request), over one connection.
-func (c *Client) httpClient() (*http.Client, error) {
+func (c *Client) httpClient() (*http.Client, *oneConn, error) {
 	// No proxy: the daemon is local (or at least not behind the user's proxy).
-	tr := &http.Transport{Proxy: nil, MaxConnsPerHost: 1, DialContext: (&oneConn{}).dial}
+	conn := &oneConn{}
+	tr := &http.Transport{Proxy: nil, MaxConnsPerHost: 1, DialContext: conn.dial}
 	if c.CertFile != "" {
 		pem, err := os.ReadFile(c.CertFile)
 		if err != nil {
-			return nil, fmt.Errorf("http.tls.cert: %w", err)
+			return nil, nil, fmt.Errorf("http.tls.cert: %w", err)
 		}
 		pool, err := x509.SystemCertPool()
 		if err != nil {
 			pool = x509.NewCertPool()
 		}
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("http.tls.cert %s: no PEM certificate in it", c.CertFile)
+			return nil, nil, fmt.Errorf("http.tls.cert %s: no PEM certificate in it", c.CertFile)
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
-	return &http.Client{Transport: tr}, nil
+	return &http.Client{Transport: tr}, conn, nil
 }
 
 // hello asks whoever listens at http.listen to prove it holds the token.
 // reached is false, with a nil error, when no mcptrail daemon answers.
-func (c *Client) hello(ctx context.Context, hc *http.Client) (reached bool, err error) {
+func (c *Client) hello(ctx context.Context, hc *http.Client, conn *oneConn) (reached bool, err error) {
 	var challenge [32]byte
 	if _, err := rand.Read(challenge[:]); err != nil {
 		return false, err
@@ -139,9 +154,10 @@ func (c *Client) hello(ctx context.Context, hc *http.Client) (reached bool, err 
 			"(MCPTRAIL_HTTP_TOKEN) or run as a user who can read %s (http.token_file)", ErrNoToken, c.base(), c.TokenFile)
 	}
 	var h Hello
-	if err := json.Unmarshal(body, &h); err != nil || h.Service != "mcptrail" || !checkProof(c.Token, challenge[:], h.Proof) {
-		return true, fmt.Errorf("the process answering at %s (http.listen) did not prove that it holds this CLI's token: "+
-			"the token was not sent. Is another program squatting on the port, or does the token belong to another daemon?", c.base())
+	if err := json.Unmarshal(body, &h); err != nil || h.Service != "mcptrail" || !checkProof(c.Token, challenge[:], conn.remoteAddr(), h.Proof) {
+		return true, fmt.Errorf("the process answering at %s (http.listen) did not prove that it holds this CLI's token for that address: "+
+			"the token was not sent. Is another program squatting on the port (or relaying it), does the token belong to another daemon, "+
+			"or does a port forward stand between this CLI and the daemon (the CLI must reach the address the daemon listens on)?", c.base())
 	}
 	return true, nil
 }
@@ -152,12 +168,12 @@ func (c *Client) hello(ctx context.Context, hc *http.Client) (reached bool, err 
 // answered, any failure is an error. truncated reports a query answer cut at
 // the daemon's limits.
 func (c *Client) Do(ctx context.Context, req Request, sink Sink) (code int, reached, truncated bool, err error) {
-	hc, err := c.httpClient()
+	hc, conn, err := c.httpClient()
 	if err != nil {
 		return 0, false, false, err
 	}
 	defer hc.CloseIdleConnections()
-	if reached, err := c.hello(ctx, hc); !reached || err != nil {
+	if reached, err := c.hello(ctx, hc, conn); !reached || err != nil {
 		return 0, reached, false, err
 	}
 	body, err := json.Marshal(req)
@@ -226,12 +242,12 @@ func ReadAnswer(r io.Reader, sink Sink, from string) (code int, truncated bool, 
 // Status asks the daemon which database it holds. reached is false when no
 // daemon answers.
 func (c *Client) Status(ctx context.Context) (st Status, reached bool, err error) {
-	hc, err := c.httpClient()
+	hc, conn, err := c.httpClient()
 	if err != nil {
 		return st, false, err
 	}
 	defer hc.CloseIdleConnections()
-	if reached, err := c.hello(ctx, hc); !reached || err != nil {
+	if reached, err := c.hello(ctx, hc, conn); !reached || err != nil {
 		return st, reached, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base()+PathStatus, nil)

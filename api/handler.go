@@ -230,7 +230,12 @@ func (h *handler) hello(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "want ?challenge= with 16 to 64 random bytes in hex")
 		return
 	}
-	writeJSON(w, http.StatusOK, Hello{Service: "mcptrail", API: "v1", Proof: Proof(h.o.Token, challenge)})
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, "no local address to prove the token for")
+		return
+	}
+	writeJSON(w, http.StatusOK, Hello{Service: "mcptrail", API: "v1", Proof: Proof(h.o.Token, challenge, local.String())})
 }
 
 func (h *handler) status(w http.ResponseWriter, _ *http.Request) {

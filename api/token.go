@@ -84,15 +84,19 @@ func LoadOrCreateToken(path string) (token string, created bool, err error) {
 // and from any other use of the token: an HTTP hello's challenge can never
 // be made to yield a shard's bound proof.
 const (
-	proofLabel      = "mcptrail api v1 proof\x00"
+	proofLabel      = "mcptrail api v1 http proof\x00"
 	boundProofLabel = "mcptrail api v1 bound proof\x00"
 )
 
-// Proof is what a daemon holding token answers to a client's challenge: an
-// HMAC-SHA256 of the challenge keyed with the token. A process squatting on
-// http.listen cannot compute it, so the CLI never sends it the token.
-func Proof(token string, challenge []byte) string {
-	return tokenMAC(token, []byte(proofLabel), challenge)
+// Proof is what a daemon holding token answers to a client's challenge on
+// a connection it accepted at addr (its local address, host:port): an
+// HMAC-SHA256 of the challenge and addr keyed with the token. A process
+// squatting on http.listen cannot compute it, so the CLI never sends it
+// the token; nor can it relay the challenge to a daemon that holds the
+// token elsewhere (a shard, another port), whose proof names that
+// daemon's address, not the one the CLI dialed.
+func Proof(token string, challenge []byte, addr string) string {
+	return tokenMAC(token, []byte(proofLabel), challenge, []byte{0}, []byte(addr))
 }
 
 // ProofFor is Proof bound to whom the client asked: the subject of a NATS
@@ -113,7 +117,7 @@ func tokenMAC(token string, parts ...[]byte) string {
 }
 
 // checkProof compares in constant time.
-func checkProof(token string, challenge []byte, proof string) bool {
-	want := Proof(token, challenge)
+func checkProof(token string, challenge []byte, addr, proof string) bool {
+	want := Proof(token, challenge, addr)
 	return hmac.Equal([]byte(want), []byte(proof))
 }

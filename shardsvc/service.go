@@ -35,7 +35,8 @@ const (
 	SubjectPrefix = "mcptrail.api"
 	// AuthHeader carries "Bearer <token>", as over HTTP.
 	AuthHeader = "Authorization"
-	// HelloEndpoint answers a challenge with the token's proof (api.Proof).
+	// HelloEndpoint answers a challenge with the token's proof bound to its
+	// subject (api.ProofFor).
 	HelloEndpoint = "hello"
 	// AllServers is the servers metadata of a shard that owns every server.
 	AllServers = "*"
