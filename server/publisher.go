@@ -29,6 +29,12 @@ type publisher struct {
 	st       PublishStats
 	firstErr error
 	tries    map[string]int // sends so far per Nats-Msg-Id, of messages not yet acknowledged
+	retry    []resend       // messages waiting to be sent again
+	refused  int            // messages JetStream refused since the last acknowledgement
+	since    time.Time      // the first of those refusals
+	last     time.Time      // the latest of them
+	span     time.Duration  // how long refusals may go on before publishing stops
+
 	// awaiting counts the asynchronous sends whose acknowledgement or error
 	// handler has not finished: the client counts a message done before
 	// its handler runs, so drain waits for these too.
@@ -36,11 +42,6 @@ type publisher struct {
 	// handlerDelay holds each handler back (tests: the window between the
 	// client's count and the handler, made wide).
 	handlerDelay time.Duration
-	retry    []resend       // messages waiting to be sent again
-	refused  int            // messages JetStream refused since the last acknowledgement
-	since    time.Time      // the first of those refusals
-	last     time.Time      // the latest of them
-	span     time.Duration  // how long refusals may go on before publishing stops
 }
 
 // refusalsToStop and DefaultRefusalSpan bound how long JetStream may refuse
