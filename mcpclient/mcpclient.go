@@ -111,7 +111,7 @@ func ToolsList(ctx context.Context, src Source) (*Result, error) {
 		}
 		transport = &mcp.StreamableClientTransport{
 			Endpoint:             src.URL,
-			HTTPClient:           &http.Client{Transport: &headerTransport{header: src.Header, rec: rec}},
+			HTTPClient:           &http.Client{Transport: &headerTransport{header: src.Header, rec: rec}, CheckRedirect: sameOrigin(u)},
 			DisableStandaloneSSE: true,
 			MaxRetries:           -1,
 		}
@@ -326,6 +326,23 @@ func (c *recordingConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 func (c *recordingConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	c.rec.wrote(msg)
 	return c.Connection.Write(ctx, msg)
+}
+
+// sameOrigin follows a redirect only within u's origin (scheme, host and
+// port): headerTransport adds the user's headers to every request, so a
+// redirect elsewhere (an endpoint's, or an open redirect on its host) would
+// hand them to another host.
+func sameOrigin(u *url.URL) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		if req.URL.Scheme != u.Scheme || req.URL.Host != u.Host {
+			return fmt.Errorf("redirected to another origin (%s://%s): not followed, so that the --header values go to %s://%s only",
+				req.URL.Scheme, req.URL.Host, u.Scheme, u.Host)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
 }
 
 // headerTransport adds the user's headers to every HTTP request. The

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,6 +96,44 @@ func TestHTTPWithHeader(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, fixtureNames(), toolNames(t, res))
 	assert.Equal(t, 3, res.Pages)
+}
+
+// --header values go to the --url's origin only: a redirect to another
+// host (or port, or scheme) is not followed, so that an endpoint, or an
+// open redirect on its host, cannot send the credentials elsewhere; a
+// redirect within the origin is followed with them.
+func TestHeadersGoToTheURLsOriginOnly(t *testing.T) {
+	var leaked atomic.Bool
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Api-Key") != "" || r.Header.Get("Authorization") != "" {
+			leaked.Store(true)
+		}
+		http.Error(w, "no", http.StatusNotFound)
+	}))
+	defer other.Close()
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", mcptest.HTTPHandler("X-Api-Key", "k3y"))
+	mux.HandleFunc("/moved", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/mcp", http.StatusTemporaryRedirect)
+	})
+	mux.HandleFunc("/away", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/mcp", http.StatusTemporaryRedirect)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	h := http.Header{}
+	require.NoError(t, ParseHeader(h, "X-Api-Key: k3y"))
+	h.Set("Authorization", "Bearer s3cret")
+
+	res, err := ToolsList(ctxFor(t, 30*time.Second), Source{URL: srv.URL + "/moved", Header: h})
+	require.NoError(t, err)
+	assert.Equal(t, fixtureNames(), toolNames(t, res))
+
+	_, err = ToolsList(ctxFor(t, 10*time.Second), Source{URL: srv.URL + "/away", Header: h})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "redirected to another origin")
+	assert.NotContains(t, err.Error(), "k3y")
+	assert.False(t, leaked.Load(), "the headers reached another host")
 }
 
 func TestHTTPErrorsSayWhatToDo(t *testing.T) {
