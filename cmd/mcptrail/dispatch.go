@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -93,7 +94,9 @@ func (a *app) outWriter(req api.Request) func(api.File) error {
 	}
 	cleared := map[string]bool{}
 	return func(f api.File) error {
-		if !filepath.IsLocal(f.Name) {
+		// A clean local name only: "a/../b/c" is local, but its first two
+		// parts name the folder a report replaces, which would be --out.
+		if !filepath.IsLocal(f.Name) || path.Clean(f.Name) != f.Name {
 			return fmt.Errorf("the daemon sent a file outside the output folder: %q", f.Name)
 		}
 		rel := filepath.FromSlash(f.Name)
