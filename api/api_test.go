@@ -369,6 +369,13 @@ func TestTokenFile(t *testing.T) {
 
 	assert.Error(t, CheckToken("short"))
 	assert.NoError(t, CheckToken(testToken))
+	// A token file holds a token as long as a configured one must be.
+	require.NoError(t, os.WriteFile(path, []byte("x\n"), 0o600))
+	require.NoError(t, os.Chmod(path, 0o600))
+	_, _, err = LoadOrCreateToken(path)
+	assert.ErrorContains(t, err, "holds 1 characters")
+	_, err = ReadToken(path)
+	assert.ErrorContains(t, err, "at least 16")
 	_, err = NewHandler(Options{Backend: &scriptBackend{}, Listen: "127.0.0.1:1"})
 	assert.Error(t, err, "no API without a token")
 }

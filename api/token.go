@@ -42,6 +42,9 @@ func ReadToken(path string) (string, error) {
 	if token == "" {
 		return "", fmt.Errorf("http.token_file %s is empty", path)
 	}
+	if len(token) < minTokenLen {
+		return "", fmt.Errorf("http.token_file %s holds %d characters: put at least %d random ones in it (or remove it: serve then generates one)", path, len(token), minTokenLen)
+	}
 	return token, nil
 }
 
