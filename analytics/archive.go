@@ -118,8 +118,9 @@ func (s *Store) WriteDay(ctx context.Context, server string, day time.Time, arch
 }
 
 // DeleteArchived deletes the calls of server's day whose id is in files
-// (verified by the caller), on the write connection, and returns how many.
-func (s *Store) DeleteArchived(ctx context.Context, server string, day time.Time, files []string) (int64, error) {
+// (verified by the caller), on the write connection, marks the day's files
+// deleted at deletedAt in the same transaction, and returns how many.
+func (s *Store) DeleteArchived(ctx context.Context, server string, day time.Time, files []string, deletedAt time.Time) (int64, error) {
 	if len(files) == 0 {
 		return 0, nil
 	}
@@ -135,6 +136,13 @@ func (s *Store) DeleteArchived(ctx context.Context, server string, day time.Time
 		if err := unlistSealedDays(ctx, conn, dayNumber(day), dayNumber(day)); err != nil {
 			return 0, err
 		}
+		// In the delete's transaction: a day whose calls are gone but is
+		// not marked deleted would be counted as a day without calls.
+		if _, err := conn.ExecContext(ctx, `UPDATE archive_days SET deleted_at = ? WHERE server = ? AND "date" = ?`,
+			deletedAt.UTC(), server, day.UTC().Format(time.DateOnly)); err != nil {
+			return 0, err
+		}
+		s.deletedDay(day)
 		return r.RowsAffected()
 	})
 }
@@ -181,6 +189,12 @@ func (s *Store) RestoreDay(ctx context.Context, server string, day time.Time, fi
 				return 0, err
 			}
 		}
+		// The day's calls are back: no longer the archive's alone.
+		if _, err := conn.ExecContext(ctx, `UPDATE archive_days SET deleted_at = NULL WHERE server = ? AND "date" = ?`,
+			server, day.UTC().Format(time.DateOnly)); err != nil {
+			return 0, err
+		}
+		s.deleted.loaded = false // other servers' files of the day may still be deleted: read again
 		return inserted, nil
 	})
 }
@@ -213,19 +227,16 @@ func (s *Store) RecordArchiveFile(ctx context.Context, f ArchiveFile) error {
 	return err
 }
 
-// MarkArchiveDay sets deleted_at of server's day's files (nil: the day is
-// in the hot store again, as after a restore).
-func (s *Store) MarkArchiveDay(ctx context.Context, server string, day time.Time, deletedAt *time.Time) error {
-	var at any
-	if deletedAt != nil {
-		at = deletedAt.UTC()
+// DeletedDays reports whether the retention deleted the calls of a day
+// from's to to's (UTC), which only the archive then holds.
+func (s *Store) DeletedDays(ctx context.Context, from, to time.Time) (bool, error) {
+	var any bool
+	err := s.db.QueryRowContext(ctx, `SELECT count(*) > 0 FROM archive_days WHERE deleted_at IS NOT NULL AND "date" BETWEEN ? AND ?`,
+		from.UTC().Format(time.DateOnly), to.UTC().Format(time.DateOnly)).Scan(&any)
+	if err != nil {
+		return false, fmt.Errorf("archive: days deleted: %w", err)
 	}
-	_, err := s.onWriter(ctx, "mark archived day", func(conn *sql.Conn) (int64, error) {
-		_, err := conn.ExecContext(ctx, `UPDATE archive_days SET deleted_at = ? WHERE server = ? AND "date" = ?`,
-			at, server, day.UTC().Format(time.DateOnly))
-		return 0, err
-	})
-	return err
+	return any, nil
 }
 
 // onWriter runs f in a transaction on the write connection, serialised

@@ -130,7 +130,7 @@ func BenchmarkBatchUpkeep(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	exec(insertCalls(staged, false), st.lo, st.hi, now)
+	exec(insertCalls(staged, false, nil), st.lo, st.hi, now)
 	release()
 	for b.Loop() {
 		exec("BEGIN TRANSACTION")

@@ -112,17 +112,21 @@ func dropBatchSessions(ctx context.Context, conn *sql.Conn) error {
 // out ids already stored between its two parameters (the batch's lowest and
 // highest ts), with the sessions of batch_sessions when derived is set; its
 // third parameter is ingested_at.
-func insertCalls(staged string, derived bool) string {
+func insertCalls(staged string, derived bool, archived []string) string {
 	from, session := staged+` s`, `NULL::VARCHAR`
 	if derived {
 		from, session = from+` LEFT JOIN batch_sessions d ON d.id = s.id`, `d.session`
+	}
+	stored := ``
+	if len(archived) > 0 {
+		stored = ` AND s.id NOT IN (SELECT id FROM ` + parquetScan(archived) + `)`
 	}
 	return `
 INSERT INTO calls
 WITH n AS (
 	SELECT s.*, nullif(s.attrs['` + audit.AttrConversationID + `'], '') AS conv, nullif(s.attrs['` + audit.AttrTraceID + `'], '') AS trace, ` + session + ` AS derived
 	FROM ` + from + `
-	WHERE s.id NOT IN (SELECT id FROM calls WHERE ts BETWEEN ? AND ?)
+	WHERE s.id NOT IN (SELECT id FROM calls WHERE ts BETWEEN ? AND ?)` + stored + `
 )
 SELECT id, ts, server, tool, method, decision, status, gateway, "grant", agent,
 	coalesce(session, 'conversation:' || conv, 'trace:' || trace, derived),

@@ -96,6 +96,8 @@ type Store struct {
 	// tails are the keys of the sessions with a row in run_tails (guarded by
 	// mu, like the write connection).
 	tails tailKeys
+	// deleted are the days whose calls only the archive holds (guarded by mu).
+	deleted deletedDays
 
 	releaseFiles func() // see privateFiles
 	sessionGap   time.Duration
@@ -399,11 +401,15 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 				return res, err
 			}
 		}
+		archived, err := s.archivedFiles(ctx, conn, st.lo, st.hi)
+		if err != nil {
+			return res, err
+		}
 		staged, release, err := st.cols.register(ctx, conn)
 		if err != nil {
 			return res, err
 		}
-		r, err := conn.ExecContext(ctx, insertCalls(staged, derived), st.lo, st.hi, now)
+		r, err := conn.ExecContext(ctx, insertCalls(staged, derived, archived), st.lo, st.hi, now)
 		release()
 		if err != nil {
 			return res, fmt.Errorf("append: insert calls: %w", err)

@@ -145,14 +145,11 @@ func runDay(ctx context.Context, st *analytics.Store, dir string, d analytics.Da
 	}
 	r.Verified = true
 	if due {
-		n, err := st.DeleteArchived(ctx, d.Server, d.Day, files)
+		n, err := st.DeleteArchived(ctx, d.Server, d.Day, files, now)
 		if err != nil {
 			return fail(err)
 		}
 		r.Deleted = n
-		if err := st.MarkArchiveDay(ctx, d.Server, d.Day, &now); err != nil {
-			return fail(err)
-		}
 	}
 	return r
 }

@@ -159,6 +159,74 @@ func TestRetentionDeletesOnlyVerifiedDays(t *testing.T) {
 		strings.Join(rowsOf(t, s, `SELECT server || '|' || tool || '|' || day || '|' || calls FROM tool_day_use ORDER BY ALL`), ","))
 }
 
+// A day's calls deleted by the retention are marked deleted in the same
+// transaction: a crash (or a cancel) right after the delete would
+// otherwise leave a day with files but no calls that is not marked
+// deleted, which Recluster then counted as an empty day, readers taking
+// zeros for it instead of reading the archive, for good.
+func TestTheRetentionsDeleteMarksTheDayDeleted(t *testing.T) {
+	ctx := context.Background()
+	s, dir := setup(t)
+	appendEvents(t, s, events("e", []string{"pve"}, 4, 10))
+	now := day0.Add(3*day + 12*time.Hour)
+	_, err := Run(ctx, s, Options{Now: now})
+	require.NoError(t, err)
+	files, err := filepath.Glob(filepath.Join(dir, "server=pve", "date=2026-11-20", "*.parquet"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+
+	// The retention's delete of day0, then nothing: the process ends.
+	n, err := s.DeleteArchived(ctx, "pve", day0, files, now)
+	require.NoError(t, err)
+	assert.EqualValues(t, 10, n)
+	assert.EqualValues(t, 1, scalar(t, s, `SELECT count(*) FROM archive_days WHERE "date" = '2026-11-20' AND deleted_at IS NOT NULL`))
+	rc, err := s.Recluster(ctx, now)
+	require.NoError(t, err)
+	assert.Equal(t, 2, rc.CountedDays, "day0+1 and day0+2; day0's calls are the archive's")
+	assert.Equal(t, []string{"20778", "20779"}, rowsOf(t, s, `SELECT day::VARCHAR FROM counted_days ORDER BY day`))
+
+	// Restored, in the restore's own transaction the day is no longer
+	// marked deleted.
+	_, err = Restore(ctx, s, day0)
+	require.NoError(t, err)
+	assert.EqualValues(t, 0, scalar(t, s, `SELECT count(*) FROM archive_days WHERE deleted_at IS NOT NULL`))
+	assert.EqualValues(t, 40, scalar(t, s, `SELECT count(*) FROM calls`))
+}
+
+// Events of a day the retention deleted, sent again (a file ingested again,
+// a gateway's backfill), are stored already, in the archive: duplicates,
+// not calls stored a second time whose counts tool_day_use would keep
+// doubled after the next run deleted them again.
+func TestEventsOfADeletedDayAreDuplicates(t *testing.T) {
+	ctx := context.Background()
+	s, _ := setup(t)
+	evs := events("e", []string{"pve", "git"}, 4, 10)
+	appendEvents(t, s, evs)
+	now := day0.Add(3*day + 12*time.Hour)
+	res, err := Run(ctx, s, Options{Now: now, Retention: 36 * time.Hour}) // deletes day0 and day0+1
+	require.NoError(t, err)
+	require.EqualValues(t, 40, res.Deleted)
+	use := dayUse(t, s)
+
+	r, err := s.Append(ctx, ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	assert.Equal(t, ingest.Result{Duplicates: 80}, r, "every event is stored: 40 in calls, 40 in the archive")
+	assert.EqualValues(t, 40, scalar(t, s, `SELECT count(*) FROM calls`))
+	assert.Equal(t, use, dayUse(t, s))
+
+	// A new event of a deleted day (a late one) is stored, and archived
+	// by the next run.
+	late := events("late", []string{"pve"}, 1, 1)
+	r, err = s.Append(ctx, ingest.Batch{Events: append(late, evs[:3]...)})
+	require.NoError(t, err)
+	assert.Equal(t, ingest.Result{Ingested: 1, Duplicates: 3}, r)
+	res, err = Run(ctx, s, Options{Now: now, Retention: 36 * time.Hour})
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, res.Written)
+	assert.EqualValues(t, 1, res.Deleted)
+	assert.EqualValues(t, 40, scalar(t, s, `SELECT count(*) FROM calls`))
+}
+
 // rowsOf is a one-column query's rows.
 func rowsOf(t *testing.T, s *analytics.Store, q string) []string {
 	t.Helper()

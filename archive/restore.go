@@ -80,9 +80,6 @@ func Restore(ctx context.Context, st *analytics.Store, from time.Time) ([]Restor
 				return out, err
 			}
 		}
-		if err := st.MarkArchiveDay(ctx, server, d, nil); err != nil {
-			return out, err
-		}
 		out = append(out, r)
 		if err := ctx.Err(); err != nil {
 			return out, err

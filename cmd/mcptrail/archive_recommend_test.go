@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -44,6 +45,7 @@ func TestRecommendAndReportReadArchivedDays(t *testing.T) {
 	require.NoError(t, err)
 	replayArgs := []string{"replay", "--server", "proxmox-mcp", "--policy", policyFile, "--since", "30d", "--format", "json"}
 	recBefore, repBefore, allBefore, replayBefore := run(recommendArgs...), run(reportArgs...), run(reportAllArgs...), run(replayArgs...)
+	pastBefore := run(append(slices.Clone(recommendArgs), "--since", "14d", "--now", "2026-11-05T00:00:00Z")...)
 
 	run("archive")
 	hot := run("query", "--format", "csv", "--sql", "SELECT count(*) AS n FROM calls")
@@ -57,6 +59,9 @@ func TestRecommendAndReportReadArchivedDays(t *testing.T) {
 	// A window within the retention reads the hot store only.
 	_, code, _ := runCLI(t, tmp, env, []string{"--db", db, "recommend", "--server", "proxmox-mcp", "--since", "14d"})
 	assert.Equal(t, 1, code, "no calls in the last 14 days")
+	// One as short that ends in the past, at a deleted day, reads the archive.
+	past := append(slices.Clone(recommendArgs), "--since", "14d", "--now", "2026-11-05T00:00:00Z")
+	assert.Equal(t, pastBefore, run(past...))
 
 	// suppress --all-of runs the recommender as recommend does: over the archive too.
 	out := run("suppress", "--all-of", "rate_limit", "--server", "proxmox-mcp", "--reason", "accepted", "--until", "90d")

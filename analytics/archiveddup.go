@@ -1,0 +1,97 @@
+package analytics
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// deletedDays are the days (ToolDay numbers) whose calls the retention
+// deleted from calls after archiving them, of any server: an event of such
+// a day sent again (a file ingested again, a gateway's backfill) is
+// stored already, in the archive, and must not be stored twice. Read from
+// archive_days at the first batch that needs them; kept by the retention's
+// delete and reread after a restore. Guarded by the store's mu.
+type deletedDays struct {
+	loaded bool
+	days   map[int64]bool
+}
+
+// archivedFiles are the Parquet files of the days between lo's and hi's
+// whose calls the retention deleted, for Append to compare a batch's ids
+// with: none (nil) for a batch of days the store still holds, which is
+// every batch of live traffic, at the cost of a map lookup or two. A file
+// missing from the archive folder is left out: the batch cannot be
+// compared with it, but ingestion does not stall on it either. conn is
+// the write connection, s.mu held.
+func (s *Store) archivedFiles(ctx context.Context, conn *sql.Conn, lo, hi time.Time) ([]string, error) {
+	if s.archiveDir == "" {
+		return nil, nil
+	}
+	if !s.deleted.loaded {
+		days, err := readDeletedDays(ctx, conn)
+		if err != nil {
+			return nil, fmt.Errorf("append: days the retention deleted: %w", err)
+		}
+		s.deleted = deletedDays{loaded: true, days: days}
+	}
+	from, to := dayNumber(lo), dayNumber(hi)
+	touched := false
+	for d := range s.deleted.days {
+		if d >= from && d <= to {
+			touched = true
+			break
+		}
+	}
+	if !touched {
+		return nil, nil
+	}
+	rows, err := conn.QueryContext(ctx, `SELECT file FROM archive_days WHERE deleted_at IS NOT NULL AND "date" BETWEEN ? AND ? ORDER BY file`,
+		DayStart(from).Format(time.DateOnly), DayStart(to).Format(time.DateOnly))
+	if err != nil {
+		return nil, fmt.Errorf("append: archived files: %w", err)
+	}
+	defer rows.Close()
+	var files []string
+	for rows.Next() {
+		var f string
+		if err := rows.Scan(&f); err != nil {
+			return nil, fmt.Errorf("append: archived files: %w", err)
+		}
+		path := filepath.Join(s.archiveDir, f)
+		if _, err := os.Stat(path); err == nil {
+			files = append(files, path)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("append: archived files: %w", err)
+	}
+	return files, nil
+}
+
+func readDeletedDays(ctx context.Context, conn *sql.Conn) (map[int64]bool, error) {
+	rows, err := conn.QueryContext(ctx, `SELECT DISTINCT datediff('day', DATE '1970-01-01', "date") FROM archive_days WHERE deleted_at IS NOT NULL`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	days := map[int64]bool{}
+	for rows.Next() {
+		var d int64
+		if err := rows.Scan(&d); err != nil {
+			return nil, err
+		}
+		days[d] = true
+	}
+	return days, rows.Err()
+}
+
+// deletedDay notes that the retention deleted the calls of day (s.mu held).
+func (s *Store) deletedDay(day time.Time) {
+	if s.deleted.loaded {
+		s.deleted.days[dayNumber(day)] = true
+	}
+}
