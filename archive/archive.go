@@ -42,6 +42,8 @@ type Options struct {
 	// Now is the clock: days before its UTC date are sealed.
 	Now time.Time
 	Log *slog.Logger
+
+	beforeVerify func(analytics.DayRows) // tests: calls stored while a day is archived
 }
 
 // Day is what a run did with one server's day.
@@ -51,14 +53,19 @@ type Day struct {
 	File     string // the file written by this run, relative to the archive; "" for none
 	Written  int64  // calls written to File
 	Verified bool   // every call of the hot store is in the day's files, read back intact
-	Deleted  int64  // calls deleted from the hot store
-	Err      error
+	// Late counts the calls of the day stored while this run archived it
+	// (late events): the day is not verified and nothing of it deleted;
+	// the next run archives them.
+	Late    int64
+	Deleted int64 // calls deleted from the hot store
+	Err     error
 }
 
 // Result is one run.
 type Result struct {
 	Days                     []Day
 	Written, Deleted, Failed int64
+	Late                     int64 // calls stored while their day was archived, left to the next run
 }
 
 // Run archives every sealed day that has calls in the store and is not
@@ -90,6 +97,7 @@ func Run(ctx context.Context, st *analytics.Store, opts Options) (Result, error)
 		}
 		res.Written += r.Written
 		res.Deleted += r.Deleted
+		res.Late += r.Late
 		res.Days = append(res.Days, r)
 		if ctx.Err() != nil {
 			break
@@ -140,8 +148,16 @@ func runDay(ctx context.Context, st *analytics.Store, dir string, d analytics.Da
 		}
 	}
 	files := m.paths(folder)
-	if err := verify(ctx, st, d, m, files); err != nil {
+	if opts.beforeVerify != nil {
+		opts.beforeVerify(d)
+	}
+	late, err := verify(ctx, st, d, m, files)
+	if err != nil {
 		return fail(err)
+	}
+	if late > 0 {
+		r.Late = late
+		return r
 	}
 	r.Verified = true
 	if due {
@@ -194,36 +210,31 @@ func writeFile(ctx context.Context, st *analytics.Store, folder string, d analyt
 
 // verify holds the day archived: the files read back hold as many rows,
 // and the same checksum, as the manifest says, no id twice, and every call
-// of the day in the hot store is among them.
-func verify(ctx context.Context, st *analytics.Store, d analytics.DayRows, m *manifest, files []string) error {
+// of the day in the hot store is among them. late counts the calls of the
+// day in no file (stored while archiving, which the next run archives): a
+// day with late calls is not verified, without failing.
+func verify(ctx context.Context, st *analytics.Store, d analytics.DayRows, m *manifest, files []string) (late int64, err error) {
 	var want int64
 	for _, f := range m.Files {
 		want += f.Rows
 	}
 	rows, distinct, _, err := st.ParquetRows(ctx, files)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if rows != want || distinct != rows {
-		return fmt.Errorf("verify: the files hold %d rows (%d ids), the manifest says %d", rows, distinct, want)
+		return 0, fmt.Errorf("verify: the files hold %d rows (%d ids), the manifest says %d", rows, distinct, want)
 	}
 	for i, f := range m.Files {
 		n, _, sum, err := st.ParquetRows(ctx, files[i:i+1])
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if n != f.Rows || sum != f.Checksum {
-			return fmt.Errorf("verify: %s holds %d rows (checksum %s), the manifest says %d (checksum %s)", f.File, n, sum, f.Rows, f.Checksum)
+			return 0, fmt.Errorf("verify: %s holds %d rows (checksum %s), the manifest says %d (checksum %s)", f.File, n, sum, f.Rows, f.Checksum)
 		}
 	}
-	left, err := st.Unarchived(ctx, d.Server, d.Day, files)
-	if err != nil {
-		return err
-	}
-	if left > 0 {
-		return fmt.Errorf("verify: %d calls of the hot store are in no file (stored while archiving); the next run archives them", left)
-	}
-	return nil
+	return st.Unarchived(ctx, d.Server, d.Day, files)
 }
 
 // checkDir fails unless the archive folder exists and is a folder; that it

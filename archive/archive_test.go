@@ -227,6 +227,38 @@ func TestEventsOfADeletedDayAreDuplicates(t *testing.T) {
 	assert.EqualValues(t, 40, scalar(t, s, `SELECT count(*) FROM calls`))
 }
 
+// A call of the day stored while the run archives it (a late event at five
+// past midnight) is no failure: the day is left unverified, nothing of it
+// deleted, and the next run archives it and deletes the day.
+func TestACallStoredWhileArchivingWaitsForTheNextRun(t *testing.T) {
+	ctx := context.Background()
+	s, _ := setup(t)
+	appendEvents(t, s, events("e", []string{"pve"}, 2, 10))
+	now := day0.Add(3 * day)
+	late := events("late", []string{"pve"}, 1, 1)
+	res, err := Run(ctx, s, Options{Now: now, Retention: time.Hour, beforeVerify: func(d analytics.DayRows) {
+		if d.Day.Equal(day0) {
+			appendEvents(t, s, late)
+		}
+	}})
+	require.NoError(t, err)
+	assert.Zero(t, res.Failed)
+	require.Len(t, res.Days, 2)
+	first := res.Days[0]
+	assert.NoError(t, first.Err)
+	assert.False(t, first.Verified)
+	assert.EqualValues(t, 1, first.Late)
+	assert.EqualValues(t, 1, res.Late)
+	assert.Zero(t, first.Deleted)
+	assert.EqualValues(t, 10, res.Deleted, "day0+1 only")
+
+	res, err = Run(ctx, s, Options{Now: now, Retention: time.Hour})
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, res.Written)
+	assert.EqualValues(t, 11, res.Deleted)
+	assert.Zero(t, scalar(t, s, `SELECT count(*) FROM calls`))
+}
+
 // rowsOf is a one-column query's rows.
 func rowsOf(t *testing.T, s *analytics.Store, q string) []string {
 	t.Helper()

@@ -83,8 +83,8 @@ func (d *Daily) RunOnce(ctx context.Context, now time.Time) Result {
 	switch {
 	case err != nil && ctx.Err() == nil:
 		log.Error("archive", "written", res.Written, "deleted", res.Deleted, "failed_days", res.Failed, "err", err)
-	case res.Written > 0 || res.Deleted > 0:
-		log.Info("archive", "written", res.Written, "deleted", res.Deleted, "days", len(res.Days))
+	case res.Written > 0 || res.Deleted > 0 || res.Late > 0:
+		log.Info("archive", "written", res.Written, "deleted", res.Deleted, "days", len(res.Days), "late", res.Late)
 	}
 	return res
 }

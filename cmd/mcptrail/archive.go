@@ -46,6 +46,11 @@ a new file. serve does the same every day; run this with the daemon stopped.`,
 					fmt.Fprintf(a.stdout, "%s %s: %s, FAILED, %d deleted\n", d.Server, d.Date, wrote, d.Deleted)
 					continue
 				}
+				if d.Late > 0 {
+					fmt.Fprintf(a.stdout, "%s %s: %s, %d calls stored meanwhile (the next run archives them), %d deleted\n",
+						d.Server, d.Date, wrote, d.Late, d.Deleted)
+					continue
+				}
 				fmt.Fprintf(a.stdout, "%s %s: %s, verified, %d deleted\n", d.Server, d.Date, wrote, d.Deleted)
 			}
 			fmt.Fprintf(a.stdout, "archived %d calls, deleted %d, %d days failed\n", res.Written, res.Deleted, res.Failed)
