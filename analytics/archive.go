@@ -164,7 +164,11 @@ func (s *Store) RestoreDay(ctx context.Context, server string, day time.Time, fi
 			server, day.UTC().Format(time.DateOnly)).Scan(&own); err != nil {
 			return 0, err
 		}
-		r, err := conn.ExecContext(ctx, `INSERT INTO calls BY NAME SELECT DISTINCT ON (id) * FROM `+parquetScan(files)+
+		columns := `*`
+		if !s.storeArgs {
+			columns = `* REPLACE (NULL::JSON AS args)`
+		}
+		r, err := conn.ExecContext(ctx, `INSERT INTO calls BY NAME SELECT DISTINCT ON (id) `+columns+` FROM `+parquetScan(files)+
 			` WHERE `+dayWhere(server, day)+` AND id NOT IN (SELECT id FROM calls WHERE `+dayWhere(server, day)+`)`)
 		if err != nil {
 			return 0, err

@@ -67,6 +67,10 @@ type Options struct {
 	// ArchiveDir, when set, is the one folder the sandboxed instance may
 	// read and write files in (storage.archive): the Parquet archive.
 	ArchiveDir string
+	// StoreArgs (ingest.store_args) keeps the argument values of restored
+	// calls: without it a restore drops them, as ingest does, whatever the
+	// archive's files hold (a database that kept them wrote them).
+	StoreArgs bool
 }
 
 // Store is one DuckDB database file. Appends are serialised on one dedicated
@@ -102,6 +106,7 @@ type Store struct {
 	releaseFiles func() // see privateFiles
 	sessionGap   time.Duration
 	archiveDir   string // absolute; "" when no archive
+	storeArgs    bool   // restored calls keep their argument values
 }
 
 // Open opens (creating if needed) the database at path and migrates its schema.
@@ -128,7 +133,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.releaseFiles = release
-	s.sessionGap = cmp.Or(opts.SessionGap, DefaultSessionGap)
+	s.sessionGap, s.storeArgs = cmp.Or(opts.SessionGap, DefaultSessionGap), opts.StoreArgs
 	if opts.ArchiveDir != "" {
 		s.archiveDir = strings.TrimSuffix(archiveAllowed(opts.ArchiveDir), "/")
 	}

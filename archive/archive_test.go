@@ -3,6 +3,7 @@ package archive
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -409,6 +410,35 @@ func TestRestoreIntoAnEmptyDatabase(t *testing.T) {
 	assert.Equal(t, wantDays, restoredDays, "the restore records the days it restores, once")
 	assert.Equal(t, wantUse, dayUse(t, fresh), "the restore counts the days it restores in tool_day_use, once")
 	assert.EqualValues(t, 6, scalar(t, fresh, `SELECT count(*) FROM archive_days WHERE deleted_at IS NULL`))
+}
+
+// A restore keeps the calls' argument values only where the database keeps
+// them (ingest.store_args): files that a database keeping them wrote,
+// restored into one that does not, lose them, as an ingest would.
+func TestRestoreKeepsArgumentsOnlyWhereStored(t *testing.T) {
+	ctx := context.Background()
+	s, dir := setup(t)
+	evs := events("e", []string{"pve"}, 1, 3)
+	for i := range evs {
+		evs[i].Args = json.RawMessage(`{"password":"hunter2"}`)
+	}
+	appendEvents(t, s, evs)
+	_, err := Run(ctx, s, Options{Now: day0.Add(5 * day), Retention: time.Hour})
+	require.NoError(t, err)
+	withArgs := `SELECT count(*) FROM calls WHERE args IS NOT NULL`
+
+	plain := open(t, filepath.Join(t.TempDir(), "plain.duckdb"), dir)
+	_, err = Restore(ctx, plain, day0)
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, scalar(t, plain, `SELECT count(*) FROM calls`))
+	assert.Zero(t, scalar(t, plain, withArgs), "store_args off: no argument value at rest")
+
+	keeping, err := analytics.Open(ctx, filepath.Join(t.TempDir(), "keeping.duckdb"), analytics.Options{ArchiveDir: dir, StoreArgs: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = keeping.Close() })
+	_, err = Restore(ctx, keeping, day0)
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, scalar(t, keeping, withArgs))
 }
 
 func TestDailyCountsErrorsAndRows(t *testing.T) {

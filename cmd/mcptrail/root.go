@@ -222,6 +222,7 @@ func (a *app) openStoreWith(ctx context.Context, opts analytics.Options) (*analy
 	}
 	opts.SessionGap = a.cfg.Recommend.SessionGap
 	opts.ArchiveDir = a.cfg.Storage.Archive
+	opts.StoreArgs = a.cfg.Ingest.StoreArgs
 	opts.NoHugePages = !a.cfg.Storage.HugePages
 	s, err := analytics.Open(ctx, a.cfg.Storage.Path, opts)
 	if err != nil {

@@ -39,7 +39,7 @@ SIGINT or SIGTERM stops it gracefully.`,
 			softMemoryLimit(192 << 20)
 			a.goHeapHugePages()
 			store, err := analytics.Open(cmd.Context(), a.cfg.Storage.Path, analytics.Options{MemoryLimit: "256MB", IngestMemoryLimit: "160MB", ReturnMemory: true, IngestThreads: 1,
-				SessionGap: a.cfg.Recommend.SessionGap, ArchiveDir: a.cfg.Storage.Archive})
+				SessionGap: a.cfg.Recommend.SessionGap, ArchiveDir: a.cfg.Storage.Archive, StoreArgs: a.cfg.Ingest.StoreArgs})
 			if err != nil {
 				if errors.Is(err, analytics.ErrLocked) {
 					return fmt.Errorf("%w: another mcptrail (serve or ingest) holds it; stop it or set storage.path", err)
