@@ -115,7 +115,7 @@ func runDay(ctx context.Context, st *analytics.Store, dir string, d analytics.Da
 	}
 	rel := dayFolder(d.Server, date)
 	folder := filepath.Join(dir, rel)
-	m, err := loadDay(ctx, st, folder, d.Server, date)
+	m, err := loadDay(ctx, st, folder, d.Server, date, true)
 	if err != nil {
 		return fail(err)
 	}
@@ -328,8 +328,9 @@ func fileNumber(name string) int {
 
 // loadDay reads a day's manifest and adopts a calls-<n>.parquet that the
 // manifest does not list (a crash between its rename and the manifest's):
-// readers of the folder see it, so it must count.
-func loadDay(ctx context.Context, st *analytics.Store, folder, server, date string) (*manifest, error) {
+// readers of the folder see it, so it must count. record writes the
+// manifest with the files adopted (the archive run; not a restore).
+func loadDay(ctx context.Context, st *analytics.Store, folder, server, date string, record bool) (*manifest, error) {
 	m, err := readManifest(folder)
 	if err != nil {
 		return nil, err
@@ -362,7 +363,7 @@ func loadDay(ctx context.Context, st *analytics.Store, folder, server, date stri
 		adopted = true
 	}
 	sort.Slice(m.Files, func(i, j int) bool { return fileNumber(m.Files[i].File) < fileNumber(m.Files[j].File) })
-	if adopted {
+	if adopted && record {
 		if err := writeJSON(filepath.Join(folder, manifestName), m); err != nil {
 			return nil, err
 		}

@@ -522,6 +522,40 @@ func TestUnlistedFileIsAdopted(t *testing.T) {
 	assert.EqualValues(t, 10, m.Files[0].Rows)
 }
 
+// A restore reads a file the manifest does not list yet (a crash between
+// its two renames) as the archive run adopts it, without writing the
+// manifest (the archive may be a read-only copy): its calls are not left
+// behind when the database is lost before the next run.
+func TestRestoreReadsAnUnlistedFile(t *testing.T) {
+	ctx := context.Background()
+	s, dir := setup(t)
+	appendEvents(t, s, events("e", []string{"pve"}, 1, 10))
+	now := day0.Add(2 * day)
+	_, err := Run(ctx, s, Options{Now: now})
+	require.NoError(t, err)
+	appendEvents(t, s, events("late", []string{"pve"}, 1, 4))
+	_, err = Run(ctx, s, Options{Now: now})
+	require.NoError(t, err)
+	folder := filepath.Join(dir, "server=pve", "date=2026-11-20")
+	m, err := readManifest(folder)
+	require.NoError(t, err)
+	require.Len(t, m.Files, 2)
+	m.Files = m.Files[:1] // calls-2.parquet renamed, the manifest not yet
+	require.NoError(t, writeJSON(filepath.Join(folder, manifestName), m))
+	before, err := os.ReadFile(filepath.Join(folder, manifestName))
+	require.NoError(t, err)
+
+	fresh := open(t, filepath.Join(t.TempDir(), "fresh.duckdb"), dir)
+	got, err := Restore(ctx, fresh, day0)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	assert.Equal(t, 2, got[0].Files)
+	assert.EqualValues(t, 14, scalar(t, fresh, `SELECT count(*) FROM calls`))
+	after, err := os.ReadFile(filepath.Join(folder, manifestName))
+	require.NoError(t, err)
+	assert.Equal(t, string(before), string(after), "the restore writes nothing into the archive")
+}
+
 // serve's loop: the first run after First, and it stops with its context.
 func TestDailyRunsAndStops(t *testing.T) {
 	s, dir := setup(t)

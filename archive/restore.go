@@ -23,7 +23,7 @@ type Restored struct {
 
 // Restore inserts the archived days from `from` on (a UTC date; the
 // days' files as their manifests list them, verified against the manifest
-// first) into the store, each day in one transaction, skipping ids it
+// first, and the files a manifest does not list yet) into the store, each day in one transaction, skipping ids it
 // already holds, and marks them as in the hot store again.
 func Restore(ctx context.Context, st *analytics.Store, from time.Time) ([]Restored, error) {
 	dir := st.ArchiveDir()
@@ -47,11 +47,15 @@ func Restore(ctx context.Context, st *analytics.Store, from time.Time) ([]Restor
 		if err != nil {
 			return out, fmt.Errorf("restore %s: not a server folder: %w", folder, err)
 		}
-		m, err := readManifest(folder)
+		// The files as the archive run knows them: a file the manifest
+		// does not list yet (a crash between its two renames) is read back
+		// and taken, as the run adopts it, but the manifest is left as it
+		// is (the archive may be a read-only copy).
+		m, err := loadDay(ctx, st, folder, server, date, false)
 		if err != nil {
 			return out, fmt.Errorf("restore %s %s: %w", server, date, err)
 		}
-		if m == nil || len(m.Files) == 0 {
+		if len(m.Files) == 0 {
 			continue
 		}
 		if m.Server != server || m.Date != date {
