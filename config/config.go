@@ -69,6 +69,8 @@ var Defaults = map[string]any{
 	"http.tls.cert":                       "",
 	"http.tls.key":                        "",
 	"otlp.listen":                         "",
+	"otlp.token":                          "",
+	"otlp.token_file":                     "",
 	"otlp.max_request_bytes":              "4MiB",
 	"otlp.server":                         "",
 	"query.timeout":                       "30s",
@@ -204,6 +206,10 @@ type OTLP struct {
 	Listen          string // empty: no receiver
 	MaxRequestBytes int64
 	Server          string // names the server of every OTLP event
+	// Token is what exporters send: it may only send telemetry (the API
+	// token is accepted too). Empty: serve generates one into TokenFile.
+	Token     string
+	TokenFile string // empty: mcptrail-otlp.token beside the database
 }
 
 // Query is query.*: bounds on user SQL.
@@ -358,7 +364,7 @@ func Load(v *viper.Viper) (*Config, error) {
 		p.fail("http.tls.key", c.HTTP.TLSKey, "http.tls.cert and http.tls.key go together (PEM files of the API's certificate and key)")
 	}
 	c.OTLP = OTLP{Listen: p.str("otlp.listen", otlpListen), MaxRequestBytes: p.size("otlp.max_request_bytes"),
-		Server: p.str("otlp.server", nil)}
+		Server: p.str("otlp.server", nil), Token: p.str("otlp.token", otlpToken), TokenFile: p.str("otlp.token_file", nil)}
 	if c.OTLP.MaxRequestBytes <= 0 || c.OTLP.MaxRequestBytes > 1<<30 {
 		p.fail("otlp.max_request_bytes", v.Get("otlp.max_request_bytes"), "a positive size up to 1GiB such as 4MiB")
 	}
@@ -456,6 +462,14 @@ func nonEmpty(s string) string {
 func apiToken(s string) string {
 	if s != "" && len(s) < 16 {
 		return "use at least 16 random characters, or leave it empty for serve to generate one into http.token_file"
+	}
+	return ""
+}
+
+// otlpToken refuses an exporters' token short enough to guess.
+func otlpToken(s string) string {
+	if s != "" && len(s) < 16 {
+		return "use at least 16 random characters, or leave it empty for serve to generate one into otlp.token_file"
 	}
 	return ""
 }

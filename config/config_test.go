@@ -97,9 +97,12 @@ func TestOTLP(t *testing.T) {
 	v.Set("otlp.listen", "127.0.0.1:4318")
 	v.Set("otlp.max_request_bytes", "16MiB")
 	v.Set("otlp.server", "proxmox-mcp")
+	v.Set("otlp.token", "exporters-token-0123456789")
+	v.Set("otlp.token_file", "/etc/mcptrail/otlp.token")
 	c, err = Load(v)
 	require.NoError(t, err)
-	assert.Equal(t, OTLP{Listen: "127.0.0.1:4318", MaxRequestBytes: 16 << 20, Server: "proxmox-mcp"}, c.OTLP)
+	assert.Equal(t, OTLP{Listen: "127.0.0.1:4318", MaxRequestBytes: 16 << 20, Server: "proxmox-mcp",
+		Token: "exporters-token-0123456789", TokenFile: "/etc/mcptrail/otlp.token"}, c.OTLP)
 }
 
 func TestStreamMaxBytes(t *testing.T) {
@@ -170,6 +173,7 @@ func TestBadValues(t *testing.T) {
 		{"otlp.listen", "4318", "must be host:port"},
 		{"otlp.listen", "127.0.0.1:8474", "not http.listen's"},
 		{"otlp.max_request_bytes", "0", "a positive size up to 1GiB"},
+		{"otlp.token", "short", "at least 16 random characters"},
 	} {
 		t.Run(tc.key+"="+tc.val, func(t *testing.T) {
 			v := New()

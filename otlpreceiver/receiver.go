@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,7 +28,6 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/ingest"
 	"github.com/mcptrail/mcptrail/otlp"
@@ -52,8 +52,12 @@ const publishTimeout = 10 * time.Second
 
 // Options configure the receiver.
 type Options struct {
-	// Token is the daemon's API token, required as a bearer token.
-	Token string
+	// Token is the exporters' token (otlp.token), required as a bearer
+	// token: it may send telemetry and nothing else. APIToken, the
+	// daemon's API token, is accepted too (exporters set up with it before
+	// the receiver had a token of its own), with a warning the first time.
+	Token    string
+	APIToken string
 	// JS publishes; Subject is the prefix events go under (mcp.audit.).
 	JS      jetstream.JetStream
 	Subject string
@@ -78,9 +82,10 @@ type Options struct {
 
 // Receiver serves OTLP/HTTP.
 type Receiver struct {
-	o     Options
-	slots chan struct{}
-	h     http.Handler
+	o            Options
+	slots        chan struct{}
+	h            http.Handler
+	apiTokenSeen sync.Once
 
 	received *prometheus.CounterVec
 	accepted *prometheus.CounterVec
@@ -130,8 +135,8 @@ func New(o Options) (*Receiver, error) {
 		}, []string{"signal", "code"}),
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST "+PathTraces, api.RequireToken(o.Token, rc.signal(otlp.Traces)))
-	mux.Handle("POST "+PathLogs, api.RequireToken(o.Token, rc.signal(otlp.Logs)))
+	mux.Handle("POST "+PathTraces, rc.requireToken(rc.signal(otlp.Traces)))
+	mux.Handle("POST "+PathLogs, rc.requireToken(rc.signal(otlp.Logs)))
 	rc.h = mux
 	return rc, nil
 }

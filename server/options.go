@@ -91,8 +91,12 @@ type Options struct {
 	HTTPTLSKey       string   // http.tls.key: ... and key
 
 	// OTLPListen (otlp.listen) serves the OTLP/HTTP receiver there; empty:
-	// none. It needs HTTPToken.
+	// none. It needs OTLPToken.
 	OTLPListen string
+	// OTLPToken (otlp.token or the generated otlp.token_file) is the
+	// exporters' bearer token, which may only send telemetry; HTTPToken is
+	// accepted there too.
+	OTLPToken string
 	// OTLPMaxRequestBytes (otlp.max_request_bytes) bounds an OTLP request
 	// body (4 MiB when 0).
 	OTLPMaxRequestBytes int64
@@ -212,8 +216,8 @@ func (o Options) validate() error {
 	if o.Backend != nil && o.HTTPToken == "" {
 		return &ConfigError{"http.token", "", "the API is never served without a token: set http.token or let serve generate http.token_file"}
 	}
-	if o.OTLPListen != "" && o.HTTPToken == "" {
-		return &ConfigError{"http.token", "", "the OTLP receiver (otlp.listen) is never served without a token: set http.token or let serve generate http.token_file"}
+	if o.OTLPListen != "" && o.OTLPToken == "" {
+		return &ConfigError{"otlp.token", "", "the OTLP receiver (otlp.listen) is never served without a token: set otlp.token or let serve generate otlp.token_file"}
 	}
 	if o.OTLPServer != "" && audit.BadServerName(o.OTLPServer) != "" {
 		return &ConfigError{"otlp.server", o.OTLPServer, "an MCP server name: " + audit.BadServerName(o.OTLPServer)}

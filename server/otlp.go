@@ -29,7 +29,7 @@ func startOTLP(opts Options, nc *nats.Conn, m *metrics, ready func() bool, tlsCo
 		return nil, fmt.Errorf("otlp: jetstream: %w", err)
 	}
 	rc, err := otlpreceiver.New(otlpreceiver.Options{
-		Token: opts.HTTPToken, JS: js, Subject: strings.TrimSuffix(opts.Subject, ">"),
+		Token: opts.OTLPToken, APIToken: opts.HTTPToken, JS: js, Subject: strings.TrimSuffix(opts.Subject, ">"),
 		Convert:       otlp.Options{Server: opts.OTLPServer, StoreArgs: opts.Decode.StoreArgs, MaxArgsBytes: opts.Decode.MaxEventBytes},
 		MaxEventBytes: opts.Decode.MaxEventBytes, MaxMessageBytes: opts.MaxMessageBytes, MaxRequestBytes: opts.OTLPMaxRequestBytes,
 		Ready: ready, Log: log,

@@ -24,7 +24,11 @@ import (
 	"github.com/mcptrail/mcptrail/otlp"
 )
 
-const otlpToken = "otlp-test-token-0123456789"
+// The exporters' token, and the API's (accepted by the receiver too).
+const (
+	otlpToken    = "otlp-test-token-0123456789"
+	otlpAPIToken = "api-test-token-0123456789"
+)
 
 func strAttr(k, v string) *commonpb.KeyValue {
 	return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v}}}
@@ -80,7 +84,8 @@ func gzipped(t *testing.T, b []byte) []byte {
 func TestServeOTLPReceiver(t *testing.T) {
 	store := openStore(t)
 	opts := testOptions(t)
-	opts.HTTPToken = otlpToken
+	opts.HTTPToken, opts.OTLPToken = otlpAPIToken, otlpToken
+	opts.Backend = echoBackend{db: "/data/mcptrail.duckdb"}
 	opts.OTLPListen = "127.0.0.1:0"
 	opts.OTLPMaxRequestBytes = 256 << 10
 	addr := make(chan string, 1)
@@ -134,7 +139,7 @@ func TestServeOTLPReceiver(t *testing.T) {
 
 	// Refusals.
 	resp, _ = post(t, base+"/v1/traces", "application/x-protobuf", "", "", batch)
-	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "the API token is required")
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a token is required")
 	resp, _ = post(t, base+"/v1/traces", "application/x-protobuf", "", "wrong-token-0123456789", batch)
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 	resp, _ = post(t, base+"/v1/traces", "text/plain", "", otlpToken, batch)
@@ -164,6 +169,15 @@ func TestServeOTLPReceiver(t *testing.T) {
 	} {
 		assert.Contains(t, metrics, want)
 	}
+
+	// The API token is taken too (exporters set up before the receiver had
+	// a token of its own); the exporters' token opens no API endpoint.
+	resp, body = post(t, base+"/v1/traces", "application/x-protobuf", "", otlpAPIToken, batch)
+	assert.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	code, _ = d.get(t, "/api/v1/status", otlpToken)
+	assert.Equal(t, http.StatusUnauthorized, code, "the exporters' token is no API token")
+	code, _ = d.get(t, "/api/v1/status", otlpAPIToken)
+	assert.Equal(t, http.StatusOK, code)
 }
 
 func TestServeRefusesABadOTLPSetup(t *testing.T) {
@@ -172,8 +186,8 @@ func TestServeRefusesABadOTLPSetup(t *testing.T) {
 		edit      func(*Options)
 		key, want string
 	}{
-		{func(o *Options) { o.OTLPListen = "127.0.0.1:0" }, "http.token", "never served without a token"},
-		{func(o *Options) { o.OTLPListen, o.HTTPToken, o.OTLPServer = "127.0.0.1:0", otlpToken, "a/b" }, "otlp.server", "an MCP server name"},
+		{func(o *Options) { o.OTLPListen, o.HTTPToken = "127.0.0.1:0", otlpAPIToken }, "otlp.token", "never served without a token"},
+		{func(o *Options) { o.OTLPListen, o.OTLPToken, o.OTLPServer = "127.0.0.1:0", otlpToken, "a/b" }, "otlp.server", "an MCP server name"},
 	} {
 		opts := testOptions(t)
 		tc.edit(&opts)
@@ -189,7 +203,7 @@ func TestServeRefusesABadOTLPSetup(t *testing.T) {
 	require.NoError(t, err)
 	defer ln.Close()
 	opts := testOptions(t)
-	opts.OTLPListen, opts.HTTPToken = ln.Addr().String(), otlpToken
+	opts.OTLPListen, opts.OTLPToken = ln.Addr().String(), otlpToken
 	err = Run(context.Background(), store, opts, testLogger(t), nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "otlp.listen "+ln.Addr().String())

@@ -14,6 +14,7 @@ import (
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/internal/duration"
+	"github.com/mcptrail/mcptrail/otlpreceiver"
 	"github.com/mcptrail/mcptrail/report"
 )
 
@@ -74,6 +75,13 @@ func (a *app) tokenFile() string {
 		return a.cfg.HTTP.TokenFile
 	}
 	return api.DefaultTokenFile(a.dbPath())
+}
+
+func (a *app) otlpTokenFile() string {
+	if a.cfg.OTLP.TokenFile != "" {
+		return a.cfg.OTLP.TokenFile
+	}
+	return otlpreceiver.DefaultTokenFile(a.dbPath())
 }
 
 // outWriter writes the files of an output folder the daemon sends back, for

@@ -59,6 +59,11 @@ SIGINT or SIGTERM stops it gracefully.`,
 			if opts.HTTPToken, err = a.daemonToken(); err != nil {
 				return err
 			}
+			if opts.OTLPListen != "" {
+				if opts.OTLPToken, err = a.exportersToken(); err != nil {
+					return err
+				}
+			}
 			opts.Backend = newDaemonBackend(a, store)
 			a.startShardService(opts.Backend, opts.HTTPToken, &opts)
 			a.scheduleReports(store, schedules, &opts)
@@ -115,6 +120,25 @@ func (a *app) daemonToken() (string, error) {
 		a.log.Info("generated the API token; the CLI reads it from there", "http.token_file", path)
 	} else {
 		a.log.Info("API token", "http.token_file", path)
+	}
+	return token, nil
+}
+
+// exportersToken is the OTLP receiver's token: otlp.token, else the one in
+// otlp.token_file, generated at the first start with a receiver.
+func (a *app) exportersToken() (string, error) {
+	if a.cfg.OTLP.Token != "" {
+		return a.cfg.OTLP.Token, nil
+	}
+	path := a.otlpTokenFile()
+	token, created, err := api.LoadOrCreateToken(path)
+	if err != nil {
+		return "", fmt.Errorf("otlp.token_file: %w", err)
+	}
+	if created {
+		a.log.Info("generated the OTLP exporters' token: give it to the gateways that export OpenTelemetry", "otlp.token_file", path)
+	} else {
+		a.log.Info("OTLP exporters' token", "otlp.token_file", path)
 	}
 	return token, nil
 }

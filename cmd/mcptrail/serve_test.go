@@ -245,8 +245,8 @@ func metricSum(addr, name string) float64 {
 func ingestedSoFar(addr string) int { return int(metricSum(addr, "mcptrail_events_ingested_total")) }
 
 // TestSimulateSendsOTLPToServe: simulate --otlp sends its traffic as OTLP/HTTP
-// to serve's receiver with the token from http.token_file, and every event is
-// stored; simulate --format otlp writes a file that ingest reads back as the
+// to serve's receiver with the exporters' token, which serve generated into
+// otlp.token_file (mode 0600), and every event is stored; simulate --format otlp writes a file that ingest reads back as the
 // same calls.
 func TestSimulateSendsOTLPToServe(t *testing.T) {
 	if testing.Short() {
@@ -266,8 +266,12 @@ func TestSimulateSendsOTLPToServe(t *testing.T) {
 	assert.Contains(t, string(out), ", 0 rejected")
 	require.Eventually(t, func() bool { return ingestedSoFar(httpAddr) == 1200 }, 20*time.Second, 50*time.Millisecond)
 
+	st, err := os.Stat(filepath.Join(dir, "mcptrail-otlp.token"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+
 	sim = exec.Command(binary, "simulate", "--count", "5", "--otlp", "http://"+otlpAddr)
-	sim.Env = append(env, "MCPTRAIL_HTTP_TOKEN=not-the-daemons-token")
+	sim.Env = append(env, "MCPTRAIL_OTLP_TOKEN=not-the-exporters-token")
 	out, err = sim.CombinedOutput()
 	require.Error(t, err)
 	assert.Contains(t, string(out), "401 Unauthorized")

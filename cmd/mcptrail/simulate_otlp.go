@@ -60,7 +60,7 @@ const otlpSenders = 4
 const otlpRetries = 10
 
 // sendSimulationOTLP sends simulated traffic to an OTLP/HTTP receiver as
-// protobuf trace requests of otlpBatchSpans spans, with the API token.
+// protobuf trace requests of otlpBatchSpans spans, with the exporters' token.
 func (a *app) sendSimulationOTLP(cmd *cobra.Command, opts simulate.Options, target string, stateless bool) error {
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -69,10 +69,10 @@ func (a *app) sendSimulationOTLP(cmd *cobra.Command, opts simulate.Options, targ
 	if u.Path == "" || u.Path == "/" {
 		u.Path = "/v1/traces"
 	}
-	token := a.cfg.HTTP.Token
+	token := a.cfg.OTLP.Token
 	if token == "" {
-		if token, err = api.ReadToken(a.tokenFile()); err != nil {
-			return fmt.Errorf("--otlp needs the daemon's API token (http.token, or http.token_file): %w", err)
+		if token, err = api.ReadToken(a.otlpTokenFile()); err != nil {
+			return fmt.Errorf("--otlp needs the OTLP exporters' token (otlp.token, or otlp.token_file, which serve writes when otlp.listen is set): %w", err)
 		}
 	}
 	client := &http.Client{Timeout: time.Minute}
