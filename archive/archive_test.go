@@ -623,6 +623,42 @@ func TestArchiveDBSpansTheArchive(t *testing.T) {
 	assert.EqualValues(t, 10, scalar(t, s, `SELECT count(*) FROM calls`), "the store's own pool never sees the view")
 }
 
+// Files written before a migration added a column to calls (here: one
+// without policy_version) are read by name beside newer ones, by the
+// analyses' view and by a restore, the missing column NULL.
+func TestFilesOfAnOlderSchemaAreRead(t *testing.T) {
+	ctx := context.Background()
+	s, dir := setup(t)
+	appendEvents(t, s, events("e", []string{"pve"}, 3, 10))
+	_, err := Run(ctx, s, Options{Now: day0.Add(3 * day), Retention: time.Hour})
+	require.NoError(t, err)
+	old := filepath.Join(dir, "server=pve", "date=2026-11-20", "calls-1.parquet")
+	tmp := filepath.Join(dir, "older.parquet")
+	conn, err := s.DB().Conn(ctx)
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, `CREATE TEMP TABLE older AS SELECT * EXCLUDE (policy_version) FROM read_parquet('`+old+`', hive_partitioning = false)`)
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, `COPY older TO '`+tmp+`' (FORMAT parquet)`)
+	require.NoError(t, err)
+	require.NoError(t, conn.Close())
+	require.NoError(t, os.Rename(tmp, old))
+
+	db, err := s.ArchiveDB(ctx)
+	require.NoError(t, err)
+	// Each column by its name: the same calls, none shifted into another.
+	const same = `SELECT count(*) FROM calls WHERE tool = 'get_vm_status' AND status = 'ok' AND decision = 'allowed' AND session = 's1'
+		AND ts >= '2026-11-20' AND ts < '2026-11-23' AND ingested_at IS NOT NULL`
+	var n int64
+	require.NoError(t, db.QueryRowContext(ctx, same).Scan(&n))
+	require.NoError(t, db.Close())
+	assert.EqualValues(t, 30, n)
+
+	fresh := open(t, filepath.Join(t.TempDir(), "fresh.duckdb"), dir)
+	_, err = Restore(ctx, fresh, day0)
+	require.NoError(t, err)
+	assert.EqualValues(t, 30, scalar(t, fresh, same))
+}
+
 // runsState is s's call_runs and run_tails as text (runtraffic.State).
 func runsState(t *testing.T, s *analytics.Store) string {
 	t.Helper()
