@@ -365,7 +365,7 @@ func TestTokenFile(t *testing.T) {
 
 	require.NoError(t, os.Chmod(path, 0o644))
 	_, _, err = LoadOrCreateToken(path)
-	assert.ErrorContains(t, err, "others can read the daemon's token")
+	assert.ErrorContains(t, err, "others can read the token")
 
 	assert.Error(t, CheckToken("short"))
 	assert.NoError(t, CheckToken(testToken))

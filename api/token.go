@@ -32,53 +32,64 @@ func CheckToken(token string) error {
 	return nil
 }
 
-// ReadToken reads the token from a file written by LoadOrCreateToken.
-func ReadToken(path string) (string, error) {
+// ReadToken reads the token from a file written by LoadOrCreateToken
+// (http.token_file).
+func ReadToken(path string) (string, error) { return ReadTokenFile(path, "http.token_file") }
+
+// ReadTokenFile reads the token from a file written by LoadOrCreateTokenFile;
+// key names the setting in errors.
+func ReadTokenFile(path, key string) (string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
 	}
 	token := strings.TrimSpace(string(data))
 	if token == "" {
-		return "", fmt.Errorf("http.token_file %s is empty", path)
+		return "", fmt.Errorf("%s %s is empty", key, path)
 	}
 	if len(token) < minTokenLen {
-		return "", fmt.Errorf("http.token_file %s holds %d characters: put at least %d random ones in it (or remove it: serve then generates one)", path, len(token), minTokenLen)
+		return "", fmt.Errorf("%s %s holds %d characters: put at least %d random ones in it (or remove it: serve then generates one)", key, path, len(token), minTokenLen)
 	}
 	return token, nil
 }
 
-// LoadOrCreateToken returns the token in path, generating it at first start:
-// 32 random bytes in hex, in a file only its owner can read (0600). A file
-// that others may read is refused rather than used.
+// LoadOrCreateToken is LoadOrCreateTokenFile for http.token_file.
 func LoadOrCreateToken(path string) (token string, created bool, err error) {
+	return LoadOrCreateTokenFile(path, "http.token_file")
+}
+
+// LoadOrCreateTokenFile returns the token in path, generating it at first
+// start: 32 random bytes in hex, in a file only its owner can read (0600).
+// A file that others may read is refused rather than used. key names the
+// setting in errors.
+func LoadOrCreateTokenFile(path, key string) (token string, created bool, err error) {
 	if st, err := os.Stat(path); err == nil {
 		if st.Mode().Perm()&0o077 != 0 {
-			return "", false, fmt.Errorf("http.token_file %s has mode %v: others can read the daemon's token; chmod 600 it (or remove it to have a new one generated)", path, st.Mode().Perm())
+			return "", false, fmt.Errorf("%s %s has mode %v: others can read the token; chmod 600 it (or remove it to have a new one generated)", key, path, st.Mode().Perm())
 		}
-		token, err := ReadToken(path)
+		token, err := ReadTokenFile(path, key)
 		if err != nil {
-			return "", false, fmt.Errorf("http.token_file: %w", err)
+			return "", false, err
 		}
 		return token, false, nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", false, fmt.Errorf("http.token_file %s: %w", path, err)
+		return "", false, fmt.Errorf("%s %s: %w", key, path, err)
 	}
 	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
-		return "", false, fmt.Errorf("generate the API token: %w", err)
+		return "", false, fmt.Errorf("generate a token for %s: %w", key, err)
 	}
 	token = hex.EncodeToString(raw[:])
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return "", false, fmt.Errorf("http.token_file %s: %w", path, err)
+		return "", false, fmt.Errorf("%s %s: %w", key, path, err)
 	}
 	if _, err := f.WriteString(token + "\n"); err != nil {
 		f.Close()
-		return "", false, fmt.Errorf("http.token_file %s: %w", path, err)
+		return "", false, fmt.Errorf("%s %s: %w", key, path, err)
 	}
 	if err := f.Close(); err != nil {
-		return "", false, fmt.Errorf("http.token_file %s: %w", path, err)
+		return "", false, fmt.Errorf("%s %s: %w", key, path, err)
 	}
 	return token, true, nil
 }

@@ -108,37 +108,30 @@ func (a *app) serverOptions() server.Options {
 // daemonToken is the API's token: http.token, or the one in
 // http.token_file, generated there at first start.
 func (a *app) daemonToken() (string, error) {
-	if a.cfg.HTTP.Token != "" {
-		return a.cfg.HTTP.Token, nil
-	}
-	path := a.tokenFile()
-	token, created, err := api.LoadOrCreateToken(path)
-	if err != nil {
-		return "", err
-	}
-	if created {
-		a.log.Info("generated the API token; the CLI reads it from there", "http.token_file", path)
-	} else {
-		a.log.Info("API token", "http.token_file", path)
-	}
-	return token, nil
+	return a.loadToken(a.cfg.HTTP.Token, a.tokenFile(), "http.token_file", "the API token; the CLI reads it from there")
 }
 
 // exportersToken is the OTLP receiver's token: otlp.token, else the one in
 // otlp.token_file, generated at the first start with a receiver.
 func (a *app) exportersToken() (string, error) {
-	if a.cfg.OTLP.Token != "" {
-		return a.cfg.OTLP.Token, nil
+	return a.loadToken(a.cfg.OTLP.Token, a.otlpTokenFile(), "otlp.token_file",
+		"the OTLP exporters' token: give it to the gateways that export OpenTelemetry")
+}
+
+// loadToken is configured, else the token in the file path (key), which it
+// generates when missing; what says what it is, in the log.
+func (a *app) loadToken(configured, path, key, what string) (string, error) {
+	if configured != "" {
+		return configured, nil
 	}
-	path := a.otlpTokenFile()
-	token, created, err := api.LoadOrCreateToken(path)
+	token, created, err := api.LoadOrCreateTokenFile(path, key)
 	if err != nil {
-		return "", fmt.Errorf("otlp.token_file: %w", err)
+		return "", err
 	}
 	if created {
-		a.log.Info("generated the OTLP exporters' token: give it to the gateways that export OpenTelemetry", "otlp.token_file", path)
+		a.log.Info("generated "+what, key, path)
 	} else {
-		a.log.Info("OTLP exporters' token", "otlp.token_file", path)
+		a.log.Info(what, key, path)
 	}
 	return token, nil
 }

@@ -71,7 +71,7 @@ func (a *app) sendSimulationOTLP(cmd *cobra.Command, opts simulate.Options, targ
 	}
 	token := a.cfg.OTLP.Token
 	if token == "" {
-		if token, err = api.ReadToken(a.otlpTokenFile()); err != nil {
+		if token, err = api.ReadTokenFile(a.otlpTokenFile(), "otlp.token_file"); err != nil {
 			return fmt.Errorf("--otlp needs the OTLP exporters' token (otlp.token, or otlp.token_file, which serve writes when otlp.listen is set): %w", err)
 		}
 	}
