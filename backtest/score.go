@@ -33,8 +33,11 @@ func score(ctx context.Context, db *sql.DB, o Options, r *recommend.Report, from
 	if err != nil {
 		return s, err
 	}
+	// As recommend replays its own window: with the current policy, whose
+	// conditional refusals of calls without stored arguments the
+	// proposal's same conditions refuse again.
 	rp, err := recommend.Run(ctx, db, recommend.ReplayOptions{Server: o.Server, Grant: r.Grant, From: from, To: to,
-		Policy: r.Policy, Loops: runaway, FirstN: o.Examples * 20})
+		Policy: r.Policy, Current: r.Current, Loops: runaway, FirstN: o.Examples * 20})
 	if err != nil {
 		return s, err
 	}
