@@ -127,6 +127,9 @@ func TestHostileGrantStaysInert(t *testing.T) {
 		if i%4 < 2 {
 			events[i].Grant = grant
 		}
+		if i%8 == 0 { // refused calls the proposal allows: a widening, named by grant
+			events[i].Decision, events[i].Status = audit.Denied, ""
+		}
 	}
 	appendEvents(t, store, events...)
 	out := t.TempDir()
@@ -144,6 +147,7 @@ func TestHostileGrantStaysInert(t *testing.T) {
 	assert.NotContains(t, md, "\x1b")
 	assert.Equal(t, strings.Count(md, "`<img")+strings.Count(md, "``../<img"), strings.Count(md, "<img"), "raw HTML only inside code spans")
 	assert.Contains(t, md, "### Grant ")
+	assert.Contains(t, md, "The proposals widen access")
 	page := read(HTMLFile)
 	assert.NotContains(t, page, "<img")
 	assert.NotContains(t, page, "\x1b")

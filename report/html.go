@@ -315,7 +315,7 @@ func htmlGrants(b *strings.Builder, r *Report) {
 		b.WriteString(" (<strong>draft</strong> for some grants: their data gates are not met)")
 	}
 	b.WriteString(".</p>\n")
-	if w := widenTotal(s); w != "" {
+	if w := widenTotal(s, func(g string) string { return g }); w != "" {
 		fmt.Fprintf(b, "<p class=\"widen\"><strong>⚠️ %s</strong></p>\n", esc(w))
 	}
 	if s.UngrantedCalls > 0 {

@@ -347,15 +347,16 @@ func markdownKeyFindings(b *strings.Builder, findings []Finding, grants bool) {
 }
 
 // widenTotal says how many tools the grants' proposals widen access for,
-// and in which grants; "" when none.
-func widenTotal(s Recommendation) string {
+// and in which grants, each named by name (code for Markdown, as is for
+// HTML, which escapes the whole); "" when none.
+func widenTotal(s Recommendation, name func(string) string) string {
 	if s.Counts.Widen == 0 {
 		return ""
 	}
 	var parts []string
 	for _, g := range s.Grants {
 		if g.Counts.Widen > 0 {
-			parts = append(parts, fmt.Sprintf("%s (%d)", g.Grant, g.Counts.Widen))
+			parts = append(parts, fmt.Sprintf("%s (%d)", name(g.Grant), g.Counts.Widen))
 		}
 	}
 	return fmt.Sprintf("The proposals widen access for %s, in %s: %s. Each is listed first in its grant below; review every one.",
@@ -394,7 +395,7 @@ func markdownGrants(b *strings.Builder, r *Report) {
 		b.WriteString(" (**draft** for some grants: their data gates are not met)")
 	}
 	b.WriteString(".\n\n")
-	if w := widenTotal(s); w != "" {
+	if w := widenTotal(s, code); w != "" {
 		fmt.Fprintf(b, "> ⚠️ **%s**\n\n", w)
 	}
 	if s.UngrantedCalls > 0 {
