@@ -42,6 +42,11 @@ func backtestWindow(ctx context.Context, db *sql.DB, ropts recommend.GrantsOptio
 	switch {
 	case errors.Is(err, recommend.ErrNoCalls):
 		return &Backtest{Note: fmt.Sprintf("no calls in the %s before this report's window to train a proposal on", daysText(ropts.Params.Window.Hours()/24))}, nil
+	case errors.Is(err, backtest.ErrNoTestTraffic):
+		// The report's window has calls (or it would not be built), but none
+		// of a grant the training window proposed for: the grants changed
+		// (a credential rotated).
+		return &Backtest{Note: "none of the grants proposed for in the window before this report's has calls in this window, so no proposal can be scored (the grants changed)"}, nil
 	case err != nil:
 		return nil, fmt.Errorf("report: backtest: %w", err)
 	}

@@ -2,11 +2,14 @@ package report
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/backtest"
 	"github.com/mcptrail/mcptrail/recommend"
 )
@@ -52,4 +55,32 @@ func TestBacktestSharesTheRecommendationsLoops(t *testing.T) {
 	bt, err := backtestWindow(ctx, store.DB(), ropts, week, fixedNow, other)
 	require.NoError(t, err)
 	assert.Equal(t, own, bt.Result)
+}
+
+// A report whose window holds none of the grants the window before it
+// proposed for (a credential rotated) says so in its backtest section
+// instead of failing.
+func TestBacktestOfRotatedGrantsIsANote(t *testing.T) {
+	store := emptyStore(t)
+	var evs []audit.Event
+	for d := range 30 {
+		grant := "ops-2025"
+		if d < 7 {
+			grant = "ops-2026"
+		}
+		for i := range 4 {
+			evs = append(evs, audit.Event{ID: fmt.Sprintf("e-%d-%d", d, i), TS: fixedNow.Add(-time.Duration(d)*24*time.Hour - time.Duration(i+1)*time.Hour),
+				Server: "srv", Grant: grant, Session: fmt.Sprintf("s-%d", d), Tool: "list_vms", Method: audit.DefaultMethod,
+				Decision: audit.Allowed, Status: "ok"})
+		}
+	}
+	appendEvents(t, store, evs...)
+	p := recommend.DefaultParams()
+	p.Window = 23 * 24 * time.Hour
+	r, err := Build(context.Background(), store, Options{Server: "srv", Window: week, Now: fixedNow, GeneratedAt: fixedNow,
+		Recommend: recommend.GrantsOptions{Params: p}})
+	require.NoError(t, err)
+	require.NotNil(t, r.Backtest)
+	assert.Nil(t, r.Backtest.Result)
+	assert.Contains(t, r.Backtest.Note, "the grants changed")
 }
