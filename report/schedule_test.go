@@ -245,6 +245,23 @@ func TestSchedulerCatchUp(t *testing.T) {
 		assert.Equal(t, time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC), runs[0].at)
 	})
 
+	t.Run("a daemon off UTC reads the last run in its own zone", func(t *testing.T) {
+		// A spec without CRON_TZ fires in the daemon's zone; the state keeps
+		// UTC times. Ran today at 08:00 Berlin (07:00Z), restarted at 09:30
+		// Berlin: nothing was missed (read in UTC, 08:00Z would have been).
+		berlin, err := time.LoadLocation("Europe/Berlin")
+		require.NoError(t, err)
+		dir := t.TempDir()
+		daily := "0 8 * * *"
+		require.NoError(t, writeState(dir, state{Schedule: "daily", Spec: daily, Armed: wednesday.Add(-60 * 24 * time.Hour),
+			LastRun: time.Date(2026, 12, 2, 7, 0, 1, 0, time.UTC), LastOK: true}))
+		clock := &fakeClock{t: time.Date(2026, 12, 2, 9, 30, 0, 0, berlin)}
+		runs := runScheduler(t, clock, []Schedule{mustSchedule(t, "daily", daily, dir)}, time.Second,
+			func(r []runRecord) bool { return len(r) == 1 })
+		require.Len(t, runs, 1)
+		assert.True(t, runs[0].at.Equal(time.Date(2026, 12, 3, 8, 0, 0, 0, berlin)), "the next day's 08:00 in Berlin, not at start: %s", runs[0].at)
+	})
+
 	t.Run("a failed run is recorded and the schedule goes on", func(t *testing.T) {
 		dir := t.TempDir()
 		clock := &fakeClock{t: wednesday}

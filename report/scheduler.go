@@ -271,7 +271,10 @@ func (s *Scheduler) Start(ctx context.Context) {
 			if st.Armed.After(ref) {
 				ref = st.Armed
 			}
-			if missed := sc.Cron.Next(ref); !missed.IsZero() && !missed.After(t0) {
+			// In the clock's zone, as the live schedule reads it: a spec
+			// without CRON_TZ fires in the daemon's zone, and the state
+			// keeps UTC times.
+			if missed := sc.Cron.Next(ref.In(t0.Location())); !missed.IsZero() && !missed.After(t0) {
 				l.Info("running a report missed while the daemon was down", "missed", missed.UTC().Format(time.RFC3339), "last_run", st.LastRun.UTC().Format(time.RFC3339))
 				due = append(due, i)
 			}
