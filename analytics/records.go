@@ -360,10 +360,14 @@ func (s *Store) Suppressions(ctx context.Context) ([]Suppression, error) {
 }
 
 // SuppressionLog returns the changes made at or after since, oldest first.
-func (s *Store) SuppressionLog(ctx context.Context, since time.Time) ([]SuppressionChange, error) {
+func (s *Store) SuppressionLog(ctx context.Context, server string, since time.Time) ([]SuppressionChange, error) {
+	// A finding id is kind:server:grant:subject (recommend.FindingID): the
+	// server's own changes only, as its report and recommendation list
+	// them (another server's reasons and owners are not its readers').
 	rows, err := s.db.QueryContext(ctx, `
 SELECT changed_at, finding_id, action, coalesce(reason, ''), coalesce(owner, ''), until
-FROM suppression_log WHERE changed_at >= ? ORDER BY changed_at, rowid`, since.UTC())
+FROM suppression_log WHERE changed_at >= ? AND starts_with(substr(finding_id, strpos(finding_id, ':') + 1), ? || ':')
+ORDER BY changed_at, rowid`, since.UTC(), server)
 	if err != nil {
 		return nil, fmt.Errorf("read suppression log: %w", err)
 	}

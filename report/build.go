@@ -152,7 +152,7 @@ func Build(ctx context.Context, store *analytics.Store, opts Options) (*Report, 
 	if p := opts.Previous; p != nil && !p.Window.To.IsZero() {
 		since = p.Window.To
 	}
-	log, err := store.SuppressionLog(ctx, since)
+	log, err := store.SuppressionLog(ctx, opts.Server, since)
 	if err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}

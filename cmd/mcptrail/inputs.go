@@ -154,7 +154,7 @@ func (a *app) recommendInputs(ctx context.Context, store *analytics.Store, serve
 	if opts.Suppressions, err = store.Suppressions(ctx); err != nil {
 		return opts, err
 	}
-	if opts.SuppressionLog, err = store.SuppressionLog(ctx, a.now.Add(-a.cfg.Recommend.Window)); err != nil {
+	if opts.SuppressionLog, err = store.SuppressionLog(ctx, opts.Server, a.now.Add(-a.cfg.Recommend.Window)); err != nil {
 		return opts, err
 	}
 	return opts, nil
