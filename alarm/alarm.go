@@ -228,8 +228,15 @@ func (a *Alarm) Run(ctx context.Context) {
 
 // Start rebuilds the state from the stored calls: every run that may be in
 // progress, back to the first call of each alert still open. Alerts already
-// recorded are not sent again.
-func (a *Alarm) Start(ctx context.Context) error {
+// recorded are not sent again. A start that fails leaves no state, so that
+// the next evaluation starts again (else the alerts left open were never
+// closed).
+func (a *Alarm) Start(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			a.tracks = nil
+		}
+	}()
 	a.tracks = map[trackKey]*track{}
 	a.thresholds = nil
 	a.watermark = time.Time{}
@@ -437,7 +444,6 @@ func (a *Alarm) running(ctx context.Context, r *run, kind string, th threshold, 
 	al := &Alert{ID: alertID(r), Kind: kind, State: StateRunning, Server: r.server, Grant: r.grant, Agent: r.agent,
 		Session: r.session, Tool: r.tool, StartTool: r.startTool, ArgsHash: r.argsHash, First: r.first,
 		Threshold: th.polls, ThresholdSource: th.source}
-	r.alert = al
 	fill(al, r)
 	limit, err := a.limit(ctx, r)
 	if err != nil {
@@ -446,8 +452,12 @@ func (a *Alarm) running(ctx context.Context, r *run, kind string, th threshold, 
 	al.Limit = limit
 	isNew, err := a.Store.RecordAlert(ctx, analytics.AlertRecord{ID: al.ID, Kind: kind, Server: r.server, Session: r.session,
 		Tool: r.tool, ArgsHash: r.argsHash, First: r.first, Polls: r.polls, Threshold: int64(math.Floor(th.polls)), SentAt: now})
-	if err != nil || !isNew {
-		return err // already sent (before a restart)
+	if err != nil {
+		return err // not recorded: the next evaluation tries again
+	}
+	r.alert = al // recorded: never sent twice
+	if !isNew {
+		return nil // already sent (before a restart)
 	}
 	al.At = now
 	a.Metrics.observeDelay(now.Sub(r.lastIngest))

@@ -1,0 +1,121 @@
+package alarm_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/alarm"
+	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/audit"
+	"github.com/mcptrail/mcptrail/ingest"
+)
+
+// faultEnv is an alarm over a real store, its clock and its alerts in the
+// test's hands, and the store's alerts table taken away while break holds.
+type faultEnv struct {
+	t     *testing.T
+	store *analytics.Store
+	al    *alarm.Alarm
+	now   time.Time
+	sent  []alarm.Alert
+	n     int
+}
+
+func newFaultEnv(t *testing.T) *faultEnv {
+	store, err := analytics.Open(context.Background(), filepath.Join(t.TempDir(), "a.duckdb"), analytics.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	f := &faultEnv{t: t, store: store, now: time.Now().UTC()}
+	f.al = &alarm.Alarm{Store: store, Config: liveConfig(), Now: func() time.Time { return f.now },
+		Publish: func(_ string, data []byte) error {
+			var a alarm.Alert
+			require.NoError(t, json.Unmarshal(data, &a))
+			f.sent = append(f.sent, a)
+			return nil
+		}}
+	return f
+}
+
+// loop stores a start call and n polls a second apart, ending at f.now.
+func (f *faultEnv) loop(session string, n int) {
+	var evs []audit.Event
+	add := func(tool string, at time.Time) {
+		f.n++
+		evs = append(evs, audit.Event{ID: fmt.Sprintf("ev-%d", f.n), TS: at, Server: testServer, Tool: tool, Method: audit.DefaultMethod, Decision: audit.Allowed,
+			Status: "ok", Grant: "ops", Agent: "a1", Session: session, ArgsHash: "vmid-100"})
+	}
+	add("vm_agent_exec", f.now.Add(-time.Duration(n+1)*time.Second))
+	for i := range n {
+		add("vm_agent_exec_status", f.now.Add(-time.Duration(n-i)*time.Second))
+	}
+	_, err := f.store.Append(context.Background(), ingest.Batch{Events: evs})
+	require.NoError(f.t, err)
+}
+
+// breakAlerts takes the alerts table away (true) or gives it back.
+func (f *faultEnv) breakAlerts(broken bool) {
+	q := `ALTER TABLE alerts RENAME TO alerts_away`
+	if !broken {
+		q = `ALTER TABLE alerts_away RENAME TO alerts`
+	}
+	_, err := f.store.DB().Exec(q)
+	require.NoError(f.t, err)
+}
+
+func (f *faultEnv) running(session string) int {
+	n := 0
+	for _, a := range f.sent {
+		if a.Session == session && a.State == alarm.StateRunning {
+			n++
+		}
+	}
+	return n
+}
+
+// A start that fails (the store fails for a moment) is tried again at the
+// next evaluation: the alert a previous run left open, whose loop the
+// calls no longer show, is closed then, and a loop found is alerted.
+func TestAFailedStartIsTriedAgain(t *testing.T) {
+	f := newFaultEnv(t)
+	ctx := context.Background()
+	_, err := f.store.RecordAlert(ctx, analytics.AlertRecord{ID: "old-run", Kind: alarm.KindRunawayLoop, Server: testServer,
+		Session: "old", Tool: "vm_agent_exec_status", ArgsHash: "vmid-1", First: f.now.Add(-48 * time.Hour), Polls: 40, Threshold: 5,
+		SentAt: f.now.Add(-47 * time.Hour)})
+	require.NoError(t, err)
+	f.loop("s1", 10)
+	f.breakAlerts(true)
+	require.Error(t, f.al.Evaluate(ctx))
+	f.breakAlerts(false)
+	f.now = f.now.Add(time.Second)
+	require.NoError(t, f.al.Evaluate(ctx))
+	assert.Equal(t, 1, f.running("s1"))
+	ended := 0
+	for _, a := range f.sent {
+		if a.ID == "old-run" && a.State == alarm.StateEnded {
+			ended++
+		}
+	}
+	assert.Equal(t, 1, ended, "the alert left open is closed")
+}
+
+// A running alert that could not be recorded (the store failed for a
+// moment) is recorded and sent at the next evaluation, not lost.
+func TestAnAlertNotRecordedIsSentLater(t *testing.T) {
+	f := newFaultEnv(t)
+	ctx := context.Background()
+	require.NoError(t, f.al.Evaluate(ctx)) // started, nothing to alert
+	f.loop("s1", 10)
+	f.breakAlerts(true)
+	require.Error(t, f.al.Evaluate(ctx))
+	f.breakAlerts(false)
+	f.now = f.now.Add(time.Second)
+	require.NoError(t, f.al.Evaluate(ctx))
+	assert.Equal(t, 1, f.running("s1"))
+}
