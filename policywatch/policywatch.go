@@ -16,6 +16,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -138,22 +139,40 @@ func (w *Watch) Check(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A scope that fails (a recorded policy that no longer parses, its
+	// record failing) is reported; the other scopes are checked all the
+	// same, each interval.
+	var errs []error
 	for _, server := range servers {
+		if ctx.Err() != nil {
+			break
+		}
 		grants, _, err := recommend.Grants(ctx, w.Store.DB(), server, now.Add(-watch), now)
 		if err != nil {
-			return err
+			errs = append(errs, err)
+			continue
 		}
 		if len(grants) == 0 {
 			grants = []string{""}
 		}
 		for _, grant := range grants {
 			if err := w.checkScope(ctx, server, grant, now, watch, lookback); err != nil {
-				return err
+				errs = append(errs, fmt.Errorf("%s%s: %w", server, grantPhrase(grant), err))
 			}
 		}
 	}
+	if err := errors.Join(append(errs, ctx.Err())...); err != nil {
+		return err
+	}
 	w.Metrics.checked()
 	return nil
+}
+
+func grantPhrase(g string) string {
+	if g == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (grant %q)", g)
 }
 
 func (w *Watch) checkScope(ctx context.Context, server, grant string, now time.Time, watch, lookback time.Duration) error {
@@ -174,6 +193,9 @@ func (w *Watch) checkScope(ctx context.Context, server, grant string, now time.T
 			continue // past the watch: recommend and report still show it
 		}
 		sent, err := w.Store.AlertSent(ctx, alertID(r))
+		if err == nil && !sent {
+			sent, err = w.Store.AlertSent(ctx, sinceAlertID(r))
+		}
 		if err != nil {
 			return err
 		}
@@ -251,12 +273,24 @@ func (w *Watch) send(al *Alert) error {
 	return nil
 }
 
-// alertID is stable for one regression: server, grant, tool, version and
-// the version's first call, so a version that comes back is not alerted
-// again for the same first call.
+// alertID is stable for one regression: server, grant, tool and version.
+// Not the version's first call, which a late call under the version (a
+// gateway replica that buffered through an outage) moves back: the same
+// regression was raised again under a new id.
 func alertID(r recommend.Regression) string {
+	return hashParts(KindRegression, r.Server, r.Grant, r.Tool, r.Version)
+}
+
+// sinceAlertID is the id alerts had before alertID: with the version's
+// first call. Still looked up, so that a regression raised under it is not
+// raised again after an upgrade.
+func sinceAlertID(r recommend.Regression) string {
+	return hashParts(KindRegression, r.Server, r.Grant, r.Tool, r.Version, strconv.FormatInt(r.Since.UnixNano(), 10))
+}
+
+func hashParts(parts ...string) string {
 	h := sha256.New()
-	for _, s := range []string{KindRegression, r.Server, r.Grant, r.Tool, r.Version, strconv.FormatInt(r.Since.UnixNano(), 10)} {
+	for _, s := range parts {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}

@@ -3,6 +3,7 @@ package policywatch_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcptrail/mcptrail/analytics"
+	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/ingest"
 	"github.com/mcptrail/mcptrail/policy"
 	"github.com/mcptrail/mcptrail/policywatch"
@@ -92,4 +94,54 @@ func TestWatchKeepsQuietAboutASuppressedRegression(t *testing.T) {
 	require.NoError(t, w.Check(context.Background()))
 	assert.Empty(t, *out)
 	assert.Equal(t, 1, *records)
+}
+
+// A late call under the new version, older than its first call so far (a
+// gateway replica that buffered through an outage), moves the version's
+// first call back; the regression is the same, and is not raised again.
+func TestWatchRaisesOnceThoughALateCallMovesTheVersionBack(t *testing.T) {
+	w, out, _ := watch(t, nil)
+	require.NoError(t, w.Check(context.Background()))
+	require.Len(t, *out, 1)
+	late := audit.Event{ID: "late-1", TS: now.Add(-70 * time.Minute), Server: "pve.lab", Tool: simulate.PolicyChangeStatus,
+		Method: audit.DefaultMethod, Decision: audit.Allowed, Status: "ok", Gateway: "gw-2", Grant: "ops", Agent: "helpdesk",
+		Session: "helpdesk-late", ArgsHash: "late", PolicyVersion: "v2"}
+	_, err := w.Store.Append(context.Background(), ingest.Batch{Events: []audit.Event{late}})
+	require.NoError(t, err)
+	current, err := policy.Parse([]byte(v2Policy), "v2")
+	require.NoError(t, err)
+	regs, err := recommend.Regressions(context.Background(), w.Store.DB(), recommend.RegressionScope{Server: "pve.lab", Grant: "ops", Now: now,
+		Lookback: 30 * 24 * time.Hour, Current: current}, recommend.DefaultParams())
+	require.NoError(t, err)
+	require.NotEmpty(t, regs)
+	require.True(t, regs[0].Since.Equal(late.TS), "the version's first call moved back: %s", regs[0].Since)
+	require.NoError(t, w.Check(context.Background()))
+	assert.Len(t, *out, 1, "the same regression: raised once")
+}
+
+// A scope that fails (here its current policy cannot be read) is reported,
+// and the other scopes are checked all the same: a regression of a server
+// checked after it is raised.
+func TestWatchChecksEveryScopeThoughOneFails(t *testing.T) {
+	w, out, _ := watch(t, nil)
+	other := simulate.PolicyChange{Server: "alpha", Grant: "ops", Change: now.Add(-time.Hour), Refused: simulate.PolicyChangeUsedDaily,
+		Days: 15, Silent: true}
+	evs := simulate.PolicyChangeEvents(other, now)
+	for i := range evs {
+		evs[i].ID = "alpha-" + evs[i].ID // the simulator's ids name no server
+	}
+	_, err := w.Store.Append(context.Background(), ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	current := w.Policy
+	w.Policy = func(ctx context.Context, server, grant string) (*policy.Policy, error) {
+		if server == "alpha" {
+			return nil, errors.New("the recorded policy does not parse")
+		}
+		return current(ctx, server, grant)
+	}
+	err = w.Check(context.Background())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "alpha")
+	require.Len(t, *out, 1, "pve.lab's regression, checked after alpha's failure")
+	assert.Equal(t, "pve.lab", (*out)[0].alert.Server)
 }
