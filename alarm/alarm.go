@@ -124,6 +124,10 @@ type Alarm struct {
 	thresholds map[string]threshold
 	computedAt time.Time
 	pending    []*run // alerted runs that a call of another tool or arguments ended
+	// reopen are the alerts open at Start, by id, while Start rebuilds the
+	// runs: a rebuilt run that was alerted takes its alert back, so that
+	// it ends (with its calls' figures) like any other.
+	reopen map[string]analytics.AlertRecord
 }
 
 type trackKey struct{ server, session string }
@@ -248,6 +252,11 @@ func (a *Alarm) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	a.reopen = map[string]analytics.AlertRecord{}
+	for _, o := range open {
+		a.reopen[o.ID] = o
+	}
+	defer func() { a.reopen = nil }()
 	from := now.Add(-a.lookback())
 	for _, o := range open {
 		from = minTime(from, o.First.Add(-a.Config.Params.PollMaxInterval))
@@ -361,7 +370,7 @@ func (a *Alarm) read(ctx context.Context, since time.Time) error {
 			r.lastErr, r.last, r.lastIngest = c.Error, c.TS, c.IngestedAt
 			r.grant, r.agent = c.Grant, c.Agent
 		} else {
-			if r != nil && r.alert != nil {
+			if r != nil && a.alerted(ctx, r) {
 				a.pending = append(a.pending, r)
 			}
 			nr := &run{server: c.Server, session: c.Session, tool: c.Tool, argsHash: c.ArgsHash, grant: c.Grant, agent: c.Agent,
@@ -397,7 +406,7 @@ func (a *Alarm) emit(ctx context.Context, now time.Time) error {
 		// the store up to a flush interval after they were made, so a loop
 		// still running may look idle by its calls' times alone.
 		quiet := now.Sub(t.prevTS) > maxGap && now.Sub(t.stored) > maxGap
-		if r != nil && r.alert == nil && !quiet {
+		if r != nil && !a.alerted(ctx, r) && !quiet {
 			if kind := a.kind(r); kind != "" {
 				th := a.threshold(ctx, r.server, now)
 				if float64(r.polls) > th.polls {
@@ -462,6 +471,31 @@ func (a *Alarm) running(ctx context.Context, r *run, kind string, th threshold, 
 	al.At = now
 	a.Metrics.observeDelay(now.Sub(r.lastIngest))
 	return a.send(al)
+}
+
+// alerted tells whether r's alert was sent: by this alarm, or (while
+// Start rebuilds the runs) before a restart, which r then takes back, as
+// sent but for the figures its calls bring up to date.
+func (a *Alarm) alerted(ctx context.Context, r *run) bool {
+	if r.alert != nil {
+		return true
+	}
+	if len(a.reopen) == 0 {
+		return false // not rebuilding, or nothing was open
+	}
+	o, ok := a.reopen[alertID(r)]
+	if !ok {
+		return false
+	}
+	th := a.threshold(ctx, r.server, a.now())
+	limit, err := a.limit(ctx, r)
+	if err != nil {
+		a.log().Warn("alarm: the limit of a run alerted before the restart", "id", o.ID, "err", err)
+	}
+	r.alert = &Alert{ID: o.ID, Kind: o.Kind, State: StateRunning, Server: r.server, Session: r.session, Tool: r.tool,
+		StartTool: r.startTool, ArgsHash: r.argsHash, First: r.first, Threshold: float64(o.Threshold), ThresholdSource: th.source,
+		Limit: limit}
+	return true
 }
 
 // final is the run's alert brought up to date.

@@ -119,3 +119,47 @@ func TestAnAlertNotRecordedIsSentLater(t *testing.T) {
 	require.NoError(t, f.al.Evaluate(ctx))
 	assert.Equal(t, 1, f.running("s1"))
 }
+
+// A run alerted before a restart that ended while the daemon was down (a
+// call of another tool came) is closed by the next daemon with the run as
+// its calls show it: every poll, its last call, its grant and start tool,
+// not the figures the alert was sent with.
+func TestARunEndedWhileDownIsClosedWithItsCalls(t *testing.T) {
+	f := newFaultEnv(t)
+	ctx := context.Background()
+	f.now = f.now.Add(-40 * time.Second)
+	f.loop("s1", 10)
+	require.NoError(t, f.al.Evaluate(ctx))
+	require.Equal(t, 1, f.running("s1"))
+
+	// Down: 20 more polls, then another tool's call ends the run.
+	var evs []audit.Event
+	for i := range 20 {
+		f.n++
+		evs = append(evs, audit.Event{ID: fmt.Sprintf("ev-%d", f.n), TS: f.now.Add(time.Duration(i+1) * time.Second), Server: testServer,
+			Tool: "vm_agent_exec_status", Method: audit.DefaultMethod, Decision: audit.Allowed, Status: "ok", Grant: "ops", Agent: "a1",
+			Session: "s1", ArgsHash: "vmid-100"})
+	}
+	last := f.now.Add(20 * time.Second).Truncate(time.Microsecond) // as stored
+	f.n++
+	evs = append(evs, audit.Event{ID: fmt.Sprintf("ev-%d", f.n), TS: last.Add(time.Second), Server: testServer, Tool: "get_vm_status",
+		Method: audit.DefaultMethod, Decision: audit.Allowed, Status: "ok", Grant: "ops", Agent: "a1", Session: "s1", ArgsHash: "vmid-100"})
+	_, err := f.store.Append(ctx, ingest.Batch{Events: evs})
+	require.NoError(t, err)
+
+	f.now = f.now.Add(30 * time.Second)
+	next := &alarm.Alarm{Store: f.store, Config: f.al.Config, Now: f.al.Now, Publish: f.al.Publish}
+	require.NoError(t, next.Evaluate(ctx))
+	var ended []alarm.Alert
+	for _, a := range f.sent {
+		if a.Session == "s1" && a.State == alarm.StateEnded {
+			ended = append(ended, a)
+		}
+	}
+	require.Len(t, ended, 1)
+	assert.EqualValues(t, 30, ended[0].Polls, "every poll, those while down too")
+	assert.True(t, ended[0].Last.Equal(last), "its last poll: %s, not %s", last, ended[0].Last)
+	assert.Equal(t, "ops", ended[0].Grant)
+	assert.Equal(t, "vm_agent_exec", ended[0].StartTool)
+	assert.Equal(t, 1, f.running("s1"), "not sent again")
+}
