@@ -338,14 +338,15 @@ func TestRunnerRunsEveryServerAndCountsFailures(t *testing.T) {
 
 	// With Calls, a run reads the calls (and finds the servers) in the pool
 	// it gives, as the daemon gives one that reads the archived days.
-	called := time.Duration(0)
-	fromPool := &Runner{Store: emptyStore(t), Inputs: r.Inputs, Calls: func(_ context.Context, window time.Duration) (*sql.DB, func(), error) {
-		called = window
+	called, calledAt := time.Duration(0), time.Time{}
+	fromPool := &Runner{Store: emptyStore(t), Inputs: r.Inputs, Calls: func(_ context.Context, now time.Time, window time.Duration) (*sql.DB, func(), error) {
+		called, calledAt = window, now
 		return store.DB(), func() {}, nil
 	}}
 	poolOut := t.TempDir()
 	require.NoError(t, fromPool.RunSchedule(context.Background(), mustSchedule(t, "pool", "@weekly", poolOut), fixedNow))
 	assert.Equal(t, 7*24*time.Hour, called, "asked for the schedule's window")
+	assert.Equal(t, fixedNow, calledAt, "ending when the run starts, not when the daemon did")
 	assert.DirExists(t, ServerDir(poolOut, server), "the server found and reported from the pool's calls")
 
 	t.Run("an output folder that cannot be written", func(t *testing.T) {

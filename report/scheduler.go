@@ -67,7 +67,7 @@ type Runner struct {
 	// nil reads the store's; the daemon passes one that reads the archived
 	// days too when the window reaches past storage.retention. done closes
 	// it.
-	Calls func(ctx context.Context, window time.Duration) (db *sql.DB, done func(), err error)
+	Calls func(ctx context.Context, now time.Time, window time.Duration) (db *sql.DB, done func(), err error)
 	// Publish sends a server's JSON report to a NATS subject; nil skips it.
 	Publish func(subject string, data []byte) error
 	Metrics *Metrics
@@ -117,7 +117,7 @@ func (r *Runner) runSchedule(ctx context.Context, s Schedule, now time.Time, log
 	calls, done := r.Store.DB(), func() {}
 	if r.Calls != nil {
 		var err error
-		if calls, done, err = r.Calls(ctx, s.Window); err != nil {
+		if calls, done, err = r.Calls(ctx, now, s.Window); err != nil {
 			return err
 		}
 	}

@@ -72,16 +72,16 @@ func (a *app) openArchiveStore(ctx context.Context) (*analytics.Store, func(), e
 }
 
 // callsDB is the pool that recommend and report read the calls from: the
-// store's, or, when their window (ending at a.now) reaches further back
+// store's, or, when their window (ending at now) reaches further back
 // than storage.retention kept or holds a day the retention deleted (a
 // window in the past, a retention raised since), one whose calls holds the
 // archived calls too (analytics.Store.ArchiveDB). done closes it.
-func (a *app) callsDB(ctx context.Context, store *analytics.Store, window time.Duration) (*sql.DB, func(), error) {
+func (a *app) callsDB(ctx context.Context, store *analytics.Store, now time.Time, window time.Duration) (*sql.DB, func(), error) {
 	if store.ArchiveDir() == "" {
 		return store.DB(), func() {}, nil
 	}
 	if keep := a.cfg.Storage.Retention; keep <= 0 || window <= keep {
-		deleted, err := store.DeletedDays(ctx, a.now.Add(-window), a.now)
+		deleted, err := store.DeletedDays(ctx, now.Add(-window), now)
 		if err != nil {
 			return nil, nil, err
 		}

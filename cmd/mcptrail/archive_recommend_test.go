@@ -86,3 +86,23 @@ func TestBacktestReadsArchivedDays(t *testing.T) {
 	require.Equal(t, "old\n0\n", hot, "the retention deleted the days before the last 14")
 	assert.Equal(t, before, run(backtestArgs...))
 }
+
+// report's backtest trains on the recommendation's window before the
+// report's: a report whose window is within storage.retention but whose
+// training reaches past it reads the archived days for it, and its output
+// after the retention deleted them equals its output before.
+func TestReportBacktestReadsArchivedTrainingDays(t *testing.T) {
+	tmp, _, _, run := archivedCLI(t, "32d")
+	events := filepath.Join(tmp, "events.jsonl")
+	run("simulate", "--count", "20000", "--duration", "40d", "--out", events)
+	run("ingest", events)
+	reportArgs := []string{"report", "--server", "proxmox-mcp", "--since", "7d", "--format", "json"}
+	run(reportArgs...) // recorded: the next ones compare with it alike
+	before := run(reportArgs...)
+	require.Contains(t, before, `"backtest"`)
+
+	run("archive")
+	hot := run("query", "--format", "csv", "--sql", "SELECT count(*) FILTER (ts < TIMESTAMPTZ '2026-10-29 00:00:00+00') AS old FROM calls")
+	require.Equal(t, "old\n0\n", hot, "the retention deleted the days before the last 32")
+	assert.Equal(t, before, run(reportArgs...))
+}

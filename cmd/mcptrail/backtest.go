@@ -107,7 +107,7 @@ func (a *app) runBacktest(ctx context.Context, store *analytics.Store, req *api.
 	}
 	g := a.grantsOptions(store, req.Server, params, "", "", nil)
 	o.Now, o.Params, o.Inputs, o.GeneratedAt = a.now, params, g.Inputs, g.GeneratedAt
-	calls, done, err := a.callsDB(ctx, store, backtestReach(o))
+	calls, done, err := a.callsDB(ctx, store, a.now, backtestReach(o))
 	if err != nil {
 		return err
 	}
@@ -134,7 +134,7 @@ func (a *app) appendBacktest(ctx context.Context, store *analytics.Store, dir, s
 	g := a.grantsOptions(store, server, params, "", "", nil)
 	o := backtest.Options{Server: server, Grant: grant, Now: a.now, Train: params.Window,
 		Test: defaultTest, Folds: 1, Params: params, Inputs: g.Inputs, GeneratedAt: g.GeneratedAt}
-	calls, done, err := a.callsDB(ctx, store, backtestReach(o))
+	calls, done, err := a.callsDB(ctx, store, a.now, backtestReach(o))
 	if err != nil {
 		return err
 	}

@@ -189,7 +189,7 @@ func (a *app) recommendAll(ctx context.Context, store *analytics.Store, server, 
 	o.Grant = grant
 	var history *pendingHistory
 	o.Record, history = a.recordFindingsBeside(store, "recommend")
-	calls, done, err := a.callsDB(ctx, store, params.Window)
+	calls, done, err := a.callsDB(ctx, store, a.now, params.Window)
 	if err != nil {
 		return nil, nil, nil, err
 	}

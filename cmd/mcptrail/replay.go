@@ -81,7 +81,7 @@ func (a *app) runReplay(ctx context.Context, store *analytics.Store, req *api.Re
 	}
 	server, grant, policyFile := req.Server, req.Grant, req.Policy.Name
 	from := a.now.Add(-window)
-	calls, done, err := a.callsDB(ctx, store, window)
+	calls, done, err := a.callsDB(ctx, store, a.now, window)
 	if err != nil {
 		return err
 	}

@@ -97,16 +97,17 @@ func (a *app) runReportRequest(ctx context.Context, store *analytics.Store, req 
 	return a.runReport(ctx, store, req.Server, window, formats, req.Out)
 }
 
-// reportCallsDB is the pool a report over window reads the calls from: it
-// reaches as far back as the report or its recommendation (recommend.window),
-// whichever is longer (callsDB).
-func (a *app) reportCallsDB(ctx context.Context, store *analytics.Store, window time.Duration) (*sql.DB, func(), error) {
-	return a.callsDB(ctx, store, max(window, a.recommendParams().Window))
+// reportCallsDB is the pool a report over window, ending at now, reads the
+// calls from: it reaches as far back as the report's backtest, which
+// trains on its recommendation's window (recommend.window, or the
+// report's when longer) before the report's (callsDB).
+func (a *app) reportCallsDB(ctx context.Context, store *analytics.Store, now time.Time, window time.Duration) (*sql.DB, func(), error) {
+	return a.callsDB(ctx, store, now, window+max(window, a.recommendParams().Window))
 }
 
 // runReport builds the reports and writes or prints them.
 func (a *app) runReport(ctx context.Context, store *analytics.Store, server string, window time.Duration, formats []string, out string) error {
-	calls, done, err := a.reportCallsDB(ctx, store, window)
+	calls, done, err := a.reportCallsDB(ctx, store, a.now, window)
 	if err != nil {
 		return err
 	}

@@ -33,8 +33,8 @@ func (a *app) scheduleReports(store *analytics.Store, schedules []report.Schedul
 		runner := &report.Runner{
 			Store:  store,
 			Inputs: a.reportInputs(store),
-			Calls: func(ctx context.Context, window time.Duration) (*sql.DB, func(), error) {
-				return a.reportCallsDB(ctx, store, window)
+			Calls: func(ctx context.Context, now time.Time, window time.Duration) (*sql.DB, func(), error) {
+				return a.reportCallsDB(ctx, store, now, window)
 			},
 			Metrics: metrics,
 			Log:     log,

@@ -259,7 +259,7 @@ func (a *app) suppressAllOf(ctx context.Context, store *analytics.Store, req *ap
 	}
 	o := a.grantsOptions(store, req.Server, params, req.Format, "", nil)
 	o.Grant, o.Record = req.Grant, nil // finding nothing to record: suppress is no run of recommend
-	calls, done, err := a.callsDB(ctx, store, params.Window)
+	calls, done, err := a.callsDB(ctx, store, a.now, params.Window)
 	if err != nil {
 		return err
 	}
