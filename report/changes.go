@@ -17,7 +17,7 @@ func changes(r *Report, prev *Report, prevFolder string, log []analytics.Suppres
 		SuppressedFindings: []FindingRef{}, ReopenedFindings: []FindingRef{}, SuppressionChanges: []analytics.SuppressionChange{},
 	}
 	for _, ch := range log {
-		if !ch.At.After(r.Window.To) {
+		if ch.At.Before(r.Window.To) {
 			c.SuppressionChanges = append(c.SuppressionChanges, ch)
 		}
 	}
