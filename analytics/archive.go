@@ -103,11 +103,22 @@ func (s *Store) WriteDay(ctx context.Context, server string, day time.Time, arch
 	}
 	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK") }()
 	sel := daySelect(server, day, archived)
-	if err := conn.QueryRowContext(ctx, `SELECT count(*), `+idChecksum+` FROM (`+sel+`)`).Scan(&d.Rows, &d.Checksum); err != nil {
+	var ids int64
+	if err := conn.QueryRowContext(ctx, `SELECT count(*), count(DISTINCT id), `+idChecksum+` FROM (`+sel+`)`).Scan(&d.Rows, &ids, &d.Checksum); err != nil {
 		return d, fmt.Errorf("archive: count calls of %s on %s: %w", server, day.Format(time.DateOnly), err)
 	}
 	if d.Rows == 0 {
 		return d, nil
+	}
+	if ids != d.Rows {
+		// One call per id, its first: an event sent again with another ts
+		// is stored twice (the de-duplication compares ids within a
+		// batch's time range), yet it is one event, archived once; the
+		// retention then deletes both copies (by id).
+		sel += ` QUALIFY row_number() OVER (PARTITION BY id ORDER BY ts, ingested_at) = 1`
+		if err := conn.QueryRowContext(ctx, `SELECT count(*), `+idChecksum+` FROM (`+sel+`)`).Scan(&d.Rows, &d.Checksum); err != nil {
+			return d, fmt.Errorf("archive: count calls of %s on %s: %w", server, day.Format(time.DateOnly), err)
+		}
 	}
 	// Sorted by time, so that readers skip row groups by their ts range.
 	q := `COPY (` + sel + ` ORDER BY ts, id) TO '` + sqlQuote(file) + `' (FORMAT parquet, COMPRESSION zstd)`

@@ -260,6 +260,35 @@ func TestACallStoredWhileArchivingWaitsForTheNextRun(t *testing.T) {
 	assert.Zero(t, scalar(t, s, `SELECT count(*) FROM calls`))
 }
 
+// An id stored twice in a day (an event sent again with another ts, which
+// the de-duplication by time range lets through) is archived once, as the
+// de-duplication key says it is one event: the day verifies, and the
+// retention deletes both copies, instead of the day failing every run.
+func TestADayWithAnIDStoredTwiceIsArchived(t *testing.T) {
+	ctx := context.Background()
+	s, dir := setup(t)
+	evs := events("e", []string{"pve"}, 1, 10)
+	appendEvents(t, s, evs)
+	again := evs[3]
+	again.TS = again.TS.Add(6 * time.Hour)
+	appendEvents(t, s, []audit.Event{again})
+	require.EqualValues(t, 11, scalar(t, s, `SELECT count(*) FROM calls`), "stored twice")
+
+	res, err := Run(ctx, s, Options{Now: day0.Add(2 * day), Retention: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, res.Days, 1)
+	assert.True(t, res.Days[0].Verified)
+	assert.EqualValues(t, 10, res.Written)
+	assert.EqualValues(t, 11, res.Deleted, "both copies")
+	glob := filepath.Join(dir, "server=pve", "date=2026-11-20", "*.parquet")
+	assert.EqualValues(t, 10, scalar(t, s, `SELECT count(*) FROM read_parquet('`+glob+`')`))
+	assert.EqualValues(t, 10, scalar(t, s, `SELECT count(DISTINCT id) FROM read_parquet('`+glob+`')`))
+	// The next run has nothing to do and nothing fails.
+	res, err = Run(ctx, s, Options{Now: day0.Add(2 * day), Retention: time.Hour})
+	require.NoError(t, err)
+	assert.Zero(t, res.Failed)
+}
+
 // rowsOf is a one-column query's rows.
 func rowsOf(t *testing.T, s *analytics.Store, q string) []string {
 	t.Helper()
