@@ -28,8 +28,8 @@ type Backtest struct {
 // recommendation (recs) where it read the same window with the same
 // parameters and inputs, which is where the report's window is the
 // recommender's.
-func backtestWindow(ctx context.Context, db *sql.DB, ropts recommend.GrantsOptions, window time.Duration, now time.Time, recs []*recommend.Report) (*Backtest, error) {
-	res, err := backtest.Run(ctx, db, backtest.Options{Server: ropts.Server, Now: now, Train: ropts.Params.Window, Test: window,
+func backtestWindow(ctx context.Context, db *sql.DB, ropts recommend.GrantsOptions, train, window time.Duration, now time.Time, recs []*recommend.Report) (*Backtest, error) {
+	res, err := backtest.Run(ctx, db, backtest.Options{Server: ropts.Server, Now: now, Train: train, Test: window,
 		Folds: 1, Params: ropts.Params, Inputs: ropts.Inputs, GeneratedAt: ropts.GeneratedAt,
 		KnownLoops: func(grant string, from, to time.Time) ([]recommend.RunawayLoop, bool) {
 			for _, rec := range recs {
@@ -41,7 +41,7 @@ func backtestWindow(ctx context.Context, db *sql.DB, ropts recommend.GrantsOptio
 		}})
 	switch {
 	case errors.Is(err, recommend.ErrNoCalls):
-		return &Backtest{Note: fmt.Sprintf("no calls in the %s before this report's window to train a proposal on", daysText(ropts.Params.Window.Hours()/24))}, nil
+		return &Backtest{Note: fmt.Sprintf("no calls in the %s before this report's window to train a proposal on", daysText(train.Hours()/24))}, nil
 	case errors.Is(err, backtest.ErrNoTestTraffic):
 		// The report's window has calls (or it would not be built), but none
 		// of a grant the training window proposed for: the grants changed

@@ -52,7 +52,7 @@ func TestBacktestSharesTheRecommendationsLoops(t *testing.T) {
 		other = append(other, &o)
 	}
 	ropts.Server, ropts.GeneratedAt = server, fixedNow
-	bt, err := backtestWindow(ctx, store.DB(), ropts, week, fixedNow, other)
+	bt, err := backtestWindow(ctx, store.DB(), ropts, week, week, fixedNow, other)
 	require.NoError(t, err)
 	assert.Equal(t, own, bt.Result)
 }
@@ -83,4 +83,20 @@ func TestBacktestOfRotatedGrantsIsANote(t *testing.T) {
 	require.NotNil(t, r.Backtest)
 	assert.Nil(t, r.Backtest.Result)
 	assert.Contains(t, r.Backtest.Note, "the grants changed")
+}
+
+// A report longer than recommend.window backtests a proposal trained on
+// recommend.window, as SPEC says, not on the report's longer window.
+func TestReportBacktestTrainsOnTheRecommendationWindow(t *testing.T) {
+	store := proxmoxStore(t)
+	ropts := inputs(t, store)
+	day := 24 * time.Hour
+	ropts.Params.Window = 4 * day
+	r, err := Build(context.Background(), store, Options{Server: server, Window: 9 * day, Now: fixedNow, GeneratedAt: fixedNow, Recommend: ropts})
+	require.NoError(t, err)
+	require.NotNil(t, r.Backtest)
+	require.NotNil(t, r.Backtest.Result, r.Backtest.Note)
+	f := r.Backtest.Result.Folds[0]
+	assert.Equal(t, fixedNow.Add(-9*day), f.TestFrom)
+	assert.Equal(t, f.TestFrom.Add(-4*day), f.TrainFrom, "trained on recommend.window")
 }

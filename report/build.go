@@ -108,7 +108,9 @@ func Build(ctx context.Context, store *analytics.Store, opts Options) (*Report, 
 	if ropts.Params.Window <= 0 {
 		ropts.Params = recommend.DefaultParams()
 	}
-	// The recommendation reads at least the report's window.
+	// The recommendation reads at least the report's window; its backtest
+	// trains on recommend.window all the same (SPEC §6, report).
+	train := ropts.Params.Window
 	ropts.Params.Window = max(ropts.Params.Window, opts.Window)
 	if inputs := ropts.Inputs; opts.Log != nil {
 		ropts.Inputs = func(ctx context.Context, grant string) (recommend.Options, error) {
@@ -145,7 +147,7 @@ func Build(ctx context.Context, store *analytics.Store, opts Options) (*Report, 
 		}
 		r.Polling, r.Limits = append(r.Polling, pl...), append(r.Limits, lp...)
 	}
-	if r.Backtest, err = backtestWindow(ctx, db, ropts, opts.Window, now, r.FullRecommendations()); err != nil {
+	if r.Backtest, err = backtestWindow(ctx, db, ropts, train, opts.Window, now, r.FullRecommendations()); err != nil {
 		return nil, err
 	}
 	since := q.from
