@@ -107,6 +107,10 @@ type Limit struct {
 	Scope   string `json:"scope"`
 }
 
+// maxFutureSkew is how far ahead of the alarm's clock a call may be
+// stamped and still count.
+const maxFutureSkew = time.Minute
+
 // Alarm evaluates the store every Config.Interval.
 type Alarm struct {
 	Store  *analytics.Store
@@ -347,9 +351,14 @@ func (a *Alarm) read(ctx context.Context, since time.Time) error {
 	}
 	a.watermark = newest
 	maxGap := a.Config.Params.PollMaxInterval
+	// A call stamped later than this (a gateway whose clock runs ahead)
+	// takes no part: as its session's newest call it would make every
+	// call after it look older, and the session invisible until the clock
+	// caught up.
+	future := a.now().Add(maxFutureSkew)
 	for i := range calls {
 		c := &calls[i]
-		if c.Session == "" {
+		if c.Session == "" || c.TS.After(future) {
 			continue
 		}
 		k := trackKey{c.Server, c.Session}

@@ -163,3 +163,21 @@ func TestARunEndedWhileDownIsClosedWithItsCalls(t *testing.T) {
 	assert.Equal(t, "vm_agent_exec", ended[0].StartTool)
 	assert.Equal(t, 1, f.running("s1"), "not sent again")
 }
+
+// A call stamped in the future (a gateway whose clock runs ahead) does not
+// blind its session: the calls that follow it, stamped right, still make
+// a runaway loop that is alerted.
+func TestACallFromTheFutureDoesNotBlindItsSession(t *testing.T) {
+	f := newFaultEnv(t)
+	ctx := context.Background()
+	f.n++
+	future := audit.Event{ID: fmt.Sprintf("ev-%d", f.n), TS: f.now.Add(time.Hour), Server: testServer, Tool: "get_vm_status",
+		Method: audit.DefaultMethod, Decision: audit.Allowed, Status: "ok", Grant: "ops", Agent: "a1", Session: "s1", ArgsHash: "x"}
+	_, err := f.store.Append(ctx, ingest.Batch{Events: []audit.Event{future}})
+	require.NoError(t, err)
+	require.NoError(t, f.al.Evaluate(ctx))
+	f.now = f.now.Add(20 * time.Second)
+	f.loop("s1", 10)
+	require.NoError(t, f.al.Evaluate(ctx))
+	assert.Equal(t, 1, f.running("s1"))
+}
