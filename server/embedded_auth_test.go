@@ -274,3 +274,18 @@ func TestEmbeddedUsersValidation(t *testing.T) {
 	o := Options{EmbeddedUsers: []EmbeddedUser{{User: "a", PasswordFile: "f", Servers: []string{"*"}}, {User: "b", NKey: pub, Servers: []string{"pve", "x"}}}}.withDefaults()
 	assert.NoError(t, o.validate())
 }
+
+// A gateway password file that others may read is refused, as a token file
+// is, with the fix named; one only its owner reads is used.
+func TestGatewayPasswordFileOthersCanReadIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), GatewayPasswordFileName)
+	require.NoError(t, os.WriteFile(path, []byte("a-gateway-password\n"), 0o600))
+	require.NoError(t, os.Chmod(path, 0o644))
+	_, err := ensurePasswordFile(path, "nats.embedded.gateway_password_file", slog.New(slog.DiscardHandler))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "chmod 600")
+	require.NoError(t, os.Chmod(path, 0o600))
+	pw, err := ensurePasswordFile(path, "nats.embedded.gateway_password_file", slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	assert.Equal(t, "a-gateway-password", pw)
+}

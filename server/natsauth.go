@@ -188,9 +188,11 @@ func randomPassword() (string, error) {
 func ensurePasswordFile(path, key string, log *slog.Logger) (string, error) {
 	pw, err := ReadPasswordFile(path)
 	if err == nil {
+		// Refused, as a token file others may read is: whoever reads it may
+		// write the audit trail of the gateway's servers.
 		if info, serr := os.Stat(path); serr == nil && info.Mode().Perm()&0o077 != 0 {
-			log.Warn("the NATS password file can be read by other users; chmod 600 it", "key", key, "file", path,
-				"mode", fmt.Sprintf("%04o", info.Mode().Perm()))
+			return "", fmt.Errorf("%s %s has mode %04o: others can read the gateway's password; chmod 600 it (or remove it to have a new one generated)",
+				key, path, info.Mode().Perm())
 		}
 		return pw, nil
 	}
