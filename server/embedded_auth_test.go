@@ -275,17 +275,22 @@ func TestEmbeddedUsersValidation(t *testing.T) {
 	assert.NoError(t, o.validate())
 }
 
-// A gateway password file that others may read is refused, as a token file
-// is, with the fix named; one only its owner reads is used.
-func TestGatewayPasswordFileOthersCanReadIsRefused(t *testing.T) {
+// A gateway password file that every user may read is refused, with the
+// fix named; one its group may read (a gateway of the group) is used with
+// a warning, and one only its owner reads is used.
+func TestGatewayPasswordFileEveryUserCanReadIsRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), GatewayPasswordFileName)
 	require.NoError(t, os.WriteFile(path, []byte("a-gateway-password\n"), 0o600))
 	require.NoError(t, os.Chmod(path, 0o644))
 	_, err := ensurePasswordFile(path, "nats.embedded.gateway_password_file", slog.New(slog.DiscardHandler))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "chmod 600")
-	require.NoError(t, os.Chmod(path, 0o600))
-	pw, err := ensurePasswordFile(path, "nats.embedded.gateway_password_file", slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	assert.Equal(t, "a-gateway-password", pw)
+	for _, mode := range []os.FileMode{0o640, 0o600} {
+		require.NoError(t, os.Chmod(path, mode))
+		var log syncBuffer
+		pw, err := ensurePasswordFile(path, "nats.embedded.gateway_password_file", slog.New(slog.NewTextHandler(&log, nil)))
+		require.NoError(t, err, "%04o", mode)
+		assert.Equal(t, "a-gateway-password", pw)
+		assert.Equal(t, mode == 0o640, strings.Contains(log.String(), "can be read by its group"), "%04o", mode)
+	}
 }

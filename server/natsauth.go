@@ -188,11 +188,19 @@ func randomPassword() (string, error) {
 func ensurePasswordFile(path, key string, log *slog.Logger) (string, error) {
 	pw, err := ReadPasswordFile(path)
 	if err == nil {
-		// Refused, as a token file others may read is: whoever reads it may
-		// write the audit trail of the gateway's servers.
-		if info, serr := os.Stat(path); serr == nil && info.Mode().Perm()&0o077 != 0 {
-			return "", fmt.Errorf("%s %s has mode %04o: others can read the gateway's password; chmod 600 it (or remove it to have a new one generated)",
-				key, path, info.Mode().Perm())
+		// Whoever reads it may write the audit trail of the gateway's
+		// servers: a file every user may read is refused; one its group
+		// may read (a gateway running as another user of the group) is
+		// warned about.
+		if info, serr := os.Stat(path); serr == nil {
+			switch mode := info.Mode().Perm(); {
+			case mode&0o007 != 0:
+				return "", fmt.Errorf("%s %s has mode %04o: every user can read the gateway's password; chmod 600 it (640 for a gateway of the file's group), or remove it to have a new one generated",
+					key, path, mode)
+			case mode&0o070 != 0:
+				log.Warn("the NATS password file can be read by its group; chmod 600 it unless a gateway of the group reads it", "key", key, "file", path,
+					"mode", fmt.Sprintf("%04o", mode))
+			}
 		}
 		return pw, nil
 	}
