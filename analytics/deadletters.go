@@ -96,12 +96,16 @@ func newDeadLetters(ctx context.Context, conn *sql.Conn, dls []ingest.DeadLetter
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read the stored ones: %w", err)
 	}
+	// Each is marked (the caller's batch: its report counts them), afresh
+	// on every attempt of a batch retried.
 	fresh := make([]ingest.DeadLetter, 0, len(dls))
 	for i := range dls {
 		d := &dls[i]
+		d.Duplicate = false
 		if d.Seq > 0 {
 			k := deadLetterKey{source: deadLetterSource(d), seq: d.Seq, line: d.Line, raw: string(d.Raw)}
 			if seen[k] {
+				d.Duplicate = true
 				continue
 			}
 			seen[k] = true

@@ -526,13 +526,13 @@ func TestAppendStoresAStreamMessagesDeadLettersOnce(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.Equal(t, ingest.Result{Rejected: 4, Duplicates: 1}, r)
-	r, err = s.Append(ctx, ingest.Batch{
-		DeadLetters: []ingest.DeadLetter{bad(3, 3, "{y"), bad(4, 0, "{x"), bad(5, 1, "{x"), bad(4, 0, "{other"),
-			{Source: "bad.jsonl", Line: 4, Reason: "malformed_json", Raw: []byte("{x")}},
-		Checkpoint: &ingest.Checkpoint{Consumer: "mcptrail", Seq: 5},
-	})
+	second := []ingest.DeadLetter{bad(3, 3, "{y"), bad(4, 0, "{x"), bad(5, 1, "{x"), bad(4, 0, "{other"),
+		{Source: "bad.jsonl", Line: 4, Reason: "malformed_json", Raw: []byte("{x")}}
+	r, err = s.Append(ctx, ingest.Batch{DeadLetters: second, Checkpoint: &ingest.Checkpoint{Consumer: "mcptrail", Seq: 5}})
 	require.NoError(t, err)
 	assert.Equal(t, ingest.Result{Rejected: 3, Duplicates: 2}, r)
+	assert.Equal(t, []bool{true, true, false, false, false}, []bool{second[0].Duplicate, second[1].Duplicate, second[2].Duplicate,
+		second[3].Duplicate, second[4].Duplicate}, "each dead letter stored already is marked in the batch")
 	assert.Equal(t, 7, count(t, s, `SELECT count(*) FROM dead_letters`))
 	assert.Equal(t, 1, count(t, s, `SELECT count(*) FROM dead_letters WHERE seq = 3 AND line = 2`))
 	assert.Equal(t, 2, count(t, s, `SELECT count(*) FROM dead_letters WHERE source = 'bad.jsonl'`))

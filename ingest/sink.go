@@ -21,6 +21,9 @@ type DeadLetter struct {
 	Reason string    // machine-readable reason code (audit.Reason*)
 	Detail string    // human-readable explanation
 	Raw    []byte    // the raw bytes, truncated to the event size limit
+	// Duplicate is set by the Sink's Append: a stream message's dead letter
+	// stored already (the message was delivered again), not stored twice.
+	Duplicate bool
 }
 
 // Checkpoint is the position of the last message of a batch in a durable
@@ -45,7 +48,7 @@ type Batch struct {
 // Result counts what happened to a batch.
 type Result struct {
 	Ingested   int // new events stored
-	Duplicates int // events whose id was already stored (or repeated in the batch)
+	Duplicates int // events whose id was already stored (or repeated in the batch), and redelivered dead letters (DeadLetter.Duplicate)
 	Rejected   int // dead letters stored
 }
 

@@ -170,7 +170,12 @@ func (m *metrics) observe(rep ingest.BatchReport, subjectPrefix string) {
 	m.redelivered.Add(float64(rep.Redelivered))
 
 	for _, d := range rep.Dead {
-		m.rejected.WithLabelValues(d.Format, m.server(serverFromSubject(d.Source, subjectPrefix)), d.Reason).Inc()
+		srv := m.server(serverFromSubject(d.Source, subjectPrefix))
+		if d.Duplicate { // a redelivered message's, stored already
+			m.duplicates.WithLabelValues(d.Format, srv).Inc()
+			continue
+		}
+		m.rejected.WithLabelValues(d.Format, srv, d.Reason).Inc()
 	}
 
 	// Events handed over that the store found already stored (Result says
