@@ -24,9 +24,9 @@ type deletedDays struct {
 // whose calls the retention deleted, for Append to compare a batch's ids
 // with: none (nil) for a batch of days the store still holds, which is
 // every batch of live traffic, at the cost of a map lookup or two. A file
-// missing from the archive folder is left out: the batch cannot be
-// compared with it, but ingestion does not stall on it either. conn is
-// the write connection, s.mu held.
+// missing from the archive folder, or that DuckDB cannot read, is left
+// out: the batch cannot be compared with it, but ingestion does not stall
+// on it either. conn is the write connection, s.mu held.
 func (s *Store) archivedFiles(ctx context.Context, conn *sql.Conn, lo, hi time.Time) ([]string, error) {
 	if s.archiveDir == "" {
 		return nil, nil
@@ -61,15 +61,31 @@ func (s *Store) archivedFiles(ctx context.Context, conn *sql.Conn, lo, hi time.T
 		if err := rows.Scan(&f); err != nil {
 			return nil, fmt.Errorf("append: archived files: %w", err)
 		}
-		path := filepath.Join(s.archiveDir, f)
-		if _, err := os.Stat(path); err == nil {
-			files = append(files, path)
-		}
+		files = append(files, filepath.Join(s.archiveDir, f))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("append: archived files: %w", err)
 	}
-	return files, nil
+	return s.readable(ctx, files), nil
+}
+
+// readable are the files DuckDB can read ids from, tried one by one on the
+// pool (a failed statement would end the batch's transaction): a file
+// missing, unreadable or damaged cannot be compared with, but must not fail
+// the batch, and every batch after it, for ever.
+func (s *Store) readable(ctx context.Context, files []string) []string {
+	out := files[:0]
+	for _, f := range files {
+		if _, err := os.Stat(f); err != nil {
+			continue
+		}
+		var n int64
+		if err := s.db.QueryRowContext(ctx, `SELECT count(id) FROM `+parquetScan([]string{f})).Scan(&n); err != nil {
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
 }
 
 func readDeletedDays(ctx context.Context, conn *sql.Conn) (map[int64]bool, error) {

@@ -200,7 +200,7 @@ func TestTheRetentionsDeleteMarksTheDayDeleted(t *testing.T) {
 // doubled after the next run deleted them again.
 func TestEventsOfADeletedDayAreDuplicates(t *testing.T) {
 	ctx := context.Background()
-	s, _ := setup(t)
+	s, dir := setup(t)
 	evs := events("e", []string{"pve", "git"}, 4, 10)
 	appendEvents(t, s, evs)
 	now := day0.Add(3*day + 12*time.Hour)
@@ -215,6 +215,16 @@ func TestEventsOfADeletedDayAreDuplicates(t *testing.T) {
 	assert.EqualValues(t, 40, scalar(t, s, `SELECT count(*) FROM calls`))
 	assert.Equal(t, use, dayUse(t, s))
 
+	// A damaged file of a deleted day cannot be compared with, but the
+	// batch is stored all the same: ingestion never stalls on it.
+	damaged := filepath.Join(dir, "server=git", "date=2026-11-20", "calls-1.parquet")
+	kept, err := os.ReadFile(damaged)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(damaged, kept[:len(kept)/2], 0o644))
+	_, err = s.Append(ctx, ingest.Batch{Events: events("other", []string{"git"}, 1, 1)})
+	require.NoError(t, err, "a batch of a day whose file is damaged")
+	require.NoError(t, os.WriteFile(damaged, kept, 0o644))
+
 	// A new event of a deleted day (a late one) is stored, and archived
 	// by the next run.
 	late := events("late", []string{"pve"}, 1, 1)
@@ -223,8 +233,8 @@ func TestEventsOfADeletedDayAreDuplicates(t *testing.T) {
 	assert.Equal(t, ingest.Result{Ingested: 1, Duplicates: 3}, r)
 	res, err = Run(ctx, s, Options{Now: now, Retention: 36 * time.Hour})
 	require.NoError(t, err)
-	assert.EqualValues(t, 1, res.Written)
-	assert.EqualValues(t, 1, res.Deleted)
+	assert.EqualValues(t, 2, res.Written, "the late event and the one stored beside the damaged file")
+	assert.EqualValues(t, 2, res.Deleted)
 	assert.EqualValues(t, 40, scalar(t, s, `SELECT count(*) FROM calls`))
 }
 
