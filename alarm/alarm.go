@@ -108,7 +108,8 @@ type Limit struct {
 }
 
 // maxFutureSkew is how far ahead of the alarm's clock a call may be
-// stamped and still count.
+// stamped before it counts as a stray stamp when a call stamped right
+// follows it (read).
 const maxFutureSkew = time.Minute
 
 // Alarm evaluates the store every Config.Interval.
@@ -351,14 +352,10 @@ func (a *Alarm) read(ctx context.Context, since time.Time) error {
 	}
 	a.watermark = newest
 	maxGap := a.Config.Params.PollMaxInterval
-	// A call stamped later than this (a gateway whose clock runs ahead)
-	// takes no part: as its session's newest call it would make every
-	// call after it look older, and the session invisible until the clock
-	// caught up.
 	future := a.now().Add(maxFutureSkew)
 	for i := range calls {
 		c := &calls[i]
-		if c.Session == "" || c.TS.After(future) {
+		if c.Session == "" {
 			continue
 		}
 		k := trackKey{c.Server, c.Session}
@@ -368,7 +365,17 @@ func (a *Alarm) read(ctx context.Context, since time.Time) error {
 			a.tracks[k] = t
 		}
 		if c.TS.Before(t.prevTS) {
-			continue // later than a newer call of its session: it cannot change a run in progress
+			if !t.prevTS.After(future) || c.TS.After(future) {
+				continue // later than a newer call of its session: it cannot change a run in progress
+			}
+			// The session's newest call was stamped ahead of the clock,
+			// this one is not: a stray stamp (a gateway's clock off for a
+			// moment), which would hide every call after it until the
+			// clock caught up. The session starts over from this call.
+			if r := t.cur; r != nil && a.alerted(ctx, r) {
+				a.pending = append(a.pending, r)
+			}
+			t.cur, t.prevTool, t.prevTS = nil, "", time.Time{}
 		}
 		if r := t.cur; r != nil && c.Tool == r.tool && c.ArgsHash != "" && c.ArgsHash == r.argsHash &&
 			c.TS.Sub(r.last) <= maxGap {

@@ -181,3 +181,15 @@ func TestACallFromTheFutureDoesNotBlindItsSession(t *testing.T) {
 	require.NoError(t, f.al.Evaluate(ctx))
 	assert.Equal(t, 1, f.running("s1"))
 }
+
+// A gateway whose clock runs steadily ahead (every call two minutes in the
+// future) is still watched: its runaway loop is alerted.
+func TestAGatewayAheadOfTheClockIsStillWatched(t *testing.T) {
+	f := newFaultEnv(t)
+	ctx := context.Background()
+	f.now = f.now.Add(2 * time.Minute)
+	f.loop("s1", 10) // stamped as the gateway's clock says
+	f.now = f.now.Add(-2 * time.Minute)
+	require.NoError(t, f.al.Evaluate(ctx))
+	assert.Equal(t, 1, f.running("s1"))
+}
