@@ -460,10 +460,17 @@ func (s *JetStreamSource) recreate(ctx context.Context, p *pipeline) bool {
 // ctx ended first.
 func (s *JetStreamSource) streamInfo(ctx context.Context) (*jetstream.StreamInfo, bool) {
 	var bo backoff
+	deadline := time.Now().Add(streamInfoPatience)
 	for {
 		info, err := s.Stream.Info(ctx)
 		if err == nil || errors.Is(err, jetstream.ErrStreamNotFound) {
 			return info, true
+		}
+		if time.Now().After(deadline) {
+			// Not a moment's election but a lasting refusal (the user may
+			// not read stream info): go on as before, without it.
+			s.fail("fetch", fmt.Errorf("stream info: %w; going on without the stream's creation time (a stream recreated meanwhile is noticed by its sequences only)", err))
+			return nil, true
 		}
 		s.fail("fetch", fmt.Errorf("stream info: %w", err))
 		if !bo.wait(ctx) {
@@ -471,6 +478,10 @@ func (s *JetStreamSource) streamInfo(ctx context.Context) (*jetstream.StreamInfo
 		}
 	}
 }
+
+// streamInfoPatience is how long streamInfo asks a stream that fails to
+// answer: well past a leader election.
+var streamInfoPatience = 30 * time.Second // a var: tests wait less
 
 // resync makes sure that no delivery the source has not seen is
 // outstanding: at start (a previous run may have crashed holding a batch),

@@ -838,3 +838,22 @@ func TestJetStreamDeliversAMessageLargerThanItsPulls(t *testing.T) {
 		"every event, the large message's too")
 	assert.Len(t, sink.storedOnce(t), 30020)
 }
+
+// A stream that never says what it is (a user that may not read stream
+// info) does not keep the source from starting: after a while it goes on
+// without the creation time, as it did before asking again.
+func TestJetStreamStartsThoughTheStreamNeverSaysWhatItIs(t *testing.T) {
+	patience := streamInfoPatience
+	streamInfoPatience = 500 * time.Millisecond
+	t.Cleanup(func() { streamInfoPatience = patience })
+	_, js := jsServer(t)
+	c := jsSetup(t, js, time.Minute)
+	jsPublish(t, js, 0, 5)
+	st, err := js.Stream(context.Background(), "MCP_AUDIT")
+	require.NoError(t, err)
+	flaky := &flakyStream{Stream: st}
+	flaky.fails.Store(1 << 30)
+	sink := &memSink{}
+	runSource(t, &JetStreamSource{Consumer: c, JS: js, Stream: flaky, Sink: sink, CheckpointKey: "MCP_AUDIT/mcptrail", BatchSize: 50, MaxWait: 200 * time.Millisecond})
+	require.Eventually(t, func() bool { n, _ := sink.count(); return n == 5 }, 10*time.Second, 20*time.Millisecond)
+}
