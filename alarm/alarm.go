@@ -250,8 +250,11 @@ func (a *Alarm) Start(ctx context.Context) (err error) {
 	a.thresholds = nil
 	a.watermark = time.Time{}
 	now := a.now()
-	if err := a.refreshThresholds(ctx, now); err != nil {
-		return err
+	// Thresholds that cannot be derived now are derived when first needed
+	// (threshold): no reason to start again and again.
+	if err := a.refreshThresholds(ctx, now); err != nil && ctx.Err() == nil {
+		a.log().Error("alarm: runaway thresholds", "err", err)
+		a.Metrics.failed()
 	}
 	open, err := a.Store.OpenAlerts(ctx)
 	if err != nil {
