@@ -180,7 +180,7 @@ func (w *Watch) checkScope(ctx context.Context, server, grant string, now time.T
 	if w.Policy != nil {
 		var err error
 		if sc.Current, err = w.Policy(ctx, server, grant); err != nil {
-			return fmt.Errorf("current policy of %s: %w", server, err)
+			return fmt.Errorf("current policy: %w", err)
 		}
 	}
 	regs, err := recommend.Regressions(ctx, w.Store.DB(), sc, w.Config.Params)

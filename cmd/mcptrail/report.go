@@ -99,10 +99,10 @@ func (a *app) runReportRequest(ctx context.Context, store *analytics.Store, req 
 
 // reportCallsDB is the pool a report over window, ending at now, reads the
 // calls from: it reaches as far back as the report's backtest, which
-// trains on its recommendation's window (recommend.window, or the
-// report's when longer) before the report's (callsDB).
+// trains on recommend.window before the report's window, and covers its
+// recommendation (recommend.window, or the report's when longer) (callsDB).
 func (a *app) reportCallsDB(ctx context.Context, store *analytics.Store, now time.Time, window time.Duration) (*sql.DB, func(), error) {
-	return a.callsDB(ctx, store, now, window+max(window, a.recommendParams().Window))
+	return a.callsDB(ctx, store, now, window+a.recommendParams().Window)
 }
 
 // runReport builds the reports and writes or prints them.

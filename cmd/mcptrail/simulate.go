@@ -47,7 +47,8 @@ published through JetStream like a gateway would, signed in as the embedded
 server's gateway user (see --nats-user). --format otlp writes them as OTLP/JSON
 traces instead (one ExportTraceServiceRequest of up to 512 spans a line, as the
 OpenTelemetry Collector's file exporter does), and --otlp URL sends such batches
-as OTLP/HTTP protobuf to a receiver (serve's otlp.listen), with the API token.`,
+as OTLP/HTTP protobuf to a receiver (serve's otlp.listen), with the exporters'
+token (otlp.token, or the file otlp.token_file).`,
 		Example: `  mcptrail simulate --count 100000 --out events.jsonl
   mcptrail simulate --scenario loops --seed 7 --out loops.jsonl
   mcptrail simulate --duration 1h --nats nats://127.0.0.1:4222 --rate 500
