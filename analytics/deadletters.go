@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
@@ -56,12 +57,13 @@ func appendDeadLetters(ctx context.Context, conn *sql.Conn, dls []ingest.DeadLet
 // and every retry of it.
 func deadLetterSource(d *ingest.DeadLetter) string { return strings.ToValidUTF8(d.Source, "\uFFFD") }
 
-// deadLetterKey tells a stream message's dead letter from any other.
+// deadLetterKey tells a stream message's dead letter from any other: its
+// bytes by their SHA-256, not a copy (up to the event size limit each).
 type deadLetterKey struct {
 	source string
 	seq    uint64
 	line   int64
-	raw    string
+	raw    [sha256.Size]byte
 }
 
 // newDeadLetters is dls without the stream messages' dead letters stored
@@ -90,7 +92,7 @@ func newDeadLetters(ctx context.Context, conn *sql.Conn, dls []ingest.DeadLetter
 		if err := rows.Scan(&k.source, &k.seq, &k.line, &raw); err != nil {
 			return nil, fmt.Errorf("read the stored ones: %w", err)
 		}
-		k.raw = string(raw)
+		k.raw = sha256.Sum256(raw)
 		seen[k] = true
 	}
 	if err := rows.Err(); err != nil {
@@ -103,7 +105,7 @@ func newDeadLetters(ctx context.Context, conn *sql.Conn, dls []ingest.DeadLetter
 		d := &dls[i]
 		d.Duplicate = false
 		if d.Seq > 0 {
-			k := deadLetterKey{source: deadLetterSource(d), seq: d.Seq, line: d.Line, raw: string(d.Raw)}
+			k := deadLetterKey{source: deadLetterSource(d), seq: d.Seq, line: d.Line, raw: sha256.Sum256(d.Raw)}
 			if seen[k] {
 				d.Duplicate = true
 				continue
