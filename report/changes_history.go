@@ -52,7 +52,9 @@ func historyChanges(c *Changes, reports []*recommend.Report) {
 			case t.From == "":
 			case t.To == recommend.StateDismissed:
 				c.SuppressedFindings = append(c.SuppressedFindings, ref)
-			case t.From == recommend.StateDismissed && t.To == recommend.StateOpen:
+			case (t.From == recommend.StateDismissed || t.From == recommend.StateAccepted) && t.To == recommend.StateOpen:
+				// A suppression ended, or the current policy no longer
+				// holds an accepted change: access widened again.
 				c.ReopenedFindings = append(c.ReopenedFindings, ref)
 			case t.To == recommend.StateAccepted:
 				c.AcceptedFindings = append(c.AcceptedFindings, ref)

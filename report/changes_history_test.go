@@ -21,10 +21,12 @@ func TestHistoryChanges(t *testing.T) {
 		{ID: "k", Tool: "kept", History: &recommend.History{State: recommend.StateOpen}},
 		{ID: "s", Tool: "muted", History: &recommend.History{State: recommend.StateDismissed, Changed: true}},
 		{ID: "a", Tool: "taken", History: &recommend.History{State: recommend.StateAccepted, Changed: true}},
+		{ID: "w", Tool: "widened", History: &recommend.History{State: recommend.StateOpen, Changed: true}},
 	}, Recorded: &recommend.Recorded{RunID: 2, PreviousRunID: 1, PreviousAt: t1,
 		Gone: []analytics.FindingRecord{{ID: "g", Tool: "gone", State: recommend.StateResolved}},
 		Transitions: []analytics.FindingTransition{{FindingID: "n", To: "open"}, {FindingID: "s", From: "open", To: "dismissed"},
-			{FindingID: "a", From: "open", To: "accepted"}, {FindingID: "g", From: "open", To: "resolved"}}}}
+			{FindingID: "a", From: "open", To: "accepted"}, {FindingID: "g", From: "open", To: "resolved"},
+			{FindingID: "w", From: "accepted", To: "open"}}}}
 
 	var c Changes
 	historyChanges(&c, []*recommend.Report{r})
@@ -41,7 +43,7 @@ func TestHistoryChanges(t *testing.T) {
 	assert.Equal(t, []string{"gone"}, tools(c.ResolvedFindings))
 	assert.Equal(t, []string{"muted"}, tools(c.SuppressedFindings))
 	assert.Equal(t, []string{"taken"}, tools(c.AcceptedFindings))
-	assert.Empty(t, c.ReopenedFindings)
+	assert.Equal(t, []string{"widened"}, tools(c.ReopenedFindings), "the policy no longer holds its accepted change")
 
 	first := &recommend.Report{Recorded: &recommend.Recorded{RunID: 1}}
 	var untouched Changes

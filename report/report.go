@@ -248,7 +248,9 @@ type Changes struct {
 	// ResolvedFindings were open in the previous report and are gone.
 	ResolvedFindings []FindingRef `json:"resolved_findings"`
 	// SuppressedFindings were open in the previous report and are now
-	// suppressed; ReopenedFindings were suppressed and are open again.
+	// suppressed; ReopenedFindings were suppressed, or accepted (the
+	// current policy held their change, and no longer does), and are open
+	// again.
 	SuppressedFindings []FindingRef `json:"suppressed_findings"`
 	ReopenedFindings   []FindingRef `json:"reopened_findings"`
 	// AcceptedFindings are findings whose change the current policy now
@@ -274,7 +276,7 @@ func (c Changes) findingLists() []findingList {
 		{"New findings", c.NewFindings},
 		{"Resolved findings", c.ResolvedFindings},
 		{"Suppressed since", c.SuppressedFindings},
-		{"Reopened (suppression ended)", c.ReopenedFindings},
+		{"Reopened (a suppression ended, or the policy no longer holds the change)", c.ReopenedFindings},
 		{"Accepted (now in the current policy)", c.AcceptedFindings},
 	}
 }
