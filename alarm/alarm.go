@@ -469,9 +469,7 @@ func (a *Alarm) kind(r *run) string {
 
 // running records and sends a run's first alert.
 func (a *Alarm) running(ctx context.Context, r *run, kind string, th threshold, now time.Time) error {
-	al := &Alert{ID: alertID(r), Kind: kind, State: StateRunning, Server: r.server, Grant: r.grant, Agent: r.agent,
-		Session: r.session, Tool: r.tool, StartTool: r.startTool, ArgsHash: r.argsHash, First: r.first,
-		Threshold: th.polls, ThresholdSource: th.source}
+	al := runningAlert(r, kind, th)
 	fill(al, r)
 	limit, err := a.limit(ctx, r)
 	if err != nil {
@@ -511,10 +509,16 @@ func (a *Alarm) alerted(ctx context.Context, r *run) bool {
 	if err != nil {
 		a.log().Warn("alarm: the limit of a run alerted before the restart", "id", o.ID, "err", err)
 	}
-	r.alert = &Alert{ID: o.ID, Kind: o.Kind, State: StateRunning, Server: r.server, Session: r.session, Tool: r.tool,
-		StartTool: r.startTool, ArgsHash: r.argsHash, First: r.first, Threshold: float64(o.Threshold), ThresholdSource: th.source,
-		Limit: limit}
+	r.alert = runningAlert(r, o.Kind, threshold{float64(o.Threshold), th.source}) // the threshold it was sent with
+	r.alert.Limit = limit
 	return true
+}
+
+// runningAlert is r's alert as sent while it runs, its id alertID(r).
+func runningAlert(r *run, kind string, th threshold) *Alert {
+	return &Alert{ID: alertID(r), Kind: kind, State: StateRunning, Server: r.server, Grant: r.grant, Agent: r.agent,
+		Session: r.session, Tool: r.tool, StartTool: r.startTool, ArgsHash: r.argsHash, First: r.first,
+		Threshold: th.polls, ThresholdSource: th.source}
 }
 
 // final is the run's alert brought up to date.
