@@ -12,8 +12,6 @@ package alarm
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/internal/idhash"
 	"github.com/mcptrail/mcptrail/policy"
 	"github.com/mcptrail/mcptrail/recommend"
 )
@@ -569,12 +568,7 @@ func (a *Alarm) send(al *Alert) error {
 // alertID is stable for one run: its server, session, tool, arguments and
 // first call.
 func alertID(r *run) string {
-	h := sha256.New()
-	for _, s := range []string{r.server, r.session, r.tool, r.argsHash, strconv.FormatInt(r.first.UnixNano(), 10)} {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil)[:16])
+	return idhash.Of(r.server, r.session, r.tool, r.argsHash, strconv.FormatInt(r.first.UnixNano(), 10))
 }
 
 // threshold is the server's runaway threshold, derived when first needed.

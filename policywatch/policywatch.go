@@ -13,8 +13,6 @@ package policywatch
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +24,7 @@ import (
 
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/internal/idhash"
 	"github.com/mcptrail/mcptrail/policy"
 	"github.com/mcptrail/mcptrail/recommend"
 )
@@ -278,23 +277,14 @@ func (w *Watch) send(al *Alert) error {
 // gateway replica that buffered through an outage) moves back: the same
 // regression was raised again under a new id.
 func alertID(r recommend.Regression) string {
-	return hashParts(KindRegression, r.Server, r.Grant, r.Tool, r.Version)
+	return idhash.Of(KindRegression, r.Server, r.Grant, r.Tool, r.Version)
 }
 
 // sinceAlertID is the id alerts had before alertID: with the version's
 // first call. Still looked up, so that a regression raised under it is not
 // raised again after an upgrade.
 func sinceAlertID(r recommend.Regression) string {
-	return hashParts(KindRegression, r.Server, r.Grant, r.Tool, r.Version, strconv.FormatInt(r.Since.UnixNano(), 10))
-}
-
-func hashParts(parts ...string) string {
-	h := sha256.New()
-	for _, s := range parts {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil)[:16])
+	return idhash.Of(KindRegression, r.Server, r.Grant, r.Tool, r.Version, strconv.FormatInt(r.Since.UnixNano(), 10))
 }
 
 // Metrics are the watch's series on /metrics. A nil *Metrics counts nothing.
