@@ -207,8 +207,7 @@ func (h *handler) auth(next http.Handler) http.Handler {
 func RequireToken(token string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !BearerOK(r.Header.Get("Authorization"), token) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="mcptrail"`)
-			writeError(w, http.StatusUnauthorized, "unauthorized: send the daemon's token (http.token, or the file http.token_file) as \"Authorization: Bearer <token>\"")
+			Unauthorized(w, "mcptrail", "the daemon's token (http.token, or the file http.token_file)")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -407,6 +406,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Unauthorized answers 401 with the bearer challenge of realm and an error
+// naming the token to send.
+func Unauthorized(w http.ResponseWriter, realm, token string) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm+`"`)
+	writeError(w, http.StatusUnauthorized, "unauthorized: send "+token+" as \"Authorization: Bearer <token>\"")
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {

@@ -1,7 +1,6 @@
 package otlpreceiver
 
 import (
-	"encoding/json"
 	"net/http"
 	"path/filepath"
 
@@ -23,10 +22,7 @@ func (rc *Receiver) requireToken(next http.Handler) http.Handler {
 					"remote", r.RemoteAddr)
 			})
 		default:
-			w.Header().Set("WWW-Authenticate", `Bearer realm="mcptrail otlp"`)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusUnauthorized)
-			_ = json.NewEncoder(w).Encode(api.Error{Error: "unauthorized: send the OTLP token (otlp.token, or the file otlp.token_file) as \"Authorization: Bearer <token>\""})
+			api.Unauthorized(w, "mcptrail otlp", "the OTLP token (otlp.token, or the file otlp.token_file)")
 			return
 		}
 		next.ServeHTTP(w, r)
