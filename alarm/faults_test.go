@@ -43,20 +43,37 @@ func newFaultEnv(t *testing.T) *faultEnv {
 	return f
 }
 
-// loop stores a start call and n polls a second apart, ending at f.now.
-func (f *faultEnv) loop(session string, n int) {
-	var evs []audit.Event
-	add := func(tool string, at time.Time) {
-		f.n++
-		evs = append(evs, audit.Event{ID: fmt.Sprintf("ev-%d", f.n), TS: at, Server: testServer, Tool: tool, Method: audit.DefaultMethod, Decision: audit.Allowed,
-			Status: "ok", Grant: "ops", Agent: "a1", Session: session, ArgsHash: "vmid-100"})
-	}
-	add("vm_agent_exec", f.now.Add(-time.Duration(n+1)*time.Second))
-	for i := range n {
-		add("vm_agent_exec_status", f.now.Add(-time.Duration(n-i)*time.Second))
-	}
+// call is an allowed call of the session to tool at at, by grant ops and
+// agent a1, with a new id.
+func (f *faultEnv) call(session, tool string, at time.Time) audit.Event {
+	f.n++
+	return audit.Event{ID: fmt.Sprintf("ev-%d", f.n), TS: at, Server: testServer, Tool: tool, Method: audit.DefaultMethod,
+		Decision: audit.Allowed, Status: "ok", Grant: "ops", Agent: "a1", Session: session, ArgsHash: "vmid-100"}
+}
+
+// save appends evs in one batch.
+func (f *faultEnv) save(evs ...audit.Event) {
 	_, err := f.store.Append(context.Background(), ingest.Batch{Events: evs})
 	require.NoError(f.t, err)
+}
+
+// loop stores a start call and n polls a second apart, ending at f.now.
+func (f *faultEnv) loop(session string, n int) {
+	evs := []audit.Event{f.call(session, "vm_agent_exec", f.now.Add(-time.Duration(n+1)*time.Second))}
+	for i := range n {
+		evs = append(evs, f.call(session, "vm_agent_exec_status", f.now.Add(-time.Duration(n-i)*time.Second)))
+	}
+	f.save(evs...)
+}
+
+// evaluateThroughAFault evaluates with the alerts table away (it fails),
+// then, a second later, with it back.
+func (f *faultEnv) evaluateThroughAFault(ctx context.Context) {
+	f.breakAlerts(true)
+	require.Error(f.t, f.al.Evaluate(ctx))
+	f.breakAlerts(false)
+	f.now = f.now.Add(time.Second)
+	require.NoError(f.t, f.al.Evaluate(ctx))
 }
 
 // breakAlerts takes the alerts table away (true) or gives it back.
@@ -90,11 +107,7 @@ func TestAFailedStartIsTriedAgain(t *testing.T) {
 		SentAt: f.now.Add(-47 * time.Hour)})
 	require.NoError(t, err)
 	f.loop("s1", 10)
-	f.breakAlerts(true)
-	require.Error(t, f.al.Evaluate(ctx))
-	f.breakAlerts(false)
-	f.now = f.now.Add(time.Second)
-	require.NoError(t, f.al.Evaluate(ctx))
+	f.evaluateThroughAFault(ctx)
 	assert.Equal(t, 1, f.running("s1"))
 	ended := 0
 	for _, a := range f.sent {
@@ -112,11 +125,7 @@ func TestAnAlertNotRecordedIsSentLater(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, f.al.Evaluate(ctx)) // started, nothing to alert
 	f.loop("s1", 10)
-	f.breakAlerts(true)
-	require.Error(t, f.al.Evaluate(ctx))
-	f.breakAlerts(false)
-	f.now = f.now.Add(time.Second)
-	require.NoError(t, f.al.Evaluate(ctx))
+	f.evaluateThroughAFault(ctx)
 	assert.Equal(t, 1, f.running("s1"))
 }
 
@@ -135,17 +144,10 @@ func TestARunEndedWhileDownIsClosedWithItsCalls(t *testing.T) {
 	// Down: 20 more polls, then another tool's call ends the run.
 	var evs []audit.Event
 	for i := range 20 {
-		f.n++
-		evs = append(evs, audit.Event{ID: fmt.Sprintf("ev-%d", f.n), TS: f.now.Add(time.Duration(i+1) * time.Second), Server: testServer,
-			Tool: "vm_agent_exec_status", Method: audit.DefaultMethod, Decision: audit.Allowed, Status: "ok", Grant: "ops", Agent: "a1",
-			Session: "s1", ArgsHash: "vmid-100"})
+		evs = append(evs, f.call("s1", "vm_agent_exec_status", f.now.Add(time.Duration(i+1)*time.Second)))
 	}
 	last := f.now.Add(20 * time.Second).Truncate(time.Microsecond) // as stored
-	f.n++
-	evs = append(evs, audit.Event{ID: fmt.Sprintf("ev-%d", f.n), TS: last.Add(time.Second), Server: testServer, Tool: "get_vm_status",
-		Method: audit.DefaultMethod, Decision: audit.Allowed, Status: "ok", Grant: "ops", Agent: "a1", Session: "s1", ArgsHash: "vmid-100"})
-	_, err := f.store.Append(ctx, ingest.Batch{Events: evs})
-	require.NoError(t, err)
+	f.save(append(evs, f.call("s1", "get_vm_status", last.Add(time.Second)))...)
 
 	f.now = f.now.Add(30 * time.Second)
 	next := &alarm.Alarm{Store: f.store, Config: f.al.Config, Now: f.al.Now, Publish: f.al.Publish}
@@ -170,11 +172,7 @@ func TestARunEndedWhileDownIsClosedWithItsCalls(t *testing.T) {
 func TestACallFromTheFutureDoesNotBlindItsSession(t *testing.T) {
 	f := newFaultEnv(t)
 	ctx := context.Background()
-	f.n++
-	future := audit.Event{ID: fmt.Sprintf("ev-%d", f.n), TS: f.now.Add(time.Hour), Server: testServer, Tool: "get_vm_status",
-		Method: audit.DefaultMethod, Decision: audit.Allowed, Status: "ok", Grant: "ops", Agent: "a1", Session: "s1", ArgsHash: "x"}
-	_, err := f.store.Append(ctx, ingest.Batch{Events: []audit.Event{future}})
-	require.NoError(t, err)
+	f.save(f.call("s1", "get_vm_status", f.now.Add(time.Hour)))
 	require.NoError(t, f.al.Evaluate(ctx))
 	f.now = f.now.Add(20 * time.Second)
 	f.loop("s1", 10)
