@@ -23,8 +23,9 @@ type Restored struct {
 
 // Restore inserts the archived days from `from` on (a UTC date; the
 // days' files as their manifests list them, verified against the manifest
-// first, and the files a manifest does not list yet) into the store, each day in one transaction, skipping ids it
-// already holds, and marks them as in the hot store again.
+// first, and the files a manifest does not list yet) into the store, each
+// day in one transaction, skipping ids it already holds, and marks them as
+// in the hot store again.
 func Restore(ctx context.Context, st *analytics.Store, from time.Time) ([]Restored, error) {
 	dir := st.ArchiveDir()
 	if err := checkDir(dir); err != nil {
