@@ -127,7 +127,11 @@ type Alarm struct {
 	watermark  time.Time // the newest ingested_at read
 	thresholds map[string]threshold
 	computedAt time.Time
-	pending    []*run // alerted runs that a call of another tool or arguments ended
+	// ended are runs that a call of another tool or arguments (or a
+	// stray stamp) ended since the last emit: those alerted, to be closed,
+	// and those that may have crossed the threshold unseen, between two
+	// evaluations, to get both their messages then.
+	ended []*run
 	// reopen are the alerts open at Start, by id, while Start rebuilds the
 	// runs: a rebuilt run that was alerted takes its alert back, so that
 	// it ends (with its calls' figures) like any other.
@@ -374,9 +378,7 @@ func (a *Alarm) read(ctx context.Context, since time.Time) error {
 			// this one is not: a stray stamp (a gateway's clock off for a
 			// moment), which would hide every call after it until the
 			// clock caught up. The session starts over from this call.
-			if r := t.cur; r != nil && a.alerted(ctx, r) {
-				a.pending = append(a.pending, r)
-			}
+			a.close(ctx, t.cur)
 			t.cur, t.prevTool, t.prevTS = nil, "", time.Time{}
 		}
 		if r := t.cur; r != nil && c.Tool == r.tool && c.ArgsHash != "" && c.ArgsHash == r.argsHash &&
@@ -388,9 +390,7 @@ func (a *Alarm) read(ctx context.Context, since time.Time) error {
 			r.lastErr, r.last, r.lastIngest = c.Error, c.TS, c.IngestedAt
 			r.grant, r.agent = c.Grant, c.Agent
 		} else {
-			if r != nil && a.alerted(ctx, r) {
-				a.pending = append(a.pending, r)
-			}
+			a.close(ctx, r)
 			nr := &run{server: c.Server, session: c.Session, tool: c.Tool, argsHash: c.ArgsHash, grant: c.Grant, agent: c.Agent,
 				first: c.TS, last: c.TS, polls: 1, lastErr: c.Error, lastIngest: c.IngestedAt}
 			if c.Error {
@@ -410,12 +410,17 @@ func (a *Alarm) read(ctx context.Context, since time.Time) error {
 // emit sends the running alerts now due and the closing ones, and forgets
 // sessions that went quiet.
 func (a *Alarm) emit(ctx context.Context, now time.Time) error {
-	for _, r := range a.pending {
-		if err := a.end(ctx, a.final(r), now); err != nil {
+	for _, r := range a.ended {
+		if err := a.due(ctx, r, now); err != nil {
 			return err
 		}
+		if r.alert != nil {
+			if err := a.end(ctx, a.final(r), now); err != nil {
+				return err
+			}
+		}
 	}
-	a.pending = nil
+	a.ended = nil
 	maxGap := a.Config.Params.PollMaxInterval
 	open := 0
 	for k, t := range a.tracks {
@@ -424,14 +429,12 @@ func (a *Alarm) emit(ctx context.Context, now time.Time) error {
 		// the store up to a flush interval after they were made, so a loop
 		// still running may look idle by its calls' times alone.
 		quiet := now.Sub(t.prevTS) > maxGap && now.Sub(t.stored) > maxGap
-		if r != nil && !a.alerted(ctx, r) && !quiet {
-			if kind := a.kind(r); kind != "" {
-				th := a.threshold(ctx, r.server, now)
-				if float64(r.polls) > th.polls {
-					if err := a.running(ctx, r, kind, th, now); err != nil {
-						return err
-					}
-				}
+		// A quiet run is still due its running alert when it crossed the
+		// threshold unseen (the alarm was down or behind): then both its
+		// messages go out at once.
+		if r != nil {
+			if err := a.due(ctx, r, now); err != nil {
+				return err
 			}
 		}
 		if r != nil && r.alert != nil {
@@ -450,6 +453,41 @@ func (a *Alarm) emit(ctx context.Context, now time.Time) error {
 	}
 	a.Metrics.setOpen(open)
 	return nil
+}
+
+// close keeps a run that a call ended for emit: when it was alerted, or
+// crossed the threshold since the last evaluation (SPEC §2: every such
+// run gets both its messages).
+func (a *Alarm) close(ctx context.Context, r *run) {
+	if r == nil {
+		return
+	}
+	if _, _, over := a.over(ctx, r, a.now()); over || a.alerted(ctx, r) {
+		a.ended = append(a.ended, r)
+	}
+}
+
+// due sends r's running alert when r has not had it and is over its
+// server's threshold.
+func (a *Alarm) due(ctx context.Context, r *run, now time.Time) error {
+	if a.alerted(ctx, r) {
+		return nil
+	}
+	if kind, th, over := a.over(ctx, r, now); over {
+		return a.running(ctx, r, kind, th, now)
+	}
+	return nil
+}
+
+// over tells whether r is a runaway loop or a retry storm with more polls
+// than its server's threshold, and which.
+func (a *Alarm) over(ctx context.Context, r *run, now time.Time) (string, threshold, bool) {
+	kind := a.kind(r)
+	if kind == "" {
+		return "", threshold{}, false
+	}
+	th := a.threshold(ctx, r.server, now)
+	return kind, th, float64(r.polls) > th.polls
 }
 
 // kind tells what a run is: a retry storm (mostly errors, ending in one), a

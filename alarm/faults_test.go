@@ -191,3 +191,55 @@ func TestAGatewayAheadOfTheClockIsStillWatched(t *testing.T) {
 	require.NoError(t, f.al.Evaluate(ctx))
 	assert.Equal(t, 1, f.running("s1"))
 }
+
+// ended counts the ended alerts sent for session.
+func (f *faultEnv) ended(session string) int {
+	n := 0
+	for _, a := range f.sent {
+		if a.Session == session && a.State == alarm.StateEnded {
+			n++
+		}
+	}
+	return n
+}
+
+// A runaway loop that crosses the threshold and is ended by another
+// tool's call between two evaluations still gets both its messages, with
+// every poll it made.
+func TestALoopOverAndEndedBetweenEvaluationsIsAlerted(t *testing.T) {
+	f := newFaultEnv(t)
+	ctx := context.Background()
+	require.NoError(t, f.al.Evaluate(ctx)) // started, nothing to alert
+	evs := []audit.Event{f.call("s1", "vm_agent_exec", f.now.Add(-12*time.Second))}
+	for i := range 10 {
+		evs = append(evs, f.call("s1", "vm_agent_exec_status", f.now.Add(time.Duration(i-11)*time.Second)))
+	}
+	f.save(append(evs, f.call("s1", "get_vm_status", f.now))...)
+	f.now = f.now.Add(time.Second)
+	require.NoError(t, f.al.Evaluate(ctx))
+	require.Equal(t, 1, f.running("s1"))
+	require.Equal(t, 1, f.ended("s1"))
+	for _, a := range f.sent {
+		assert.EqualValues(t, 10, a.Polls, "%s: every poll", a.State)
+		assert.Equal(t, alarm.KindRunawayLoop, a.Kind)
+	}
+	require.NoError(t, f.al.Evaluate(ctx))
+	assert.Len(t, f.sent, 2, "nothing sent twice")
+}
+
+// A runaway loop that went quiet before the alarm saw it (the alarm was
+// behind, or down) gets both its messages at once, and a restarted alarm
+// sends neither again.
+func TestALoopOverThatWentQuietUnseenIsAlerted(t *testing.T) {
+	f := newFaultEnv(t)
+	ctx := context.Background()
+	f.loop("s1", 10)
+	f.now = f.now.Add(10 * time.Second) // past poll_max_interval (5 s) by its calls and by their storing
+	require.NoError(t, f.al.Evaluate(ctx))
+	require.Equal(t, 1, f.running("s1"))
+	require.Equal(t, 1, f.ended("s1"))
+
+	next := &alarm.Alarm{Store: f.store, Config: f.al.Config, Now: f.al.Now, Publish: f.al.Publish}
+	require.NoError(t, next.Evaluate(ctx))
+	assert.Len(t, f.sent, 2, "nothing sent twice")
+}
