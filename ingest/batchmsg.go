@@ -53,10 +53,13 @@ func isBatch(h nats.Header) bool {
 	return err == nil && media == BatchContentType
 }
 
-// appendMessages appends what one NATS message holds: itself, or for a
-// batch each of its non-blank lines, numbered from 1 within the message
+// appendMessages appends what one NATS message holds: itself (a rejected
+// record's, RejectedMsg, marked so), or for a batch each of its non-blank lines, numbered from 1 within the message
 // (Line), all with the message's subject and stream sequence.
 func appendMessages(out []Message, data []byte, subject string, seq uint64, h nats.Header) []Message {
+	if r := rejectedOf(h); r != nil {
+		return append(out, Message{Data: data, Source: subject, Seq: seq, Rejected: r})
+	}
 	if !isBatch(h) {
 		return append(out, Message{Data: data, Source: subject, Seq: seq})
 	}

@@ -26,6 +26,9 @@ type Message struct {
 	// which Data holds only the first bytes (a file line over the size
 	// limit, of which only enough to reject it is kept).
 	Whole *Digest
+	// Rejected, when set, is the rejection its publisher found (a
+	// message with RejectedHeader): it is dead-lettered as such.
+	Rejected *Rejected
 }
 
 // Digest is the size and SHA-256 of a payload.
@@ -112,6 +115,10 @@ func (d *Decoder) decodeAppend(ctx context.Context, msgs []Message, out *Decoded
 				defer catchFault(fault)
 			}
 			for i := range part {
+				if r := part[i].Rejected; r != nil {
+					out[i].res, out[i].err = audit.Result{Format: FormatOTLP}, r.rejection()
+					continue
+				}
 				out[i].res, out[i].err = audit.Decode(part[i].Data, opts)
 			}
 		}(msgs[start:end], results[start:end], &faults[w])
@@ -244,6 +251,9 @@ func deadLetter(m Message, format audit.Format, err error, limit int, storeArgs 
 func redactedRaw(m Message) []byte {
 	if m.Whole != nil {
 		return audit.PayloadDigest(m.Whole.Sum, m.Whole.Size)
+	}
+	if m.Rejected != nil {
+		return m.Rejected.redacted(m.Data)
 	}
 	if red, ok := audit.RedactArgs(m.Data); ok {
 		return red

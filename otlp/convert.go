@@ -77,6 +77,10 @@ type Result struct {
 type Reject struct {
 	Err *audit.Rejection
 	Raw []byte
+	// Signal is Traces when Raw is a span, Logs when a log record, ""
+	// when there is no record. Server is the server the record names
+	// (Options.Server, else its attributes'), "" when none.
+	Signal, Server string
 }
 
 // RejectedCount is the number of rejected records.
@@ -110,13 +114,40 @@ func (r *Result) Reject(err error, record proto.Message, opts Options) {
 		rej = &audit.Rejection{Reason: audit.ReasonOf(err), Detail: err.Error()}
 	}
 	var raw []byte
-	if record != nil {
+	signal := ""
+	switch record.(type) {
+	case *tracepb.Span:
+		signal = Traces
+	case *logspb.LogRecord:
+		signal = Logs
+	}
+	if signal != "" {
 		if !opts.StoreArgs {
 			record = withoutArgs(record)
 		}
 		raw, _ = MarshalJSON(record)
 	}
-	r.Rejects = append(r.Rejects, Reject{Err: rej, Raw: raw})
+	r.Rejects = append(r.Rejects, Reject{Err: rej, Raw: raw, Signal: signal})
+}
+
+// RedactRecord is an OTLP/JSON span (signal Traces) or log record (Logs)
+// without argument values, as Reject keeps it without StoreArgs: for a
+// rejected record that arrives from elsewhere (the receiver's, through
+// the stream), which the ingester redacts again rather than trust.
+func RedactRecord(data []byte, signal string) ([]byte, error) {
+	var m proto.Message
+	switch signal {
+	case Traces:
+		m = &tracepb.Span{}
+	case Logs:
+		m = &logspb.LogRecord{}
+	default:
+		return nil, fmt.Errorf("otlp: a rejected record of signal %q: want %s or %s", signal, Traces, Logs)
+	}
+	if err := unmarshal(data, JSON, m); err != nil {
+		return nil, err
+	}
+	return MarshalJSON(withoutArgs(m))
 }
 
 // withoutArgs is a copy of a span or log record that keeps no argument
@@ -408,6 +439,7 @@ func (res *Result) add(r read, rec record, opts Options) {
 	}
 	if err != nil {
 		res.Reject(err, rec.msg, opts)
+		res.Rejects[len(res.Rejects)-1].Server = e.Server
 		return
 	}
 	res.Events = append(res.Events, e)

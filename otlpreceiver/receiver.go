@@ -214,6 +214,7 @@ func (rc *Receiver) export(r *http.Request, signal string, enc otlp.Encoding) (p
 		return nil, &failure{code: http.StatusBadRequest, msg: err.Error()}
 	}
 	msgs, events := rc.messages(&res)
+	msgs = append(msgs, rc.rejected(&res)...)
 	if err := rc.publish(r.Context(), msgs); err != nil {
 		rc.o.Log.Warn("otlp: the stream did not take a request's events: answered 503", "signal", signal, "events", events, "err", err)
 		return nil, &failure{code: http.StatusServiceUnavailable, msg: "the stream did not acknowledge the events: retry later", retry: true}
@@ -319,6 +320,8 @@ func (rc *Receiver) messages(res *otlp.Result) (msgs []*nats.Msg, events int) {
 		}
 		if err != nil {
 			res.Reject(err, nil, rc.o.Convert)
+			rj := &res.Rejects[len(res.Rejects)-1]
+			rj.Raw, rj.Server = line, e.Server // the event, for its dead letter
 			continue
 		}
 		if m := b.AddEncoded(e, line); m != nil {
@@ -334,6 +337,25 @@ func (rc *Receiver) messages(res *otlp.Result) (msgs []*nats.Msg, events int) {
 		msgs = append(msgs, m)
 	}
 	return msgs, events
+}
+
+// rejected are the messages that send a request's rejected tool calls to
+// the dead letters (ingest.RejectedMsg): the receiver holds no database,
+// and a rejected record must not be lost (SPEC §1, Bad input). They are
+// published with the events, so the request is answered once both are in
+// the stream.
+func (rc *Receiver) rejected(res *otlp.Result) []*nats.Msg {
+	var maxPayload int64
+	if nc := rc.o.JS.Conn(); nc != nil {
+		maxPayload = nc.MaxPayload()
+	}
+	limit := ingest.BatchBytes(rc.o.MaxMessageBytes, maxPayload)
+	msgs := make([]*nats.Msg, 0, len(res.Rejects))
+	for _, rj := range res.Rejects {
+		msgs = append(msgs, ingest.RejectedMsg(rc.o.Subject, rj.Server,
+			ingest.Rejected{Reason: rj.Err.Reason, Detail: rj.Err.Detail, Signal: rj.Signal}, rj.Raw, limit))
+	}
+	return msgs
 }
 
 // publish publishes every message and waits until JetStream acknowledged all

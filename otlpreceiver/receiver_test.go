@@ -160,7 +160,7 @@ func spans(t *testing.T, n int, size map[int]int) []byte {
 // TestEventsArePublishedInBatches: a request's events reach the stream as
 // batched messages (SPEC §2) of at most 64 events and max_message_bytes,
 // every event once and in order; an event over max_event_bytes is rejected
-// and left out; the same request sent again is dropped by the stream
+// and left out, sent as a rejected record instead; the same request sent again is dropped by the stream
 // (each batch's Nats-Msg-Id comes from its events' ids).
 func TestEventsArePublishedInBatches(t *testing.T) {
 	js := jetStream(t)
@@ -188,10 +188,19 @@ func TestEventsArePublishedInBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ids []string
+	rejected := 0
 	for seq := uint64(1); seq <= info.State.LastSeq; seq++ {
 		msg, err := stream.GetMsg(ctx, seq)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if r := msg.Header.Get(ingest.RejectedHeader); r != "" {
+			// Span 7, for the dead letters: its event, once.
+			rejected++
+			if r != audit.ReasonTooLarge || !strings.Contains(string(msg.Data), `"otlp:01010101010101010101010101010101:0202020202020007"`) {
+				t.Errorf("rejected message %d: %s %.80s", seq, r, msg.Data)
+			}
+			continue
 		}
 		if msg.Header.Get("Content-Type") != ingest.BatchContentType || !strings.HasPrefix(msg.Header.Get(jetstream.MsgIDHeader), "batch:") {
 			t.Fatalf("message %d: headers %v", seq, msg.Header)
@@ -207,6 +216,9 @@ func TestEventsArePublishedInBatches(t *testing.T) {
 			}
 			ids = append(ids, e.ID)
 		}
+	}
+	if rejected != 1 {
+		t.Errorf("%d rejected messages, want span 7's once (sent twice)", rejected)
 	}
 	if len(ids) != 200 {
 		t.Fatalf("%d events in %d messages, want 200 once each (sent twice)", len(ids), info.State.Msgs)

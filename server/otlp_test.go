@@ -36,7 +36,7 @@ func strAttr(k, v string) *commonpb.KeyValue {
 
 // toolSpans is a gateway's batch: n tools/call spans of one trace (span ids
 // from first), one HTTP span that is no tool call, and one tool call with a
-// decision the mapping does not know.
+// decision the mapping does not know (and a secret in its arguments).
 func toolSpans(first, n int) *coltrace.ExportTraceServiceRequest {
 	trace := bytes.Repeat([]byte{0xab}, 16)
 	start := time.Date(2026, 11, 3, 14, 0, 0, 0, time.UTC)
@@ -54,7 +54,8 @@ func toolSpans(first, n int) *coltrace.ExportTraceServiceRequest {
 			strAttr("mcp.session.id", "s-1")))
 	}
 	spans = append(spans, span(1_000_000+first, strAttr("http.request.method", "POST")),
-		span(2_000_000+first, strAttr("mcp.method.name", "tools/call"), strAttr("gen_ai.tool.name", "x"), strAttr("policy.decision", "maybe")))
+		span(2_000_000+first, strAttr("mcp.method.name", "tools/call"), strAttr("gen_ai.tool.name", "x"), strAttr("policy.decision", "maybe"),
+			strAttr("gen_ai.tool.call.arguments", `{"password":"hunter2"}`)))
 	return &coltrace.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{
 		Resource:   &resourcepb.Resource{Attributes: []*commonpb.KeyValue{strAttr("service.name", "proxmox-mcp"), strAttr("service.instance.id", "gw-1")}},
 		ScopeSpans: []*tracepb.ScopeSpans{{Spans: spans}},
@@ -136,6 +137,13 @@ func TestServeOTLPReceiver(t *testing.T) {
 	assert.Equal(t, 46, queryInt(t, store, `SELECT count(DISTINCT id) FROM calls`))
 	assert.Equal(t, 46, queryInt(t, store, `SELECT count(*) FROM calls`))
 	assert.Equal(t, 1, queryInt(t, store, `SELECT count(*) FROM calls WHERE tool = 'delete_vm' AND decision = 'denied'`))
+
+	// The rejected spans are dead letters, each once (the first batch's was
+	// sent twice), as OTLP/JSON without their arguments.
+	waitCount(t, store, `SELECT count(*) FROM dead_letters`, 2)
+	assert.Equal(t, 2, queryInt(t, store, `SELECT count(*) FROM dead_letters WHERE reason = 'bad_decision' AND format = 'otlp'
+		AND source = 'mcp.audit.proxmox-mcp' AND detail LIKE '%maybe%' AND decode(raw) LIKE '%"spanId":"00000000001e8%'
+		AND decode(raw) LIKE '%"stringValue":"x"%' AND decode(raw) NOT LIKE '%hunter2%'`))
 
 	// Refusals.
 	resp, _ = post(t, base+"/v1/traces", "application/x-protobuf", "", "", batch)
