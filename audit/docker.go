@@ -59,7 +59,7 @@ func (d *decoder) docker(res *Result, fs []field) error {
 		e.Reason = outcome
 	}
 	if len(unknown) > 0 {
-		e.Attrs = buildAttrs(src, fs, unknown, -1)
+		e.Attrs = d.buildAttrs(src, fs, unknown, -1)
 	}
 	if outcome != "" && e.Reason != outcome {
 		if e.Attrs == nil {

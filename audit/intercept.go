@@ -91,7 +91,7 @@ func (d *decoder) interceptToolCall(res *Result, fs []field, inst string) error 
 	e.Method = DefaultMethod
 	e.Decision = interceptDecision(result, e.Rule, e.Reason)
 	if len(unknown) > 0 {
-		e.Attrs = buildAttrs(src, fs, unknown, -1)
+		e.Attrs = d.buildAttrs(src, fs, unknown, -1)
 	}
 	// Without --server the server comes from the instance's startup line,
 	// which InterceptServers.Apply resolves in file order.

@@ -98,26 +98,35 @@ func (d *decoder) native(e *Event, src string, fs []field) error {
 		}
 	}
 	if len(unknown) > 0 || attrs >= 0 {
-		e.Attrs = buildAttrs(src, fs, unknown, attrs)
+		e.Attrs = d.buildAttrs(src, fs, unknown, attrs)
 	}
 	return nil
 }
 
 // buildAttrs collects the string values of unknown members and of the attrs
 // object; an explicit attrs entry wins over a top-level field of the same name.
-func buildAttrs(src string, fs []field, unknown []int, attrs int) map[string]string {
+// A member named as arguments are (argumentKeys) keeps its value only with
+// Options.StoreArgs: a gateway that sends them as a string under a name of
+// its own must not put them at rest where args would not be.
+func (d *decoder) buildAttrs(src string, fs []field, unknown []int, attrs int) map[string]string {
 	var mbuf [16]field
 	var ms []field
 	if attrs >= 0 {
 		ms = members(src, fs[attrs], mbuf[:0])
 	}
 	m := make(map[string]string, len(unknown)+len(ms))
+	value := func(f field) string {
+		if !d.opts.StoreArgs && argumentKeys[f.key] {
+			return Redacted
+		}
+		return stringValue(src, f)
+	}
 	for _, i := range unknown {
-		m[fs[i].key] = stringValue(src, fs[i])
+		m[fs[i].key] = value(fs[i])
 	}
 	for _, f := range ms {
 		if f.kind(src) == '"' {
-			m[f.key] = stringValue(src, f)
+			m[f.key] = value(f)
 		}
 	}
 	if len(m) == 0 {

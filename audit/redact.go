@@ -23,18 +23,21 @@ var argumentKeys = map[string]bool{"args": true, "arguments": true}
 // argumentKeys) replaced: each scalar inside it by the string Redacted,
 // objects keeping their keys and arrays their length. The rest of the
 // payload keeps its bytes. A CloudEvents data member that is a string or
-// data_base64 holding a JSON object is redacted inside and encoded back.
+// data_base64 holding a JSON object is redacted inside and encoded back;
+// one holding anything else is Redacted whole. A payload that is not an
+// object keeps no value at all (RedactValues).
 // ok is false when payload is not one valid UTF-8 JSON value: then nothing
 // can be kept but a hash (see PayloadDigest).
 func RedactArgs(payload []byte) (redacted []byte, ok bool) {
-	if !utf8.Valid(payload) {
+	s, i, ok := oneValue(payload)
+	if !ok {
 		return nil, false
 	}
-	s := string(payload)
-	i := skipSpace(s, 0)
-	end, err := scanValue(s, i, 0)
-	if err != nil || skipSpace(s, end) != len(s) {
-		return nil, false
+	if s[i] != '{' {
+		// Not an object, so of no format: a line of an event printed over
+		// several lines, or a value sent alone, may be an argument itself.
+		red, _ := redactValue(nil, s, i)
+		return red, true
 	}
 	r := redactor{src: s}
 	r.walk(i, 0)
@@ -42,6 +45,40 @@ func RedactArgs(payload []byte) (redacted []byte, ok bool) {
 		return payload, true
 	}
 	return append(r.out, s[r.last:]...), true
+}
+
+// RedactValues returns payload with every scalar value replaced by the
+// string Redacted, objects keeping their keys and arrays their length: for
+// a payload of no known format, whose arguments could be anywhere. ok is
+// false when payload is not one valid UTF-8 JSON value.
+func RedactValues(payload []byte) (redacted []byte, ok bool) {
+	s, i, ok := oneValue(payload)
+	if !ok {
+		return nil, false
+	}
+	red, _ := redactValue(nil, s, i)
+	return red, true
+}
+
+// oneValue is payload as a string and where its value starts, when it is
+// one valid UTF-8 JSON value.
+func oneValue(payload []byte) (s string, start int, ok bool) {
+	if !utf8.Valid(payload) {
+		return "", 0, false
+	}
+	s = string(payload)
+	start = skipSpace(s, 0)
+	end, err := scanValue(s, start, 0)
+	if err != nil || skipSpace(s, end) != len(s) {
+		return "", 0, false
+	}
+	return s, start, true
+}
+
+// isObject reports whether the valid JSON value s is an object.
+func isObject(s string) bool {
+	i := skipSpace(s, 0)
+	return i < len(s) && s[i] == '{'
 }
 
 // PayloadDigest is what a dead letter keeps of a payload that cannot be
@@ -130,18 +167,25 @@ func eachElement(s string, i int, elem func(j int) int) int {
 
 // embedded redacts a JSON document carried in a string member (CloudEvents
 // data as a string, or data_base64) and encodes it back. A string that does
-// not hold valid JSON carries no argument members and is left as it is.
+// not decode to one JSON object is Redacted whole: it may be the arguments
+// of an event cut short or mangled, and what it holds cannot be told.
 func (r *redactor) embedded(f field, b64 bool) {
 	inner := stringValue(r.src, f)
+	whole := func() { r.splice(f.vs, f.ve, []byte(`"`+Redacted+`"`)) }
 	if b64 {
 		raw, err := base64.StdEncoding.DecodeString(inner)
 		if err != nil {
+			whole()
 			return
 		}
 		inner = string(raw)
 	}
 	red, ok := RedactArgs([]byte(inner))
-	if !ok || string(red) == inner {
+	if !ok || !isObject(inner) {
+		whole()
+		return
+	}
+	if string(red) == inner {
 		return
 	}
 	if b64 {

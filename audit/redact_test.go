@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -31,9 +32,15 @@ func TestRedactArgs(t *testing.T) {
 			`{"specversion":"1.0","data":"{\"args\":{\"k\":\"[redacted]\"}}"}`},
 		{"cloudevents data_base64", `{"specversion":"1.0","data_base64":"` + b64(`{"args":{"k":"hunter2"}}`) + `"}`,
 			`{"specversion":"1.0","data_base64":"` + b64(`{"args":{"k":"[redacted]"}}`) + `"}`},
-		{"data string that is not JSON", `{"data":"hunter2"}`, `{"data":"hunter2"}`},
+		{"data string that is not JSON", `{"data":"hunter2"}`, `{"data":"[redacted]"}`},
+		{"data string cut short", `{"specversion":"1.0","data":"{\"args\":{\"password\":\"hunter2\"}"}`, `{"specversion":"1.0","data":"[redacted]"}`},
+		{"data string of another value", `{"data":"\"hunter2\""}`, `{"data":"[redacted]"}`},
+		{"data_base64 that is not base64", `{"data_base64":"` + strings.TrimRight(b64(`{"args":{"k":"hunter2!"}}`), "=") + `"}`, `{"data_base64":"[redacted]"}`},
+		{"data_base64 not UTF-8", `{"data_base64":"` + b64("{\"args\":{\"k\":\"hunter2\xff\"}}") + `"}`, `{"data_base64":"[redacted]"}`},
+		{"data_base64 cut short", `{"data_base64":"` + b64(`{"args":{"k":"hunter2"}`) + `"}`, `{"data_base64":"[redacted]"}`},
 		{"no arguments: unchanged", ` {"ts":"x","server":"s"} `, ` {"ts":"x","server":"s"} `},
-		{"not an object", `[{"args":{"k":"hunter2"}}]`, `[{"args":{"k":"[redacted]"}}]`},
+		{"not an object: no value kept", `[{"args":{"k":"hunter2"}},{"data":"{\"args\":1}"},"hunter2"]`, `[{"args":{"k":"[redacted]"}},{"data":"[redacted]"},"[redacted]"]`},
+		{"a value alone", ` "sk-live-hunter2"`, `"[redacted]"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok := RedactArgs([]byte(tc.in))
@@ -45,6 +52,16 @@ func TestRedactArgs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// RedactValues keeps a payload's shape and no value: for one of no known
+// format, whose arguments could be under any name.
+func TestRedactValues(t *testing.T) {
+	got, ok := RedactValues([]byte(`{"name": "DB_PASSWORD", "value": "hunter2", "n": [1, {"x": null}]}`))
+	require.True(t, ok)
+	assert.Equal(t, `{"name":"[redacted]","value":"[redacted]","n":["[redacted]",{"x":"[redacted]"}]}`, string(got))
+	_, ok = RedactValues([]byte(`{"value": "hunter2"`))
+	assert.False(t, ok)
 }
 
 func TestRedactArgsRefusesWhatIsNotJSON(t *testing.T) {
@@ -71,8 +88,9 @@ func TestRedactArgsDeepNesting(t *testing.T) {
 }
 
 // FuzzRedactArgs: every valid UTF-8 JSON value is redacted into valid JSON
-// in which no argument member keeps a scalar other than the placeholder;
-// anything else is refused.
+// in which no argument member keeps a scalar other than the placeholder
+// (and no scalar at all when the value is no object); anything else is
+// refused.
 func FuzzRedactArgs(f *testing.F) {
 	for _, s := range []string{`{"args":{"k":"v","n":[1,{"a":null}]}}`, `{"specversion":"1.0","data":"{\"args\":{\"k\":1}}"}`,
 		`{"params":{"arguments":{"a":true}}}`, `[{"args":"x"}]`, `{"a\u0072gs":1}`, `{"args":{"k":"v"}`, "\"x\xff\""} {
@@ -113,6 +131,30 @@ func FuzzRedactArgs(f *testing.F) {
 		if err := dec.Decode(&v); err != nil {
 			t.Fatal(err)
 		}
-		walk(v, false)
+		_, object := v.(map[string]any)
+		walk(v, !object) // a payload that is no object keeps no value at all
 	})
+}
+
+// A member named as arguments are, kept in attrs (a top-level string of no
+// field of the format, or an attrs entry), keeps its value only with
+// StoreArgs, in every format that keeps such members.
+func TestArgumentMembersInAttrsAreRedacted(t *testing.T) {
+	for _, line := range []string{
+		`{"id":"n1","ts":"2026-11-30T10:00:00Z","server":"s","tool":"t","decision":"allowed","arguments":"{\"password\":\"hunter2\"}","attrs":{"args":"hunter2","region":"eu"}}`,
+		`{"timestamp":"2026-11-30T10:00:00Z","server_name":"s","tool_name":"t","result":"allowed","arguments":"hunter2","region":"eu"}`,
+		`{"type":"tool_call","instance":"i1","ts":"2026-11-30T10:00:00Z","server":"s","tool":"t","result":"allowed","args":"hunter2","region":"eu"}`,
+	} {
+		res, err := Decode([]byte(line), Options{})
+		require.NoError(t, err, line)
+		require.Equal(t, KindEvent, res.Kind, line)
+		attrs := res.Event.Attrs
+		assert.Equal(t, "eu", attrs["region"], "%s: other attrs kept", res.Format)
+		for k, v := range attrs {
+			assert.NotContains(t, v, "hunter2", "%s: attrs[%s]", res.Format, k)
+		}
+		kept, err := Decode([]byte(line), Options{StoreArgs: true})
+		require.NoError(t, err)
+		assert.Contains(t, fmt.Sprint(kept.Event.Attrs), "hunter2", "%s: kept when asked", res.Format)
+	}
 }

@@ -233,7 +233,7 @@ func deadLetter(m Message, format audit.Format, err error, limit int, storeArgs 
 	}
 	raw := m.Data
 	if !storeArgs {
-		raw = redactedRaw(m)
+		raw = redactedRaw(m, reason)
 	}
 	if len(raw) > limit {
 		raw = raw[:limit]
@@ -247,15 +247,22 @@ func deadLetter(m Message, format audit.Format, err error, limit int, storeArgs 
 	}
 }
 
-// redactedRaw is what a dead letter keeps of m's payload without arguments.
-func redactedRaw(m Message) []byte {
+// redactedRaw is what a dead letter keeps of m's payload without arguments:
+// a payload of a known format without its argument values, one of no
+// format without any value (its arguments could be anywhere), one that is
+// no JSON its digest.
+func redactedRaw(m Message, reason string) []byte {
 	if m.Whole != nil {
 		return audit.PayloadDigest(m.Whole.Sum, m.Whole.Size)
 	}
 	if m.Rejected != nil {
 		return m.Rejected.redacted(m.Data)
 	}
-	if red, ok := audit.RedactArgs(m.Data); ok {
+	redact := audit.RedactArgs
+	if reason == audit.ReasonUnknownFormat {
+		redact = audit.RedactValues
+	}
+	if red, ok := redact(m.Data); ok {
 		return red
 	}
 	return audit.PayloadDigest(sha256.Sum256(m.Data), len(m.Data))

@@ -1,9 +1,13 @@
 package ingest
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/audit"
 )
 
 // isSubjectToken is checkSubject's fast path: wherever it answers true,
@@ -46,4 +50,28 @@ func BenchmarkCheckSubject(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// A rejected payload keeps no argument value at rest however it is shaped:
+// an object of no known format keeps its keys alone, a value sent alone
+// (a line of an event printed over several lines) nothing, a CloudEvent's
+// data that does not parse is redacted whole.
+func TestDeadLettersKeepNoValueOfWhatCouldBeArguments(t *testing.T) {
+	lines := []string{
+		`{"name": "DB_PASSWORD", "value": "hunter2"}`,
+		`"sk-live-hunter2"`,
+		`{"specversion":"1.0","id":"1","source":"g","type":"t","data":"{\"server\":\"s\",\"args\":{\"password\":\"hunter2\"}"}`,
+	}
+	var msgs []Message
+	for i, l := range lines {
+		msgs = append(msgs, Message{Data: []byte(l), Source: "f", Line: int64(i + 1)})
+	}
+	events, dead, _ := DecodeMessages(context.Background(), msgs, audit.Options{}, 1)
+	require.Empty(t, events)
+	require.Len(t, dead, 3)
+	for _, d := range dead {
+		assert.NotContains(t, string(d.Raw), "hunter2", "line %d (%s)", d.Line, d.Reason)
+	}
+	assert.Equal(t, audit.ReasonUnknownFormat, dead[0].Reason)
+	assert.Equal(t, `{"name":"[redacted]","value":"[redacted]"}`, string(dead[0].Raw), "its shape kept")
 }
