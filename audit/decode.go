@@ -172,7 +172,7 @@ func derivedIDFor(server string, payload []byte) string {
 
 // detect returns the format of a top-level object by its keys, or "".
 func detect(fs []field) Format {
-	var spec, data, typ, inst, dockerName, dockerRes, native bool
+	var spec, data, typ, inst, dockerName, dockerRes, native, decision bool
 	for _, f := range fs {
 		switch f.key {
 		case "specversion":
@@ -187,13 +187,20 @@ func detect(fs []field) Format {
 			dockerName = true
 		case "result", "timestamp":
 			dockerRes = true
-		case "ts", "server", "tool", "decision", "method":
+		case "decision":
+			decision = true
+		case "ts", "server", "tool", "method":
 			native = true
 		}
 	}
 	switch {
 	case spec && data:
 		return FormatCloudEvents
+	case decision:
+		// Only the v1 event has a decision (Intercept and docker write
+		// result): a v1 event whose unknown fields happen to be named as
+		// theirs (type and instance, tool_name and result) is still one.
+		return FormatNative
 	case typ && inst:
 		return FormatIntercept
 	case dockerName && dockerRes:

@@ -173,6 +173,10 @@ func TestDetect(t *testing.T) {
 		{`{"specversion":"1.0","type":"x","data":{}}`, FormatCloudEvents},
 		// Intercept's own "tool" and "ts" do not make it native
 		{`{"type":"tool_call","instance":"a","tool":"t","ts":"2026-11-05T08:00:00Z","result":"allowed"}`, FormatIntercept},
+		// a v1 event whose unknown fields are named as Intercept's or
+		// docker's is still one: only it has a decision
+		{`{"id":"e1","ts":"2026-11-05T08:00:00Z","server":"s","tool":"t","decision":"allowed","type":"audit","instance":"gw-1"}`, FormatNative},
+		{`{"id":"e1","ts":"2026-11-05T08:00:00Z","server":"s","tool":"t","decision":"allowed","tool_name":"t","result":"ok"}`, FormatNative},
 	} {
 		res, _ := Decode([]byte(tc.line), Options{Server: "s"})
 		assert.Equal(t, tc.want, res.Format, tc.line)
