@@ -72,7 +72,7 @@ func appendMessages(out []Message, data []byte, subject string, seq uint64, h na
 			l, data = data, nil
 		}
 		line++
-		if len(bytes.TrimSpace(l)) == 0 {
+		if blank(l) {
 			continue
 		}
 		out = append(out, Message{Data: l, Source: subject, Seq: seq, Line: line})

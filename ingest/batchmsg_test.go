@@ -181,3 +181,15 @@ func TestJetStreamBatchWithContentTypeSpelledOtherwise(t *testing.T) {
 	_, dead := sink.count()
 	assert.Zero(t, dead)
 }
+
+// A batch's blank lines are JSON white space alone: a line of other white
+// space (a no-break space) is a line to dead-letter, not a blank one.
+func TestBatchLinesBlankAsJSONIsBlank(t *testing.T) {
+	h := nats.Header{"Content-Type": []string{BatchContentType}}
+	msgs := appendMessages(nil, []byte("\n{}\n\u00a0\n \t\r\n\f\n"), "mcp.audit.pve", 7, h)
+	var lines []int64
+	for _, m := range msgs {
+		lines = append(lines, m.Line)
+	}
+	assert.Equal(t, []int64{2, 3, 5}, lines)
+}

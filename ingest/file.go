@@ -197,7 +197,23 @@ func readChunks(ctx context.Context, br *bufio.Reader, out chan<- readChunk, siz
 // ending included) goes to the decoder: blank lines do not, unless too
 // long, which the decoder rejects.
 func keepLine(line []byte, n, limit int) bool {
-	return len(bytes.TrimSpace(line)) > 0 || n > limit
+	return !blank(line) || n > limit
+}
+
+// blank says whether b is JSON white space only (space, tab, CR, LF), as
+// the decoder skips it: other white space (a no-break space, a form feed)
+// is no JSON and is dead-lettered, not dropped.
+func blank(b []byte) bool {
+	return len(trimLeadingSpace(b)) == 0
+}
+
+// trimLeadingSpace is b without its leading JSON white space, which the
+// size limit does not count (the decoder measures the trimmed payload).
+func trimLeadingSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\r' || b[0] == '\n') {
+		b = b[1:]
+	}
+	return b
 }
 
 // sendChunk hands c on unless ctx ends first.
@@ -361,6 +377,9 @@ func (s *slab) readLine(br *bufio.Reader, limit int) (line []byte, n int, whole 
 	var h hash.Hash // of the whole line, once it is longer than the kept part
 	size := 0
 	add := func(body []byte) {
+		if size == 0 {
+			body = trimLeadingSpace(body) // not counted against the limit
+		}
 		size += len(body)
 		kept := len(s.buf) - start
 		if h == nil && kept+len(body) > limit {

@@ -86,6 +86,7 @@ func readMapped(ctx context.Context, m *mapping, f *os.File, out chan<- readChun
 				if !keepLine(line, n, limit) {
 					continue
 				}
+				line = trimLeadingSpace(line) // not counted against the limit
 				var whole *Digest
 				if len(line) > limit {
 					whole = &Digest{Size: len(line), Sum: sha256.Sum256(line)}

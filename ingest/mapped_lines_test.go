@@ -47,6 +47,8 @@ func TestMappedLinesAreTheStreamedLines(t *testing.T) {
 		"a blank line too long":  strings.Repeat(" ", limit+3) + "\n{}\n",
 		"a line just at limit":   strings.Repeat("y", limit) + "\n" + strings.Repeat("z", limit+1) + "\r\n",
 		"a long last line":       "{}\n" + strings.Repeat("w", 5*limit),
+		"leading white space":    strings.Repeat(" \t", limit) + strings.Repeat("v", limit-2) + "\n" + strings.Repeat(" ", 3) + strings.Repeat("u", limit+1) + "\n",
+		"other white space":      "\u00a0\n\f\n",
 	}
 	for name, input := range inputs {
 		t.Run(name, func(t *testing.T) {
@@ -71,8 +73,27 @@ func TestMappedLinesAreTheStreamedLines(t *testing.T) {
 			assert.Equal(t, len(input), streamedBytes)
 			assert.Equal(t, len(input), mappedBytes, "every byte is counted")
 			assert.Equal(t, streamed, mapped)
+			for _, l := range streamed {
+				assert.Equal(t, strings.TrimLeft(l.Data, " \t"), l.Data, "line %d: leading white space is not kept (nor counted)", l.Line)
+			}
 		})
 	}
+}
+
+// Leading white space does not count against the limit (the decoder
+// measures the payload without it) and is dropped; white space that is
+// no JSON makes no blank line.
+func TestLinesWithoutLeadingWhiteSpace(t *testing.T) {
+	const limit = 40
+	event := strings.Repeat("v", limit-2)
+	input := strings.Repeat(" \t", limit) + event + "\n\u00a0\n"
+	lines, _ := collectLines(t, func(out chan<- readChunk) {
+		defer close(out)
+		readChunks(context.Background(), bufio.NewReaderSize(strings.NewReader(input), 16), out, 64, limit, "events.jsonl", 0)
+	})
+	require.Len(t, lines, 2)
+	assert.Equal(t, readLineOut{Data: event, Line: 1}, lines[0], "kept whole, no digest")
+	assert.Equal(t, "\u00a0", lines[1].Data, "a no-break space is a line to reject")
 }
 
 // An empty file is not mapped: it is read as a stream (which sees what is
