@@ -516,7 +516,7 @@ func event(r read, rec record, opts Options) (audit.Event, error) {
 			if audit.ReasonOf(err) == audit.ReasonTooLarge {
 				return e, err
 			}
-			setAttr(&e, AttrArgsError, truncate(err.Error(), opts.MaxFieldBytes))
+			setAttr(&e, AttrArgsError, truncate(argsError(err, opts.StoreArgs), opts.MaxFieldBytes))
 		}
 	}
 	for _, k := range keptAttrs {
@@ -593,6 +593,16 @@ func setArgs(e *audit.Event, v *commonpb.AnyValue, opts Options) error {
 		e.Args = canonical
 	}
 	return nil
+}
+
+// argsError says why arguments were not kept. Without StoreArgs it names
+// the reason alone: a JSON error quotes the character it stopped at, a
+// character of the arguments.
+func argsError(err error, storeArgs bool) string {
+	if storeArgs {
+		return err.Error()
+	}
+	return "gen_ai.tool.call.arguments: not one JSON object (" + audit.ReasonOf(err) + ")"
 }
 
 // jsonOf is an attribute value as JSON data.

@@ -491,6 +491,12 @@ func TestArgumentsThatAreNoJSONKeepTheCall(t *testing.T) {
 	if e.ArgsHash != "" || e.ArgKeys != nil || e.Attrs[AttrArgsError] == "" || e.Decision != audit.Allowed {
 		t.Errorf("kept as %+v", e)
 	}
+	// Why, without quoting the arguments (a JSON error names the
+	// character it stopped at).
+	e = one(t, FromTraces(traces(gatewayResource, toolSpan(kv("gen_ai.tool.call.arguments", `{"token": Xsecret}`))), Options{}))
+	if got := e.Attrs[AttrArgsError]; got != "gen_ai.tool.call.arguments: not one JSON object (malformed_json)" {
+		t.Errorf("args_error %q", got)
+	}
 }
 
 // An agent's execute_tool span, its MCP client span, the gateway's server
