@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -193,10 +194,14 @@ func compileCond(pointer string, c Condition) compiledCond {
 	}
 	cc.keys = strings.Split(rest, ".")
 	if c.Value != nil {
-		if err := json.Unmarshal(c.Value, &cc.value); err != nil {
+		dec := json.NewDecoder(bytes.NewReader(c.Value))
+		dec.UseNumber()
+		var v any
+		if err := dec.Decode(&v); err != nil {
 			cc.bad = true
 			return cc
 		}
+		cc.value = conditionValue(v, false)
 	}
 	if c.Op == "regex" {
 		s, _ := cc.value.(string)
@@ -208,6 +213,31 @@ func compileCond(pointer string, c Condition) compiledCond {
 		cc.re = re
 	}
 	return cc
+}
+
+// conditionValue is a condition's value as Intercept holds it once written
+// as YAML (yamlValue): an integer at the top an int64, every other number a
+// float64. It matters where a value is compared as text: Intercept prints
+// an int's digits (1000000) and a float the shortest way (1e+06), so the
+// argument "1000000" equals the value 1000000 and "1e+06" does not.
+func conditionValue(v any, nested bool) any {
+	switch t := v.(type) {
+	case json.Number:
+		if i, err := t.Int64(); err == nil && !nested {
+			return i
+		}
+		f, _ := t.Float64()
+		return f
+	case []any:
+		for i, e := range t {
+			t[i] = conditionValue(e, true)
+		}
+	case map[string]any:
+		for k, e := range t {
+			t[k] = conditionValue(e, true)
+		}
+	}
+	return v
 }
 
 // Evaluate decides c and, when the policy lets it through, consumes its quota.

@@ -245,6 +245,8 @@ func TestConditionOps(t *testing.T) {
 		"n":      10.0,
 		"s":      "hello world",
 		"numstr": "10",
+		"digits": "1000000",
+		"expstr": "1e+06",
 		"list":   []any{"a", 2.0},
 		"flag":   true,
 		"deep":   map[string]any{"er": map[string]any{"v": "x"}},
@@ -259,6 +261,14 @@ func TestConditionOps(t *testing.T) {
 		{"args.n", "eq", `"10"`, true}, // a number and a string compare as text, as in Intercept
 		{"args.numstr", "eq", `10.0`, true},
 		{"args.numstr", "eq", `"10.0"`, false},
+		// as text, an integer value is its digits (Intercept holds it as an
+		// int), any other number Go's shortest float
+		{"args.digits", "eq", `1000000`, true},
+		{"args.expstr", "eq", `1000000`, false},
+		{"args.digits", "neq", `1000000`, false},
+		{"args.digits", "eq", `1e6`, false},
+		{"args.expstr", "eq", `1e6`, true},
+		{"args.digits", "in", `[1000000]`, false}, // inside a list, a float (2.0), as it is written for Intercept
 		{"args.n", "eq", `10.0`, true}, // numbers are compared numerically when both sides are numbers
 		{"args.s", "eq", `"hello world"`, true},
 		{"args.flag", "eq", `true`, true},
