@@ -269,7 +269,7 @@ func TestConditionOps(t *testing.T) {
 		{"args.digits", "eq", `1e6`, false},
 		{"args.expstr", "eq", `1e6`, true},
 		{"args.digits", "in", `[1000000]`, false}, // inside a list, a float (2.0), as it is written for Intercept
-		{"args.n", "eq", `10.0`, true}, // numbers are compared numerically when both sides are numbers
+		{"args.n", "eq", `10.0`, true},            // numbers are compared numerically when both sides are numbers
 		{"args.s", "eq", `"hello world"`, true},
 		{"args.flag", "eq", `true`, true},
 		{"args.n", "neq", `11`, true},
