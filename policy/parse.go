@@ -344,10 +344,14 @@ func decodeLimit(ps *problems, path string, v any) Limit {
 
 // decodeRateLimitAlias reads the lenient alias of a limit: the catalogue's
 // `rate_limit: {max: 10, window: 60}` (seconds; "tracked per agent session", so
-// the scope defaults to session) or Intercept's shorthand "10/minute".
+// the scope defaults to session) or Intercept's shorthand "10/minute", which
+// Intercept counts once for every call through its store: read as the
+// broadest scope policy.json has, grant, never as per session (which would
+// let each session make what the writer meant for all).
 func decodeRateLimitAlias(ps *problems, path string, v any) (Limit, bool) {
 	l := Limit{Scope: ScopeSession}
 	if s, ok := v.(string); ok {
+		l.Scope = ScopeGrant
 		n, w, found := strings.Cut(s, "/")
 		max, err := strconv.Atoi(strings.TrimSpace(n))
 		w = strings.TrimSpace(w)

@@ -204,11 +204,12 @@ func TestParseLenient(t *testing.T) {
 	assert.Equal(t, `"high"`, string(p.Tools["create_refund"].DenyIf[0].Extra["x-severity"]))
 
 	// rate_limit aliases: seconds → window name, session scope ("tracked per
-	// agent session"), counter "<tool>_rate" unless taken.
+	// agent session"; Intercept's "N/window" grant), counter "<tool>_rate"
+	// unless taken.
 	assert.Equal(t, []Limit{{Counter: "list_vms_rate", Window: WindowMinute, Max: 10, Scope: ScopeSession}}, p.Tools["list_vms"].Limits)
 	assert.Equal(t, []Limit{
 		{Counter: "get_vm_status_rate", Window: WindowHour, Max: 100},
-		{Counter: "get_vm_status_rate_minute", Window: WindowMinute, Max: 5, Scope: ScopeSession},
+		{Counter: "get_vm_status_rate_minute", Window: WindowMinute, Max: 5, Scope: ScopeGrant},
 	}, p.Tools["get_vm_status"].Limits)
 
 	// Round trip: the canonical form parses back to the same policy, unknown fields included.
@@ -252,9 +253,9 @@ func TestRateLimitAliases(t *testing.T) {
 		{"seconds", `{"rate_limit":{"max":10,"window":60}}`, []Limit{{Counter: "x_rate", Window: "minute", Max: 10, Scope: "session"}}},
 		{"hour seconds as string", `{"rate_limit":{"max":3,"window":"3600"}}`, []Limit{{Counter: "x_rate", Window: "hour", Max: 3, Scope: "session"}}},
 		{"day with scope and counter", `{"rate_limit":{"max":3,"window":86400,"scope":"grant","counter":"daily"}}`, []Limit{{Counter: "daily", Window: "day", Max: 3, Scope: "grant"}}},
-		{"intercept shorthand", `{"rate_limit":"5/hour"}`, []Limit{{Counter: "x_rate", Window: "hour", Max: 5, Scope: "session"}}},
+		{"intercept shorthand: one counter, not one a session", `{"rate_limit":"5/hour"}`, []Limit{{Counter: "x_rate", Window: "hour", Max: 5, Scope: "grant"}}},
 		{"name clash", `{"limits":[{"counter":"x_rate","window":"minute","max":1},{"counter":"x_rate_minute","window":"minute","max":2}],"rate_limit":"5/minute"}`,
-			[]Limit{{Counter: "x_rate", Window: "minute", Max: 1}, {Counter: "x_rate_minute", Window: "minute", Max: 2}, {Counter: "x_rate_2", Window: "minute", Max: 5, Scope: "session"}}},
+			[]Limit{{Counter: "x_rate", Window: "minute", Max: 1}, {Counter: "x_rate_minute", Window: "minute", Max: 2}, {Counter: "x_rate_2", Window: "minute", Max: 5, Scope: "grant"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
