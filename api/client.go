@@ -43,6 +43,10 @@ type Sink struct {
 // ErrNoToken is returned when a daemon answers but the client has no token.
 var ErrNoToken = errors.New("no API token")
 
+// ErrNotProven is returned when the process answering at http.listen did
+// not prove that it holds the client's token: the token was not sent.
+var ErrNotProven = errors.New("no proof of the token")
+
 func (c *Client) base() string {
 	host, port, err := net.SplitHostPort(c.Listen)
 	if err != nil {
@@ -155,9 +159,9 @@ func (c *Client) hello(ctx context.Context, hc *http.Client, conn *oneConn) (rea
 	}
 	var h Hello
 	if err := json.Unmarshal(body, &h); err != nil || h.Service != "mcptrail" || !checkProof(c.Token, challenge[:], conn.remoteAddr(), h.Proof) {
-		return true, fmt.Errorf("the process answering at %s (http.listen) did not prove that it holds this CLI's token for that address: "+
+		return true, fmt.Errorf("%w: the process answering at %s (http.listen) did not prove that it holds this CLI's token for that address: "+
 			"the token was not sent. Is another program squatting on the port (or relaying it), does the token belong to another daemon, "+
-			"or does a port forward stand between this CLI and the daemon (the CLI must reach the address the daemon listens on)?", c.base())
+			"or does a port forward stand between this CLI and the daemon (the CLI must reach the address the daemon listens on)?", ErrNotProven, c.base())
 	}
 	return true, nil
 }

@@ -42,16 +42,27 @@ func (a *app) dispatch(ctx context.Context, req api.Request, readOnly bool, run 
 	}
 	sink := api.Sink{Stdout: a.stdout, Stderr: a.stderr, File: a.outWriter(req)}
 	code, reached, _, err := client.Do(ctx, req, sink)
-	if err != nil {
+	if err != nil && !errors.Is(err, api.ErrNoToken) && !errors.Is(err, api.ErrNotProven) {
 		return fmt.Errorf("mcptrail serve at %s (http.listen): %w", a.cfg.HTTP.Listen, err)
 	}
-	if reached {
+	if reached && err == nil {
 		a.forwardedCode = &code
 		return nil
 	}
+	// No daemon, or one this CLI cannot use (it has no token for it, or
+	// the answer proved none): that daemon may hold another database (a
+	// project of its own), so the file is opened here; only when the file
+	// is held does the daemon's trouble matter, and it is named.
+	unusable := err
 	store, closeStore, err := a.openStore(ctx, readOnly)
 	if err != nil {
+		if unusable != nil && errors.Is(err, analytics.ErrLocked) {
+			return fmt.Errorf("mcptrail serve at %s (http.listen): %w", a.cfg.HTTP.Listen, unusable)
+		}
 		return err
+	}
+	if errors.Is(unusable, api.ErrNotProven) {
+		a.log.Warn("ran on the database file: the process answering at http.listen could not be used", "http.listen", a.cfg.HTTP.Listen, "err", unusable)
 	}
 	defer closeStore()
 	return run(ctx, store)

@@ -112,7 +112,8 @@ func TestDaemonRunsNoCommandLine(t *testing.T) {
 	assert.Contains(t, errOut, "mcptrail serve is running and holds "+db)
 }
 
-// A process that took http.listen and answers like the daemon gets no token.
+// A process that took http.listen and answers like the daemon gets no token;
+// the CLI runs on its database file (which no daemon holds), warning.
 func TestCLIGivesNoTokenToASquatter(t *testing.T) {
 	tmp, db, env := ingestedDB(t, 100)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -128,10 +129,27 @@ func TestCLIGivesNoTokenToASquatter(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	env = append(env, "MCPTRAIL_HTTP_LISTEN="+ln.Addr().String(), "MCPTRAIL_HTTP_TOKEN=the-real-token-0123456789")
-	_, code, errOut := runCLI(t, tmp, env, []string{"query", "--sql", "SELECT 1", "--db", db})
-	assert.Equal(t, 1, code)
+	out, code, errOut := runCLI(t, tmp, env, []string{"query", "--sql", "SELECT count(*) AS n FROM calls", "--format", "csv", "--db", db})
+	assert.Equal(t, 0, code, errOut)
+	assert.Equal(t, "n\n100\n", out, "answered from the file")
 	assert.Contains(t, errOut, "did not prove that it holds this CLI's token")
 	assert.False(t, sawToken.Load())
+}
+
+// A daemon this CLI has no token for may hold another project's database:
+// the CLI runs on its own file; only for the file the daemon holds does it
+// say that the daemon cannot be used, and why.
+func TestCLIWithoutTheTokenRunsOnItsOwnFile(t *testing.T) {
+	tmp, db, env := ingestedDB(t, 100)
+	addr := startDaemon(t, tmp, db)
+	_, other, _ := ingestedDB(t, 50) // another project's, in a folder of its own
+	noToken := append(env, "MCPTRAIL_HTTP_LISTEN="+addr, "MCPTRAIL_HTTP_TOKEN_FILE="+filepath.Join(t.TempDir(), "none.token"))
+	out, code, errOut := runCLI(t, tmp, noToken, []string{"query", "--sql", "SELECT count(*) AS n FROM calls", "--format", "csv", "--db", other})
+	assert.Equal(t, 0, code, errOut)
+	assert.Equal(t, "n\n50\n", out)
+	_, code, errOut = runCLI(t, tmp, noToken, []string{"query", "--sql", "SELECT count(*) AS n FROM calls", "--db", db})
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "no API token")
 }
 
 // Through the daemon a huge result stops at query.max_rows with a note, and
