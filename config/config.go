@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+	"github.com/nats-io/nkeys"
 	"github.com/spf13/viper"
 
 	"github.com/mcptrail/mcptrail/internal/duration"
@@ -669,6 +670,10 @@ func (p *parser) natsUsers(key string) []NATSUser {
 					u.PasswordFile = s
 				default:
 					u.NKey = s
+					if isString && s != "" && !nkeys.IsValidPublicUserKey(s) {
+						// Never quoted: it may be a pasted seed, the private key.
+						p.fail(entry, redact.NKey(s), "want a public user NKey (56 characters starting with U), not a seed: the gateway signs in with the seed, which stays with it")
+					}
 				}
 			case "servers":
 				list, ok := val.([]any)

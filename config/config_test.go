@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nkeys"
 	"github.com/spf13/viper"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -212,7 +213,7 @@ func TestEmbeddedUsers(t *testing.T) {
         password_file: /etc/mcptrail/pve.password
         servers: [proxmox-mcp, pve]
       - user: all
-        nkey: UABC
+        nkey: UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4
 `), 0o600))
 	v := New()
 	_, err := ReadFile(v, file)
@@ -221,7 +222,7 @@ func TestEmbeddedUsers(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []NATSUser{
 		{User: "pve-gateway", PasswordFile: "/etc/mcptrail/pve.password", Servers: []string{"proxmox-mcp", "pve"}},
-		{User: "all", NKey: "UABC"},
+		{User: "all", NKey: "UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4"},
 	}, c.NATS.Users)
 	assert.Equal(t, "/etc/mcptrail/gw.password", c.NATS.GatewayPasswordFile)
 
@@ -230,7 +231,8 @@ func TestEmbeddedUsers(t *testing.T) {
 		"[x]":                       "nats.embedded.users[0] = \"x\": a list of mappings",
 		"[{user: a, password: p}]":  "nats.embedded.users[0].password = \"(hidden)\": unknown key", // a credential is never quoted
 		"[{user: a, servers: pve}]": "nats.embedded.users[0].servers = \"pve\": must be a list",
-		"[{user: [a], nkey: UABC}]": "nats.embedded.users[0].user = \"[a]\": must be a string",
+		"[{user: [a], nkey: UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4}]": "nats.embedded.users[0].user = \"[a]\": must be a string",
+		"[{user: a, nkey: UABC}]": "nats.embedded.users[0].nkey = \"U...xxxxx\": want a public user NKey",
 	} {
 		v := New()
 		var doc any
@@ -285,4 +287,23 @@ func TestStorageRetentionNeedsArchive(t *testing.T) {
 	v.Set("storage.retention", "soon")
 	_, err = Load(v)
 	assert.ErrorContains(t, err, "storage.retention")
+}
+
+// A seed pasted where the public NKey goes is refused at load, before any
+// file is written, and never quoted: it is the gateway's private key.
+func TestEmbeddedUserSeedNeverQuoted(t *testing.T) {
+	kp, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	seed, err := kp.Seed()
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("nats:\n  embedded:\n    users:\n      - user: gw\n        nkey: "+string(seed)+"\n"), 0o600))
+	v := New()
+	_, err = ReadFile(v, file)
+	require.NoError(t, err)
+	_, err = Load(v)
+	var ce *Error
+	require.ErrorAs(t, err, &ce)
+	assert.Contains(t, err.Error(), `nats.embedded.users[0].nkey = "S...xxxxx": want a public user NKey`)
+	assert.NotContains(t, err.Error(), string(seed[1:8]))
 }

@@ -262,6 +262,7 @@ func TestEmbeddedUsersValidation(t *testing.T) {
 		var ce *ConfigError
 		require.ErrorAs(t, o.validate(), &ce, "%+v", tc)
 		assert.Equal(t, tc.key, ce.Key, "%+v", tc)
+		assert.NotContains(t, ce.Error(), "SUAseed", "a seed is never quoted")
 	}
 	var ce *ConfigError
 	require.ErrorAs(t, Options{Password: "p"}.withDefaults().validate(), &ce)

@@ -22,6 +22,7 @@ import (
 	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/internal/redact"
 )
 
 // Defaults of SPEC §7.
@@ -265,7 +266,8 @@ func (o Options) validateEmbeddedUsers() error {
 		case (u.PasswordFile == "") == (u.NKey == ""):
 			return &ConfigError{key, u.User, "give either password_file or nkey (a public user NKey, U...)"}
 		case u.NKey != "" && !nkeys.IsValidPublicUserKey(u.NKey):
-			return &ConfigError{key + ".nkey", u.NKey, "want a public user NKey (56 characters starting with U), not a seed"}
+			// Never quote it: it may be a pasted seed, the private key.
+			return &ConfigError{key + ".nkey", redact.NKey(u.NKey), "want a public user NKey (56 characters starting with U), not a seed"}
 		}
 		seen[u.User] = true
 		if u.allServers() {

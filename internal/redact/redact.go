@@ -22,6 +22,17 @@ func URL(raw string) string {
 	return strings.Join(parts, ",")
 }
 
+// NKey stands for an NKey that is not a valid public key: it may be a
+// pasted seed (the private key, which starts with S), so only its first
+// character is kept, enough to tell a seed (S...) from a mistyped public key
+// (U...).
+func NKey(s string) string {
+	for _, r := range s {
+		return string(r) + "..." + Mask
+	}
+	return ""
+}
+
 func one(s string) string {
 	prefix, rest := "", s
 	if i := strings.Index(s, "://"); i >= 0 {

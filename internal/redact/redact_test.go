@@ -20,3 +20,9 @@ func TestURL(t *testing.T) {
 		assert.Equal(t, want, URL(in), in)
 	}
 }
+
+func TestNKey(t *testing.T) {
+	seed := "SUAIBDPBAUTWCWBKIO6XHQNINK5FWJW4OHLXC3HQ2KFE4PEJUA44CNHTAM"
+	assert.Equal(t, "S..."+Mask, NKey(seed))
+	assert.Equal(t, "", NKey(""))
+}
