@@ -504,7 +504,10 @@ func hostPort(s string) string {
 
 // natsURL reads a NATS URL; an error shows it without its credentials.
 func (p *parser) natsURL(key string) string {
-	s := fmt.Sprint(p.v.Get(key))
+	s, ok := p.text(key)
+	if !ok {
+		return ""
+	}
 	if msg := natsURL(s); msg != "" {
 		p.fail(key, redact.URL(s), msg)
 	}
@@ -529,11 +532,45 @@ func natsURL(s string) string {
 	return ""
 }
 
-func (p *parser) str(key string, c check) string {
+// notString is the error for a value of a string key that YAML read as
+// something else: an unquoted 0000123456789012345678 is a float
+// (1.2345678901234568e+17) and 0123 an octal 83, so taking its text would
+// silently change a token, a password, a path or a name.
+// The fix names the key as written in the file: example is `token: "…"`.
+func notString(val any, example string) string {
+	what := "a number"
+	switch val.(type) {
+	case bool:
+		what = "true or false"
+	case []any, []string:
+		what = "a list"
+	case map[string]any:
+		what = "a mapping"
+	}
+	return fmt.Sprintf("must be a string, but YAML read it as %s, which may change it: quote it (%s)", what, example)
+}
+
+// leaf is a key's last part, as written in the file.
+func leaf(key string) string { return key[strings.LastIndexByte(key, '.')+1:] }
+
+// text reads a string key's value; a value YAML read as anything but a
+// string is refused (notString), and nil is "".
+func (p *parser) text(key string) (string, bool) {
 	val := p.v.Get(key)
-	s, ok := val.(string)
-	if !ok && val != nil {
-		s = fmt.Sprint(val)
+	switch s := val.(type) {
+	case nil:
+		return "", true
+	case string:
+		return s, true
+	}
+	p.fail(key, val, notString(val, leaf(key)+`: "…"`))
+	return "", false
+}
+
+func (p *parser) str(key string, c check) string {
+	s, ok := p.text(key)
+	if !ok {
+		return ""
 	}
 	if c != nil {
 		if msg := c(s); msg != "" {
@@ -680,8 +717,13 @@ func (p *parser) natsUsers(key string) []NATSUser {
 				if !ok {
 					p.fail(entry, val, `must be a list of MCP server names, or ["*"] for all`)
 				}
-				for _, s := range list {
-					u.Servers = append(u.Servers, strings.TrimSpace(fmt.Sprint(s)))
+				for j, item := range list {
+					s, ok := item.(string)
+					if !ok {
+						p.fail(fmt.Sprintf("%s[%d]", entry, j), item, notString(item, `servers: ["…"]`))
+						continue
+					}
+					u.Servers = append(u.Servers, strings.TrimSpace(s))
 				}
 			default:
 				p.fail(entry, val, "unknown key: the keys are user, password_file, nkey and servers")
@@ -706,8 +748,13 @@ func (p *parser) list(key string) []string {
 	case []string:
 		out = append(out, val...)
 	case []any:
-		for _, s := range val {
-			out = append(out, strings.TrimSpace(fmt.Sprint(s)))
+		for i, item := range val {
+			s, ok := item.(string)
+			if !ok {
+				p.fail(fmt.Sprintf("%s[%d]", key, i), item, notString(item, leaf(key)+`: ["…"]`))
+				continue
+			}
+			out = append(out, strings.TrimSpace(s))
 		}
 	default:
 		p.fail(key, val, "must be a list of names (comma-separated in the environment)")

@@ -307,3 +307,57 @@ func TestEmbeddedUserSeedNeverQuoted(t *testing.T) {
 	assert.Contains(t, err.Error(), `nats.embedded.users[0].nkey = "S...xxxxx": want a public user NKey`)
 	assert.NotContains(t, err.Error(), string(seed[1:8]))
 }
+
+// A string key whose value YAML reads as something else is refused, not
+// turned into the text of that number: an unquoted 0000123456789012345678
+// token would become "1.2345678901234568e+17", and 0123 the server 83.
+func TestStringKeysMustBeStrings(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(`storage:
+  path: 2024
+http:
+  token: 0000123456789012345678
+  allowed_hosts: [mcptrail.example, 10]
+nats:
+  password: 98765432109876543210
+  servers: [pve, 0123]
+  embedded:
+    users:
+      - user: gw
+        password_file: /etc/gw.password
+        servers: [1.10]
+otlp:
+  server: true
+`), 0o600))
+	v := New()
+	_, err := ReadFile(v, file)
+	require.NoError(t, err)
+	_, err = Load(v)
+	var ce *Error
+	require.ErrorAs(t, err, &ce)
+	msg := err.Error()
+	for _, want := range []string{
+		`storage.path = "2024": must be a string, but YAML read it as a number, which may change it: quote it (path: "…")`,
+		`http.token = "(hidden)": must be a string, but YAML read it as a number, which may change it: quote it (token: "…")`,
+		`http.allowed_hosts[1] = "10": must be a string`,
+		`nats.password = "(hidden)": must be a string`,
+		`nats.servers[1] = "83": must be a string, but YAML read it as a number, which may change it: quote it (servers: ["…"])`,
+		`nats.embedded.users[0].servers[0] = "1.1": must be a string`,
+		`otlp.server = "true": must be a string, but YAML read it as true or false`,
+	} {
+		assert.Contains(t, msg, want)
+	}
+	for _, secret := range []string{"1.2345678901234568e+17", "123456789", "9.876543210987654e+19", "98765"} {
+		assert.NotContains(t, msg, secret, "a credential is never quoted")
+	}
+
+	// Quoted, they are taken as written.
+	require.NoError(t, os.WriteFile(file, []byte("http:\n  token: \"0000123456789012345678\"\notlp:\n  server: \"0123\"\n"), 0o600))
+	v = New()
+	_, err = ReadFile(v, file)
+	require.NoError(t, err)
+	c, err := Load(v)
+	require.NoError(t, err)
+	assert.Equal(t, "0000123456789012345678", c.HTTP.Token)
+	assert.Equal(t, "0123", c.OTLP.Server)
+}
