@@ -352,6 +352,16 @@ func Load(v *viper.Viper) (*Config, error) {
 		StreamReplicas: p.integer("nats.stream_replicas", 1, 5), StartupTimeout: p.duration("nats.startup_timeout"),
 		Users: p.natsUsers("nats.embedded.users"), GatewayPasswordFile: p.str("nats.embedded.gateway_password_file", nil),
 	}
+	if c.NATS.URL == "" {
+		// On the embedded server the daemon's own credential has every
+		// permission (the JetStream API, every subject): as long as the
+		// API's token at least.
+		for _, kv := range [][2]string{{"nats.token", c.NATS.Token}, {"nats.password", c.NATS.Password}} {
+			if kv[1] != "" && len(kv[1]) < 16 {
+				p.fail(kv[0], kv[1], "use at least 16 random characters: with nats.url empty it is the daemon's credential on the embedded server, with every permission")
+			}
+		}
+	}
 	c.Ingest = Ingest{
 		BatchSize: p.integer("ingest.batch_size", 1, 1_000_000), FetchSize: p.integer("ingest.fetch_size", 1, 100_000),
 		FlushInterval: p.duration("ingest.flush_interval"),

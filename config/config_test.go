@@ -361,3 +361,29 @@ otlp:
 	assert.Equal(t, "0000123456789012345678", c.HTTP.Token)
 	assert.Equal(t, "0123", c.OTLP.Server)
 }
+
+// On the embedded server nats.token and nats.password give every
+// permission: they are held to the API token's 16 characters. Another
+// server decides for itself.
+func TestEmbeddedNATSCredentialLength(t *testing.T) {
+	for _, key := range []string{"nats.token", "nats.password"} {
+		v := New()
+		v.Set("nats.user", "daemon")
+		v.Set(key, "admin-secret")
+		_, err := Load(v)
+		var ce *Error
+		require.ErrorAs(t, err, &ce, key)
+		assert.Contains(t, err.Error(), key+` = "(hidden)": use at least 16 random characters`)
+		assert.Contains(t, err.Error(), EnvName(key))
+		assert.NotContains(t, err.Error(), "admin-secret")
+
+		v.Set(key, "admin-secret-0123")
+		_, err = Load(v)
+		assert.NoError(t, err, key)
+
+		v.Set(key, "admin-secret")
+		v.Set("nats.url", "nats://nats-1:4222")
+		_, err = Load(v)
+		assert.NoError(t, err, "%s: an external server has its own rules", key)
+	}
+}

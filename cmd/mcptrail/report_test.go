@@ -72,7 +72,7 @@ nats:
     listen: %s
     store_dir: %s
   user: admin                  # the daemon's own user, which may read the reports' subjects
-  password: admin-secret
+  password: admin-secret-pw16
 http:
   listen: %s
 reports:
@@ -130,7 +130,7 @@ reports:
 	}
 	require.Eventually(t, func() bool { code, _ := get("/readyz"); return code == http.StatusOK }, 30*time.Second, 100*time.Millisecond)
 
-	nc, err := nats.Connect("nats://"+natsAddr, nats.UserInfo("admin", "admin-secret"))
+	nc, err := nats.Connect("nats://"+natsAddr, nats.UserInfo("admin", "admin-secret-pw16"))
 	require.NoError(t, err)
 	defer nc.Close()
 	msgs := make(chan *nats.Msg, 16)

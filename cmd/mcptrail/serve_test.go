@@ -47,7 +47,7 @@ func TestServeSurvivesSIGKILL(t *testing.T) {
 		// The daemon's own NATS user, which the test uses to inspect the
 		// consumer; gateways publish as the default gateway user.
 		"MCPTRAIL_NATS_USER=admin",
-		"MCPTRAIL_NATS_PASSWORD=admin-secret",
+		"MCPTRAIL_NATS_PASSWORD=admin-secret-pw16",
 		// Small batches make ingest slower than publishing, so that the
 		// kill lands in the middle of it.
 		"MCPTRAIL_INGEST_BATCH_SIZE=300",
@@ -102,7 +102,7 @@ func TestServeSurvivesSIGKILL(t *testing.T) {
 		left = max(left-stored, 0)
 		daemon = serve()
 	}
-	nc, err := nats.Connect("nats://"+natsAddr, nats.UserInfo("admin", "admin-secret"))
+	nc, err := nats.Connect("nats://"+natsAddr, nats.UserInfo("admin", "admin-secret-pw16"))
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
