@@ -15,6 +15,8 @@ import (
 	"runtime/pprof"
 	"syscall"
 
+	"github.com/spf13/cobra"
+
 	"github.com/mcptrail/mcptrail/internal/goheap"
 )
 
@@ -64,12 +66,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 }
 
 func (a *app) execute(ctx context.Context, args []string) int {
-	root := newRootCmd(a)
+	return a.executeRoot(ctx, newRootCmd(a), args)
+}
+
+func (a *app) executeRoot(ctx context.Context, root *cobra.Command, args []string) int {
 	root.SetArgs(args)
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
-	err := root.ExecuteContext(ctx)
+	err := a.usageError(root.ExecuteContext(ctx))
 	if a.forwardedCode != nil {
 		return *a.forwardedCode
 	}
@@ -99,7 +104,7 @@ func exitCode(err error) int {
 	if errors.As(err, &ee) {
 		return ee.code
 	}
-	if isConfigError(err) || isFlagError(err) {
+	if isConfigError(err) {
 		return exitUsage
 	}
 	return exitFailure

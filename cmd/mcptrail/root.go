@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -51,6 +50,56 @@ type app struct {
 
 	forwardedCode *int   // set when a daemon answered the command for us
 	cmdUsage      string // command path, for usage hints
+	stage         stage  // how far cobra got with the command line
+}
+
+// stage is how far cobra got with a command line, so that an error is a
+// usage error (exit 2) by where it came from, never by its text: a runtime
+// error may well say "invalid argument" (EINVAL, a DuckDB conversion).
+type stage int
+
+const (
+	// stageParse: finding the command (unknown command) and checking its
+	// arguments (Args: "accepts 1 arg(s)", "requires at least 1 arg(s)");
+	// flag errors go through the FlagErrorFunc.
+	stageParse stage = iota
+	// stageLoad: PersistentPreRunE, reading the configuration; its
+	// errors say themselves whether they are usage errors.
+	stageLoad
+	// stageValidate: cobra's own checks after PersistentPreRunE (required
+	// flags, flag groups).
+	stageValidate
+	// stageRun: the command's RunE; its errors say themselves.
+	stageRun
+)
+
+// markRun makes every command's RunE record that it started (stageRun).
+func (a *app) markRun(cmd *cobra.Command) {
+	if run := cmd.RunE; run != nil {
+		cmd.RunE = func(c *cobra.Command, args []string) error {
+			a.stage = stageRun
+			return run(c, args)
+		}
+	}
+	if run := cmd.Run; run != nil {
+		cmd.Run = func(c *cobra.Command, args []string) {
+			a.stage = stageRun
+			run(c, args)
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		a.markRun(sub)
+	}
+}
+
+// usageError makes an error cobra returned before the command ran a usage
+// error, unless it already carries an exit code.
+func (a *app) usageError(err error) error {
+	var ee *exitError
+	if err == nil || errors.As(err, &ee) || (a.stage != stageParse && a.stage != stageValidate) {
+		return err
+	}
+	return &exitError{code: exitUsage, err: err}
 }
 
 func newRootCmd(a *app) *cobra.Command {
@@ -62,11 +111,16 @@ answers SQL over the whole call history, and recommends each server's policy.jso
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			a.stage = stageLoad
 			a.cmdUsage = cmd.CommandPath()
 			if a.shardsURL != "" && !shardCommand[cmd.Name()] {
 				return usageErrorf("--nats sends a command to the daemons on NATS; %s runs here (serve and ingest use nats.url)", cmd.CommandPath())
 			}
-			return a.load(cmd)
+			if err := a.load(cmd); err != nil {
+				return err
+			}
+			a.stage = stageValidate
+			return nil
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
@@ -103,6 +157,7 @@ answers SQL over the whole call history, and recommends each server's policy.jso
 		newReclusterCmd(a),
 		newConvertCmd(a),
 	)
+	a.markRun(root)
 	return root
 }
 
@@ -188,16 +243,6 @@ func (a *app) nowIsFixed() bool { return a.nowFixed }
 func isConfigError(err error) bool {
 	var ce *config.Error
 	return errors.As(err, &ce)
-}
-
-func isFlagError(err error) bool {
-	msg := err.Error()
-	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "accepts ", "requires at least", "required flag", "invalid argument", "flag needs an argument"} {
-		if strings.Contains(msg, p) {
-			return true
-		}
-	}
-	return false
 }
 
 // dbPath is the absolute database path the command works on.
