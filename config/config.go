@@ -313,7 +313,9 @@ func ReadFile(v *viper.Viper, path string) (string, error) {
 func checkUnknownKeys(v *viper.Viper, path string) error {
 	var unknown []string
 	for _, k := range v.AllKeys() {
-		if _, ok := Defaults[k]; ok || strings.HasPrefix(k, "reports") {
+		// reports is a list, checked by the report package; a mapping
+		// there (reports.x) is refused by Load with a better message.
+		if _, ok := Defaults[k]; ok || strings.HasPrefix(k, "reports.") {
 			continue
 		}
 		if v.InConfig(k) {
@@ -325,6 +327,89 @@ func checkUnknownKeys(v *viper.Viper, path string) error {
 	}
 	sort.Strings(unknown)
 	return errorf("config file %s: unknown key %s: see config.yaml at the repository root for every key", path, strings.Join(unknown, ", "))
+}
+
+// OtherEnv are the MCPTRAIL_ environment variables that set no config key.
+var OtherEnv = map[string]string{
+	"MCPTRAIL_NOW":        "an RFC 3339 time used instead of the clock (--now)",
+	"MCPTRAIL_DEBUG":      "debug logging: per-stage and per-query timings",
+	"MCPTRAIL_CPUPROFILE": "a file for a CPU profile of the run (bench/)",
+	// Set by tests for the processes they start.
+	"MCPTRAIL_MCPTEST_SERVE":      "internal/mcptest: the test binary serves MCP over stdio",
+	"MCPTRAIL_HOLD_DB":            "analytics tests: a child that holds a database open",
+	"MCPTRAIL_HUGE_PAGES_STORE":   "analytics tests: the huge pages child's database",
+	"MCPTRAIL_HUGE_PAGES_OPTIONS": "analytics tests: the huge pages child's options",
+	"MCPTRAIL_REPORT_SCREENSHOT":  "report tests: keep the browser's screenshot",
+}
+
+// CheckEnv refuses an MCPTRAIL_ variable of environ (os.Environ()) that
+// is neither a config key's (EnvName) nor one of OtherEnv: a misspelt
+// MCPTRAIL_HTTP_LISTN would otherwise be ignored without a word. Its value
+// is never shown.
+func CheckEnv(environ []string) error {
+	known := make([]string, 0, len(Defaults)+len(OtherEnv))
+	isKnown := map[string]bool{}
+	for k := range Defaults {
+		known = append(known, EnvName(k))
+	}
+	for name := range OtherEnv {
+		known = append(known, name)
+	}
+	for _, name := range known {
+		isKnown[name] = true
+	}
+	sort.Strings(known)
+	var errs []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, EnvPrefix+"_") || isKnown[name] {
+			continue
+		}
+		msg := fmt.Sprintf("config: environment variable %s is not one of mcptrail's", name)
+		if near := nearest(name, known); near != "" {
+			msg += fmt.Sprintf(" (did you mean %s?)", near)
+		}
+		errs = append(errs, msg+": unset it, or spell the key as "+EnvPrefix+"_ + its path in upper case with _ for . (config.yaml lists every key)")
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	sort.Strings(errs)
+	return &Error{Msg: strings.Join(errs, "\n")}
+}
+
+// nearest is the first of names (sorted) closest to s by edit distance, or
+// "" when none is close: within a third of s's length after the prefix, and
+// at most 3.
+func nearest(s string, names []string) string {
+	limit := min(3, (len(s)-len(EnvPrefix)-1+2)/3)
+	best, bestD := "", limit+1
+	for _, n := range names {
+		if d := editDistance(s, n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // Load validates every key and returns the configuration.

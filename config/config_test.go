@@ -1,8 +1,10 @@
 package config
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -385,5 +387,84 @@ func TestEmbeddedNATSCredentialLength(t *testing.T) {
 		v.Set("nats.url", "nats://nats-1:4222")
 		_, err = Load(v)
 		assert.NoError(t, err, "%s: an external server has its own rules", key)
+	}
+}
+
+// A file key is only "reports" itself, not any key that starts so.
+func TestReportsKeyIsExact(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("reports_dir: /srv/reports\nreportsx: [1]\n"), 0o600))
+	_, err := ReadFile(New(), file)
+	var ce *Error
+	require.ErrorAs(t, err, &ce)
+	assert.Contains(t, err.Error(), "unknown key reports_dir, reportsx")
+
+	require.NoError(t, os.WriteFile(file, []byte("reports:\n  - name: weekly\n    schedule: \"0 8 * * MON\"\n"), 0o600))
+	v := New()
+	_, err = ReadFile(v, file)
+	require.NoError(t, err)
+	c, err := Load(v)
+	require.NoError(t, err)
+	assert.Len(t, c.Reports, 1)
+}
+
+// misspeltEnv are the misspellings the tests and documents use on purpose.
+var misspeltEnv = []string{"MCPTRAIL_HTTP_LISTN", "MCPTRAIL_NATS_PASWORD", "MCPTRAIL_FROBNICATE"}
+
+// A misspelt MCPTRAIL_ variable is refused, naming it and the nearest
+// known one, never its value; a config key's and the documented others
+// pass.
+func TestCheckEnv(t *testing.T) {
+	ok := []string{"PATH=/bin", "MCPTRAIL_HTTP_LISTEN=127.0.0.1:1", "MCPTRAIL_NOW=2026-11-30T00:00:00Z",
+		"MCPTRAIL_DEBUG=1", "MCPTRAIL_CPUPROFILE=/tmp/p", "MCPTRAIL_NATS_EMBEDDED_STORE_DIR=/x", "MCPTRAILX=1"}
+	require.NoError(t, CheckEnv(ok))
+
+	err := CheckEnv(append(ok, "MCPTRAIL_HTTP_LISTN=0.0.0.0:80", "MCPTRAIL_NATS_PASWORD=s3cret-value", "MCPTRAIL_FROBNICATE=1"))
+	var ce *Error
+	require.ErrorAs(t, err, &ce)
+	msg := err.Error()
+	assert.Contains(t, msg, "environment variable MCPTRAIL_HTTP_LISTN is not one of mcptrail's (did you mean MCPTRAIL_HTTP_LISTEN?)")
+	assert.Contains(t, msg, "MCPTRAIL_NATS_PASWORD is not one of mcptrail's (did you mean MCPTRAIL_NATS_PASSWORD?)")
+	assert.Contains(t, msg, "MCPTRAIL_FROBNICATE is not one of mcptrail's: unset it")
+	assert.NotContains(t, msg, "s3cret-value")
+	assert.NotContains(t, msg, "0.0.0.0:80")
+}
+
+// Every MCPTRAIL_ name the repository's code, scripts and documents use
+// passes CheckEnv, so that no test, benchmark or documented setting is
+// refused.
+func TestCheckEnvKnowsTheRepositorysNames(t *testing.T) {
+	re := regexp.MustCompile(`\bMCPTRAIL_[A-Z0-9_]*[A-Z0-9]`)
+	seen := map[string]string{}
+	require.NoError(t, filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == ".git" || d.Name() == "testdata" && filepath.Base(filepath.Dir(path)) == ".." {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch filepath.Ext(path) {
+		case ".go", ".sh", ".md", ".yaml", ".yml", "":
+		default:
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, name := range re.FindAllString(string(data), -1) {
+			seen[name] = path
+		}
+		return nil
+	}))
+	require.NotEmpty(t, seen)
+	for _, misspelt := range misspeltEnv {
+		delete(seen, misspelt)
+	}
+	for name, path := range seen {
+		assert.NoError(t, CheckEnv([]string{name + "=x"}), "%s (in %s)", name, path)
 	}
 }

@@ -175,6 +175,9 @@ func (a *app) load(cmd *cobra.Command) error {
 			_ = a.v.BindPFlag(key[0], f)
 		}
 	})
+	if err := config.CheckEnv(os.Environ()); err != nil {
+		return err
+	}
 	file, err := config.ReadFile(a.v, a.configFile)
 	if err != nil {
 		return err
