@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 
@@ -50,6 +51,9 @@ nats.embedded.listen, as the embedded server's gateway user.`,
 			if err := checkBatchFlag(batch); err != nil {
 				return err
 			}
+			if err := checkRateFlag(rate); err != nil {
+				return err
+			}
 			if err := checkInputFiles(files); err != nil {
 				return err
 			}
@@ -86,6 +90,14 @@ nats.embedded.listen, as the embedded server's gateway user.`,
 func checkBatchFlag(batch int) error {
 	if batch < 1 || batch > 100_000 {
 		return usageErrorf("--batch %d: give the events per message, 1 to 100000 (1 sends each event alone)", batch)
+	}
+	return nil
+}
+
+// checkRateFlag checks --rate of publish and simulate.
+func checkRateFlag(rate float64) error {
+	if !(rate >= 0) || math.IsInf(rate, 0) {
+		return usageErrorf("--rate %g: give events per second, 0 or more (0: as fast as acknowledged)", rate)
 	}
 	return nil
 }

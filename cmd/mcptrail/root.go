@@ -113,6 +113,9 @@ answers SQL over the whole call history, and recommends each server's policy.jso
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			a.stage = stageLoad
 			a.cmdUsage = cmd.CommandPath()
+			if a.shardTimeout <= 0 {
+				return usageErrorf("--nats-timeout %s: give how long a shard may take to answer, a positive duration such as 1m", a.shardTimeout)
+			}
 			if a.shardsURL != "" && !shardCommand[cmd.Name()] {
 				return usageErrorf("--nats sends a command to the daemons on NATS; %s runs here (serve and ingest use nats.url)", cmd.CommandPath())
 			}

@@ -77,8 +77,8 @@ token (otlp.token, or the file otlp.token_file).`,
 			if format != "jsonl" && format != "otlp" {
 				return usageErrorf("--format %q: allowed values are jsonl and otlp", format)
 			}
-			if rate < 0 {
-				return usageErrorf("--rate must be positive (events per second)")
+			if err := checkRateFlag(rate); err != nil {
+				return err
 			}
 			if err := checkBatchFlag(batch); err != nil {
 				return err
