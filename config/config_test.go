@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -467,4 +468,24 @@ func TestCheckEnvKnowsTheRepositorysNames(t *testing.T) {
 	for name, path := range seen {
 		assert.NoError(t, CheckEnv([]string{name + "=x"}), "%s (in %s)", name, path)
 	}
+}
+
+// config.yaml's comment on alerts.runaway_polls says what the alarm does
+// when it is 0: its floor (alarm.DefaultFloor) applies only to a server
+// with fewer than alarm.MinLoops loops, and is no lower bound of a derived
+// threshold.
+func TestRunawayPollsComment(t *testing.T) {
+	code, err := os.ReadFile("../alarm/alarm.go")
+	require.NoError(t, err)
+	floor := regexp.MustCompile(`DefaultFloor = (\d+)`).FindSubmatch(code)
+	loops := regexp.MustCompile(`MinLoops +\= (\d+)`).FindSubmatch(code)
+	require.NotNil(t, floor)
+	require.NotNil(t, loops)
+	doc, err := os.ReadFile("../config.yaml")
+	require.NoError(t, err)
+	i := strings.Index(string(doc), "runaway_polls:")
+	require.GreaterOrEqual(t, i, 0)
+	comment := strings.Join(strings.Fields(strings.ReplaceAll(string(doc[i:i+400]), "#", " ")), " ")
+	assert.Contains(t, comment, fmt.Sprintf("(%s with fewer than %s loops", floor[1], loops[1]))
+	assert.NotContains(t, comment, "at least "+string(floor[1]))
 }
