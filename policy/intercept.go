@@ -52,8 +52,9 @@ type InterceptPolicy struct {
 // acceptable. Mapping (SPEC §4): limits in ScopeInstance become `rate_limit:
 // "N/window"` rules (all_tools under the wildcard tool "*"); limits of other
 // scopes are dropped, since Intercept has no per-grant, -session or -agent
-// counters. "Require approval" becomes `action: deny` with its message;
-// require predicates one `evaluate` rule; a deny_if with one condition an
+// counters, and so are the limits of a tool whose name contains '.', whose
+// counter Intercept cannot address. "Require approval" becomes `action:
+// deny` with its message; require predicates one `evaluate` rule; a deny_if with one condition an
 // `evaluate` rule with the condition negated (contains, and a regex of
 // literal alternatives, as "does not contain" expressions); a deny_if with
 // several conditions is dropped (Intercept has no OR). Fields this package
@@ -277,6 +278,12 @@ func (w *interceptWriter) rules(tool, base string, r *ToolRule) []*yaml.Node {
 		if len(same) == 0 {
 			continue
 		}
+		if why := uncountable(tool); why != "" {
+			for i, l := range same {
+				w.drop(ptrs[i], "%d per %s per instance; %s", l.Max, win, why)
+			}
+			continue
+		}
 		low := 0
 		for i, l := range same {
 			if l.Max < same[low].Max {
@@ -315,6 +322,18 @@ func (w *interceptWriter) rules(tool, base string, r *ToolRule) []*yaml.Node {
 		}
 	}
 	return rules
+}
+
+// uncountable says why Intercept cannot keep a rate_limit counter for tool,
+// or "". It names the counter by the path state.<tool>._rate_<window> and
+// its validator splits that path on '.': a tool name with a '.' makes it
+// refuse the whole file (and, on a hot reload, keep the previous policy).
+func uncountable(tool string) string {
+	if tool != "*" && strings.Contains(tool, ".") {
+		return "Intercept cannot address the counter of a tool whose name contains '.' " +
+			"(state.<tool>._rate_<window> is split on '.'), and would refuse the whole file"
+	}
+	return ""
 }
 
 // LimitPointer names a limit as the evaluator and gateway logs do: by its counter.

@@ -74,6 +74,8 @@ func checkIntercept(t *testing.T, out []byte) interceptConfig {
 				assert.Positive(t, n, where)
 				assert.Contains(t, []string{"minute", "hour", "day"}, w, where)
 				assert.False(t, windows[w], "%s: one _rate_%s counter per tool", where, w)
+				// The counter's path, state.<tool>._rate_<window>, is read up to its first '.'.
+				assert.NotContains(t, strings.TrimPrefix(tool, "*"), ".", "%s: a counter Intercept can address", where)
 				windows[w] = true
 			case r.Action == "deny":
 				assert.Empty(t, r.Conditions, where)
@@ -436,6 +438,38 @@ func TestInterceptDropsWhatItCannotExpress(t *testing.T) {
 		assert.Empty(t, cfg.Tools[tool].Rules, tool)
 	}
 	assert.Contains(t, string(out.YAML), "# NOT CARRIED OVER: 6 rule(s)")
+}
+
+// A rate limit of a tool whose name holds a '.' is left out: Intercept
+// would name its counter state.github.create_issue._rate_minute, which it
+// reads as the counter create_issue._rate_minute of a tool "github", and
+// refuse the whole file.
+func TestInterceptDropsLimitsOfDottedTools(t *testing.T) {
+	p := mustParse(t, `{
+  "version": "1", "default": "deny",
+  "all_tools": { "limits": [ { "counter": "all", "window": "minute", "max": 100 } ] },
+  "tools": {
+    "github.create_issue": { "limits": [
+      { "counter": "burst", "window": "minute", "max": 5 }, { "counter": "steady", "window": "minute", "max": 3 },
+      { "counter": "daily", "window": "day", "max": 50 } ] },
+    "create_issue": { "limits": [ { "counter": "plain", "window": "minute", "max": 5 } ] }
+  }
+}`)
+	instanceLimits(p, "all", "burst", "steady", "daily", "plain")
+	out, err := Intercept(p, InterceptOptions{})
+	require.NoError(t, err)
+	var got []string
+	for _, d := range out.Dropped {
+		got = append(got, d.Pointer)
+		assert.Contains(t, d.Why, "Intercept cannot address the counter of a tool whose name contains '.'", d.Pointer)
+	}
+	assert.Equal(t, []string{"/tools/github.create_issue/limits/burst", "/tools/github.create_issue/limits/steady",
+		"/tools/github.create_issue/limits/daily"}, got)
+	cfg := checkIntercept(t, out.YAML)
+	require.Contains(t, cfg.Tools, "github.create_issue", "the tool stays listed (allowed)")
+	assert.Empty(t, cfg.Tools["github.create_issue"].Rules)
+	assert.Equal(t, "5/minute", cfg.Tools["create_issue"].Rules[0].RateLimit)
+	assert.Equal(t, "100/minute", cfg.Tools["*"].Rules[0].RateLimit, "all_tools is counted as _global")
 }
 
 // TestInterceptBinary loads the YAML with the real Intercept (`intercept
