@@ -96,8 +96,10 @@ func Intercept(p *Policy, o InterceptOptions) (*InterceptPolicy, error) {
 
 	tools := map[string][]*yaml.Node{}
 	w := interceptWriter{opts: o, extras: extras, dropped: &out.Dropped}
-	if p.AllTools != nil {
-		tools["*"] = w.rules("*", "/all_tools", p.AllTools)
+	// "*" is listed only with rules: Intercept's default deny looks a call's
+	// tool up by its exact name, so "*" listed allows a tool named *.
+	if all := w.rules("*", "/all_tools", p.AllTools); len(all) > 0 {
+		tools["*"] = all
 	}
 	for _, name := range p.ToolNames() {
 		if name == "*" {

@@ -472,6 +472,23 @@ func TestInterceptDropsLimitsOfDottedTools(t *testing.T) {
 	assert.Equal(t, "100/minute", cfg.Tools["*"].Rules[0].RateLimit, "all_tools is counted as _global")
 }
 
+// Intercept's default deny looks a call's tool up by its exact name, so a
+// "*" listed with no rules would let a tool named * through: all_tools is
+// written only when some of its rules are carried over.
+func TestInterceptListsTheWildcardOnlyWithRules(t *testing.T) {
+	for name, allTools := range map[string]string{
+		"empty":         `{}`,
+		"every dropped": `{ "limits": [ { "counter": "all", "window": "minute", "max": 100, "scope": "grant" } ] }`,
+	} {
+		p := mustParse(t, `{ "version": "1", "default": "deny", "all_tools": `+allTools+`, "tools": { "a": {} } }`)
+		out, err := Intercept(p, InterceptOptions{})
+		require.NoError(t, err, name)
+		cfg := checkIntercept(t, out.YAML)
+		assert.NotContains(t, cfg.Tools, "*", "%s: a call to a tool named * stays default-denied", name)
+		assert.Contains(t, cfg.Tools, "a", name)
+	}
+}
+
 // TestInterceptBinary loads the YAML with the real Intercept (`intercept
 // validate`) when INTERCEPT_BIN names its binary; skipped otherwise.
 func TestInterceptBinary(t *testing.T) {
