@@ -114,10 +114,6 @@ func Intercept(p *Policy, o InterceptOptions) (*InterceptPolicy, error) {
 	if len(tools) > 0 {
 		tm := mapping()
 		for _, name := range slices.Sorted(maps.Keys(tools)) {
-			key := str(name)
-			if name == "*" {
-				key.Style = yaml.DoubleQuotedStyle
-			}
 			rules := sequence()
 			rules.Content = tools[name]
 			if len(rules.Content) == 0 {
@@ -125,7 +121,7 @@ func Intercept(p *Policy, o InterceptOptions) (*InterceptPolicy, error) {
 			}
 			body := mapping()
 			addPair(body, "rules", rules)
-			tm.Content = append(tm.Content, key, body)
+			tm.Content = append(tm.Content, toolKey(name), body)
 		}
 		addPair(root, "tools", tm)
 	}
@@ -461,6 +457,17 @@ func floatNode(f float64) *yaml.Node {
 		s += ".0"
 	}
 	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!float", Value: s}
+}
+
+// toolKey is a tool's key in tools: double-quoted where YAML would read the
+// bare name as something else ("*" opens an alias, "<<" is a merge key,
+// which would splice the tool's rules into tools).
+func toolKey(name string) *yaml.Node {
+	key := str(name)
+	if name == "*" || name == "<<" {
+		key.Style = yaml.DoubleQuotedStyle
+	}
+	return key
 }
 
 func mapping() *yaml.Node  { return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"} }

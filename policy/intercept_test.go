@@ -489,6 +489,21 @@ func TestInterceptListsTheWildcardOnlyWithRules(t *testing.T) {
 	}
 }
 
+// A tool named "<<" is written quoted: bare, YAML reads it as a merge key
+// and splices its body into tools.
+func TestInterceptQuotesAMergeKeyToolName(t *testing.T) {
+	p := mustParse(t, `{ "version": "1", "default": "deny", "tools": {
+  "<<": { "deny_if": [ { "conditions": [], "on_deny": "ask first" } ] }, "a": {} } }`)
+	out, err := Intercept(p, InterceptOptions{})
+	require.NoError(t, err)
+	assert.Contains(t, string(out.YAML), "\n  \"<<\":\n")
+	cfg := checkIntercept(t, out.YAML)
+	assert.Len(t, cfg.Tools, 2)
+	require.Contains(t, cfg.Tools, "<<")
+	require.Len(t, cfg.Tools["<<"].Rules, 1)
+	assert.Equal(t, "ask first", cfg.Tools["<<"].Rules[0].OnDeny)
+}
+
 // TestInterceptBinary loads the YAML with the real Intercept (`intercept
 // validate`) when INTERCEPT_BIN names its binary; skipped otherwise.
 func TestInterceptBinary(t *testing.T) {
