@@ -98,12 +98,13 @@ func Intercept(p *Policy, o InterceptOptions) (*InterceptPolicy, error) {
 	w := interceptWriter{opts: o, extras: extras, dropped: &out.Dropped}
 	// "*" is listed only with rules: Intercept's default deny looks a call's
 	// tool up by its exact name, so "*" listed allows a tool named *.
-	if all := w.rules("*", "/all_tools", p.AllTools); len(all) > 0 {
+	all := w.rules("*", "/all_tools", p.AllTools)
+	if len(all) > 0 {
 		tools["*"] = all
 	}
 	for _, name := range p.ToolNames() {
-		if name == "*" {
-			out.Dropped = append(out.Dropped, Dropped{ToolPointer(name), "a tool named * would be Intercept's wildcard, whose rules apply to every tool"})
+		if why := reservedName(name, rateLimited(all)); why != "" {
+			out.Dropped = append(out.Dropped, Dropped{ToolPointer(name), why})
 			continue
 		}
 		tools[name] = w.rules(name, ToolPointer(name), p.Tools[name])
@@ -150,6 +151,33 @@ func Intercept(p *Policy, o InterceptOptions) (*InterceptPolicy, error) {
 	}
 	out.YAML = buf.Bytes()
 	return out, nil
+}
+
+// reservedName says why a tool cannot be listed under its own name, or "".
+// Intercept counts the wildcard's rate limits as those of a tool "_global"
+// (state._global._rate_<window>): a tool of that name would share those
+// counters, and its validator refuses the file when the tool lacks one.
+func reservedName(name string, globalCounters bool) string {
+	switch {
+	case name == "*":
+		return "a tool named * would be Intercept's wildcard, whose rules apply to every tool"
+	case name == "_global" && globalCounters:
+		return "Intercept counts all_tools' rate limits as a tool named _global (_global._rate_<window>): " +
+			"listed, this tool would share those counters, or make Intercept refuse the file where it lacks one"
+	}
+	return ""
+}
+
+// rateLimited reports whether some of the rules is a rate_limit.
+func rateLimited(rules []*yaml.Node) bool {
+	return slices.ContainsFunc(rules, func(r *yaml.Node) bool {
+		for i := 0; i+1 < len(r.Content); i += 2 {
+			if r.Content[i].Value == "rate_limit" {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 type interceptWriter struct {

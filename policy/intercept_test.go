@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -58,6 +59,9 @@ func checkIntercept(t *testing.T, out []byte) interceptConfig {
 		assert.False(t, seen[h], "hide: duplicate %q", h)
 		seen[h] = true
 	}
+	wildcardCounted := slices.ContainsFunc(cfg.Tools["*"].Rules, func(r interceptRule) bool { return r.RateLimit != "" })
+	_, global := cfg.Tools["_global"]
+	assert.False(t, wildcardCounted && global, "a tool _global would share the wildcard's counters")
 	for tool, td := range cfg.Tools {
 		windows := map[string]bool{}
 		for i, r := range td.Rules {
@@ -502,6 +506,36 @@ func TestInterceptQuotesAMergeKeyToolName(t *testing.T) {
 	require.Contains(t, cfg.Tools, "<<")
 	require.Len(t, cfg.Tools["<<"].Rules, 1)
 	assert.Equal(t, "ask first", cfg.Tools["<<"].Rules[0].OnDeny)
+}
+
+// Intercept counts all_tools' rate limits as a tool named _global: a tool
+// of that name is left out while the wildcard has one, and written as any
+// other when it has none (its counters are then its own).
+func TestInterceptDropsAToolNamedGlobalBesideWildcardLimits(t *testing.T) {
+	const tools = `"tools": {
+    "_global": { "deny_if": [ { "conditions": [ { "path": "args.x", "op": "eq", "value": 1 } ] } ],
+      "limits": [ { "counter": "own", "window": "hour", "max": 5 } ] },
+    "a": {} }`
+	p := mustParse(t, `{ "version": "1", "default": "deny",
+  "all_tools": { "limits": [ { "counter": "all", "window": "minute", "max": 100 } ] }, `+tools+` }`)
+	instanceLimits(p, "all", "own")
+	out, err := Intercept(p, InterceptOptions{})
+	require.NoError(t, err)
+	require.Len(t, out.Dropped, 1)
+	assert.Equal(t, "/tools/_global", out.Dropped[0].Pointer)
+	assert.Contains(t, out.Dropped[0].Why, "_global._rate_<window>")
+	cfg := checkIntercept(t, out.YAML)
+	assert.NotContains(t, cfg.Tools, "_global")
+	assert.Equal(t, "100/minute", cfg.Tools["*"].Rules[0].RateLimit)
+
+	p = mustParse(t, `{ "version": "1", "default": "deny", `+tools+` }`)
+	instanceLimits(p, "own")
+	out, err = Intercept(p, InterceptOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, out.Dropped)
+	cfg = checkIntercept(t, out.YAML)
+	require.Len(t, cfg.Tools["_global"].Rules, 2)
+	assert.Equal(t, "5/hour", cfg.Tools["_global"].Rules[1].RateLimit)
 }
 
 // TestInterceptBinary loads the YAML with the real Intercept (`intercept
