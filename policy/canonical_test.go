@@ -207,3 +207,16 @@ func TestUnifiedDiff(t *testing.T) {
 	assert.Contains(t, fromNothing, "--- /dev/null\n+++ policy.json\n@@ -0,0 +1,")
 	assert.Contains(t, fromNothing, "\n+  \"version\": \"1\"\n")
 }
+
+// Holding reads the pointers Dropped and LimitPointer write: a limit by its
+// counter, or by its index when it has none.
+func TestHolding(t *testing.T) {
+	p := mustParse(t, `{ "version": "1", "default": "deny", "surprise": 1,
+  "all_tools": { "limits": [ { "counter": "all", "window": "minute", "max": 9, "note": "x" } ] },
+  "tools": { "*": {}, "a/b": { "extra": true },
+    "c": { "deny_if": [ { "conditions": [ { "path": "args.x", "op": "eq", "value": 1, "why": "y" } ] } ] } } }`)
+	held, err := p.Holding([]string{"/surprise", "/tools/*", "/tools/a~1b/extra", "/all_tools/limits/all/note",
+		"/tools/c/deny_if/0/conditions/0/why", "/missing", "/tools/a", "/all_tools/limits/0", "/tools/c/deny_if/1", "tools"})
+	require.NoError(t, err)
+	assert.Equal(t, []bool{true, true, true, true, true, false, false, false, false, false}, held)
+}

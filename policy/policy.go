@@ -2,8 +2,10 @@ package policy
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -233,3 +235,64 @@ func pointerEscape(s string) string {
 
 // ToolPointer returns the JSON pointer of a tool's rules, "/tools/<name>".
 func ToolPointer(tool string) string { return "/tools/" + pointerEscape(tool) }
+
+// Holding reports which of ptrs p holds a value at. The pointers are JSON
+// pointers as Dropped and LimitPointer write them: a limit is named by its
+// counter, or by its index when it has none.
+func (p *Policy) Holding(ptrs []string) ([]bool, error) {
+	doc, err := p.Canonical()
+	if err != nil {
+		return nil, err
+	}
+	var root any
+	if err := json.Unmarshal(doc, &root); err != nil {
+		return nil, fmt.Errorf("policy: reading canonical JSON: %w", err)
+	}
+	out := make([]bool, len(ptrs))
+	for i, ptr := range ptrs {
+		out[i] = holds(root, ptr)
+	}
+	return out, nil
+}
+
+func holds(v any, ptr string) bool {
+	if ptr == "" {
+		return true
+	}
+	rest, ok := strings.CutPrefix(ptr, "/")
+	if !ok {
+		return false
+	}
+	parent := ""
+	for _, tok := range strings.Split(rest, "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch t := v.(type) {
+		case map[string]any:
+			v, ok = t[tok]
+		case []any:
+			v, ok = element(t, tok, parent == "limits")
+		default:
+			ok = false
+		}
+		if !ok {
+			return false
+		}
+		parent = tok
+	}
+	return true
+}
+
+// element is the list's element tok names: its index, or for a limit its
+// counter (LimitPointer).
+func element(list []any, tok string, limits bool) (any, bool) {
+	for i, e := range list {
+		counter := ""
+		if m, ok := e.(map[string]any); ok && limits {
+			counter, _ = m["counter"].(string)
+		}
+		if (limits && counter == tok) || (counter == "" && strconv.Itoa(i) == tok) {
+			return e, true
+		}
+	}
+	return nil, false
+}

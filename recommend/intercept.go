@@ -170,15 +170,20 @@ func (s *state) gatewayLimits(ctx context.Context, proposed *policy.Policy) (*Ga
 // carry over, which --allow-lossy leaves out (a deny_if of several
 // conditions, a limit per grant). Each is a loosening of its tool, added to
 // the tool's loosening finding or one of its own, so that the output and
-// --fail-on widen see it. It reports whether it changed the findings.
+// --fail-on widen see it; so is a field or tool the output leaves out
+// ("field removed: <pointer>"). It reports whether it changed the findings.
 // Without a current policy the proposal is compared with the window's
 // decisions, which per-instance peaks are sized from.
-func (s *state) gatewayLoosenings(proposed *policy.Policy, g *GatewayPolicy) bool {
+func (s *state) gatewayLoosenings(proposed *policy.Policy, g *GatewayPolicy) (bool, error) {
 	cur := s.opts.Current
 	if cur == nil {
-		return false
+		return false, nil
 	}
-	enforced := enforcedByIntercept(g.Policy)
+	enforced, fields := enforcedByIntercept(g.Policy)
+	removed, err := removedFields(cur, fields)
+	if err != nil {
+		return false, err
+	}
 	tools := map[string]bool{}
 	for _, p := range []*policy.Policy{cur, proposed, enforced} {
 		for t := range p.Tools {
@@ -189,7 +194,7 @@ func (s *state) gatewayLoosenings(proposed *policy.Policy, g *GatewayPolicy) boo
 	for _, t := range slices.Sorted(maps.Keys(tools)) {
 		already := Loosenings(cur, proposed, t)
 		var extra []string
-		for _, w := range Loosenings(cur, enforced, t) {
+		for _, w := range append(Loosenings(cur, enforced, t), fieldChanges(cur, removed, t)...) {
 			if !slices.Contains(already, w) {
 				extra = append(extra, w+inOutput+g.Format+" output)")
 			}
@@ -209,15 +214,18 @@ func (s *state) gatewayLoosenings(proposed *policy.Policy, g *GatewayPolicy) boo
 		s.add(s.looseningFinding(t, g.Policy, fmt.Sprintf("%s: the %s output widens access (%s)", t, g.Format, text),
 			map[string]any{"before": RuleText(cur, t), "after": RuleText(g.Policy, t), "changes": extra, "newly_allowed": int64(0)}))
 	}
-	return changed
+	return changed, nil
 }
 
-// enforcedByIntercept is p as Intercept will enforce it: without the rules
-// its YAML cannot carry over, which --allow-lossy leaves out.
-func enforcedByIntercept(p *policy.Policy) *policy.Policy {
+// enforcedByIntercept is p as Intercept will enforce it: without the
+// deny_if entries and limits its YAML cannot carry over, which
+// --allow-lossy leaves out. It returns the pointers of the rest of what
+// the YAML leaves out (fields, tools), which p, holding them still, cannot
+// show as missing.
+func enforcedByIntercept(p *policy.Policy) (*policy.Policy, []string) {
 	out, err := policy.Intercept(p, policy.InterceptOptions{})
 	if err != nil || len(out.Dropped) == 0 {
-		return p
+		return p, nil
 	}
 	dropped := map[string]bool{}
 	for _, d := range out.Dropped {
@@ -230,13 +238,17 @@ func enforcedByIntercept(p *policy.Policy) *policy.Policy {
 		}
 		var deny []policy.DenyRule
 		for i, d := range r.DenyIf {
-			if !dropped[base+"/deny_if/"+strconv.Itoa(i)] {
+			if ptr := base + "/deny_if/" + strconv.Itoa(i); dropped[ptr] {
+				delete(dropped, ptr)
+			} else {
 				deny = append(deny, d)
 			}
 		}
 		var limits []policy.Limit
 		for i, l := range r.Limits {
-			if !dropped[policy.LimitPointer(base, i, l)] {
+			if ptr := policy.LimitPointer(base, i, l); dropped[ptr] {
+				delete(dropped, ptr)
+			} else {
 				limits = append(limits, l)
 			}
 		}
@@ -246,7 +258,46 @@ func enforcedByIntercept(p *policy.Policy) *policy.Policy {
 		keep(policy.ToolPointer(name), r)
 	}
 	keep("/all_tools", q.AllTools)
-	return q
+	return q, slices.Sorted(maps.Keys(dropped))
+}
+
+// removedFields are the pointers among dropped that the current policy
+// holds: what the Intercept output loses of it.
+func removedFields(cur *policy.Policy, dropped []string) ([]string, error) {
+	if len(dropped) == 0 {
+		return nil, nil
+	}
+	held, err := cur.Holding(dropped)
+	if err != nil {
+		return nil, fmt.Errorf("dropped fields: %w", err)
+	}
+	var out []string
+	for i, ptr := range dropped {
+		if held[i] {
+			out = append(out, ptr)
+		}
+	}
+	return out, nil
+}
+
+// fieldChanges are tool t's changes by the removed fields: "field removed:
+// <pointer>". Whatever a field the output cannot carry meant, losing it may
+// widen access. A tool's field concerns the tool; a field of the policy or
+// of all_tools every tool the current policy lets call.
+func fieldChanges(cur *policy.Policy, removed []string, t string) []string {
+	own := policy.ToolPointer(t)
+	var out []string
+	for _, ptr := range removed {
+		switch {
+		case ptr == own || strings.HasPrefix(ptr, own+"/"):
+		case strings.HasPrefix(ptr, "/tools/"):
+			continue // another tool's
+		case accessOf(cur, t).level < accApproval:
+			continue
+		}
+		out = append(out, "field removed: "+ptr)
+	}
+	return out
 }
 
 // refusedIn counts, for each limit, the calls it would have counted in the

@@ -3,6 +3,7 @@ package recommend_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"path/filepath"
@@ -258,4 +259,43 @@ func TestInterceptDroppedRulesAreLoosenings(t *testing.T) {
 	assert.Equal(t, recommend.OpWiden, f.Action.Op)
 	assert.True(t, slices.ContainsFunc(recommend.OpenWidenings(second), func(w recommend.Widening) bool { return w.Tool == tool }),
 		"--fail-on widen counts it")
+}
+
+// A field or tool of the current policy that the Intercept output leaves
+// out (an unknown field, a tool named *) is a widening at the gateway too:
+// "field removed: <pointer>", which --fail-on widen counts, though no rule
+// of the enforced policy shows it missing.
+func TestInterceptDroppedFieldsAreLoosenings(t *testing.T) {
+	store, opts, first := interceptRun(t)
+	current := first.Policy.Clone()
+	const tool = "get_vm_status"
+	require.Contains(t, current.Tools, tool)
+	if current.Tools[tool] == nil {
+		current.Tools[tool] = &policy.ToolRule{}
+	}
+	current.Tools[tool].Extra = map[string]json.RawMessage{"max_payload": []byte(`1024`)}
+	current.Tools["*"] = &policy.ToolRule{DenyIf: []policy.DenyRule{{OnDeny: "ask first"}}}
+	require.NoError(t, current.Validate())
+	opts.Current = current
+	second, err := recommend.Recommend(context.Background(), store.DB(), opts)
+	require.NoError(t, err)
+
+	for want, changed := range map[string]string{
+		tool: "field removed: /tools/get_vm_status/max_payload (in the intercept output)",
+		"*":  "field removed: /tools/* (in the intercept output)",
+	} {
+		i := slices.IndexFunc(second.Findings, func(f recommend.Finding) bool { return f.Kind == recommend.KindLoosening && f.Tool == want })
+		if !assert.GreaterOrEqual(t, i, 0, "the dropped %s is a loosening of %s", changed, want) {
+			continue
+		}
+		f := second.Findings[i]
+		assert.Contains(t, f.Summary, changed)
+		assert.Contains(t, f.Evidence["changes"], changed)
+		assert.True(t, slices.ContainsFunc(recommend.OpenWidenings(second), func(w recommend.Widening) bool { return w.Tool == want }),
+			"--fail-on widen counts %s", want)
+	}
+	other := slices.IndexFunc(second.Findings, func(f recommend.Finding) bool {
+		return f.Kind == recommend.KindLoosening && f.Tool == "list_vms" && strings.Contains(f.Summary, "field removed")
+	})
+	assert.Negative(t, other, "a tool's field concerns that tool only")
 }

@@ -103,9 +103,9 @@ func WideningKinds(evidence map[string]any) []string {
 	for _, c := range changes {
 		kind, _, _ := strings.Cut(c, ":")
 		switch kind {
-		case "condition removed", "limit removed":
-			// What follows names a rule of the policy, not a figure of the
-			// traffic: another rule removed is another widening.
+		case "condition removed", "limit removed", "field removed":
+			// What follows names a rule (or field) of the policy, not a
+			// figure of the traffic: another removed is another widening.
 			kinds = append(kinds, c)
 			continue
 		case "limit raised", "scope broadened":

@@ -225,7 +225,8 @@ func TestWideningKinds(t *testing.T) {
 	// A removed rule is named by its text: another rule removed is news.
 	accepted = recommend.WideningKinds(map[string]any{"changes": []string{
 		`condition removed: deny_if args.node eq "pve1" and args.vmid lt 100 (in the intercept output)`,
-		"limit removed: all tools 600/minute per grant"}})
+		"limit removed: all tools 600/minute per grant",
+		"field removed: /tools/get_a/max_payload (in the intercept output)"}})
 	for _, tt := range []struct {
 		changes []string
 		covered bool
@@ -234,6 +235,8 @@ func TestWideningKinds(t *testing.T) {
 		{[]string{"limit removed: all tools 600/minute per grant"}, true},
 		{[]string{`condition removed: deny_if args.node eq "pve2" and args.vmid lt 100 (in the intercept output)`}, false},
 		{[]string{"limit removed: 100/minute per grant"}, false},
+		{[]string{"field removed: /tools/get_a/max_payload (in the intercept output)"}, true},
+		{[]string{"field removed: /tools/get_a/max_burst (in the intercept output)"}, false},
 	} {
 		kinds := recommend.WideningKinds(map[string]any{"changes": tt.changes})
 		assert.Equal(t, tt.covered, recommend.WideningCovered(kinds, accepted), "%v", tt.changes)

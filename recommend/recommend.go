@@ -121,9 +121,15 @@ func Recommend(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if gateway != nil && s.gatewayLoosenings(proposed, gateway) {
-		s.applySuppressions()
-		sortFindings(s.findings)
+	if gateway != nil {
+		changed, err := s.gatewayLoosenings(proposed, gateway)
+		if err != nil {
+			return nil, err
+		}
+		if changed {
+			s.applySuppressions()
+			sortFindings(s.findings)
+		}
 	}
 	changes := opts.SuppressionLog
 	if changes == nil {
