@@ -91,8 +91,9 @@ func TestDecodeIntercept(t *testing.T) {
 		{"hidden", call(`,"result":"denied","rule":"(hidden)","message":"hidden"`), Hidden, "(hidden)", "hidden"},
 		{"rate limit at reservation", call(`,"result":"denied","message":"Rate limit exceeded for status polling"`), RateLimited, "", "Rate limit exceeded for status polling"},
 		{"rate limit, any case", call(`,"result":"denied","message":"RATE LIMIT of 20 per minute reached. Try again later."`), RateLimited, "", "RATE LIMIT of 20 per minute reached. Try again later."},
+		{"rate limit with its own on_deny", call(`,"result":"denied","message":"Polling is capped; wait for the task"`), RateLimited, "", "Polling is capped; wait for the task"},
 		{"a named rule's message stays a denial", call(`,"result":"denied","rule":"poll cap","message":"Rate limit of 20 per minute reached."`), Denied, "poll cap", "Rate limit of 20 per minute reached."},
-		{"a denial without rule or rate limit", call(`,"result":"denied","message":"Internal policy error"`), Denied, "", "Internal policy error"},
+		{"a failed reservation is no rate limit", call(`,"result":"denied","message":"Internal policy error"`), Denied, "", "Internal policy error"},
 		{"a later decision value", call(`,"result":"approval_required"`), ApprovalRequired, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

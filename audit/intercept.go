@@ -1,7 +1,5 @@
 package audit
 
-import "strings"
-
 // intercept decodes a PolicyLayer Intercept JSONL line: tool_call lines become
 // events, startup lines feed InterceptServers, other types are skipped.
 func (d *decoder) intercept(res *Result, fs []field) error {
@@ -101,10 +99,16 @@ func (d *decoder) interceptToolCall(res *Result, fs []field, inst string) error 
 	return nil
 }
 
+// interceptInternalError is the message of Intercept's refusal when it
+// could not reserve a counter (a state store error, an increment it could
+// not read): no rate limit was reached.
+const interceptInternalError = "Internal policy error"
+
 // interceptDecision maps Intercept's result (allowed|denied, decided before
 // the upstream call) to a decision. Intercept denies hidden tools with rule
-// "(hidden)" and rate limits raised at reservation with no rule and a
-// message such as "Rate limit exceeded for …".
+// "(hidden)"; a refusal with no rule comes from its counters (a rate limit
+// reached at reservation), whose message is the limit's own on_deny, any
+// text, or "Rate limit exceeded for …", except interceptInternalError.
 func interceptDecision(result, rule, message string) Decision {
 	if result != string(Denied) {
 		return Decision(result) // allowed, or whatever validation rejects
@@ -112,7 +116,7 @@ func interceptDecision(result, rule, message string) Decision {
 	switch {
 	case rule == "(hidden)":
 		return Hidden
-	case rule == "" && strings.Contains(strings.ToLower(message), "rate limit"):
+	case rule == "" && message != interceptInternalError:
 		return RateLimited
 	}
 	return Denied
