@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -47,17 +48,34 @@ func Refusals(p *Policy) map[string]*Refusal {
 }
 
 // ConditionKey names a condition by what it tests, so that two spellings of
-// one value (whitespace, key order, 1e4 and 10000) name the same condition.
+// one value (whitespace, key order, 1e4 and 1.0e4; for lt…gte 10000 too)
+// name the same condition, and two values the evaluator tells apart never
+// do: where a value may be compared as text, an integer written as one
+// (10000) compares by its digits and any other number (1e4) as a float
+// (conditionValue), so they are keyed apart.
 func ConditionKey(c Condition) string {
 	value := string(c.Value)
-	var v any
-	if c.Value != nil && json.Unmarshal(c.Value, &v) == nil {
-		if b, err := json.Marshal(v); err == nil {
-			value = string(b)
+	if c.Value != nil {
+		dec := json.NewDecoder(bytes.NewReader(c.Value))
+		dec.UseNumber()
+		var v any
+		if dec.Decode(&v) == nil {
+			v = conditionValue(v, false)
+			if b, err := json.Marshal(v); err == nil {
+				value = string(b)
+				if _, float := v.(float64); float && textCompared(c.Op) {
+					value = "f:" + value
+				}
+			}
 		}
 	}
 	return c.Path + "\x00" + c.Op + "\x00" + value
 }
+
+// textCompared tells the ops that may compare a top-level value as text
+// (a string argument against a number), where an integer and a float of
+// one value differ; lt…gte compare numbers alone.
+func textCompared(op string) bool { return op == "eq" || op == "neq" || op == "contains" }
 
 // ConditionsKey names a deny_if entry's conditions, which all must hold, in
 // any order.

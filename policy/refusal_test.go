@@ -2,6 +2,7 @@ package policy
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -67,4 +68,33 @@ func TestRefusedCallsKeepTheirConditions(t *testing.T) {
 	v := e.Evaluate(Call{TS: t0, Tool: "refund", Args: map[string]any{"reason": "dup", "amount": 10.0}, Refused: denied})
 	assert.Equal(t, Allowed, v.Decision)
 	assert.Nil(t, Refusals(nil))
+}
+
+// Two spellings of one value name one condition; two values the evaluator
+// tells apart (an integer, compared as text by its digits, and the same
+// number written as a float, compared as text as 1e+06) never do: else
+// respelling a deny_if's value would let calls through unreported.
+func TestConditionKeyFollowsTheEvaluator(t *testing.T) {
+	key := func(v string) string { return ConditionKey(Condition{Path: "args.amount", Op: "eq", Value: []byte(v)}) }
+	assert.Equal(t, key(`1e6`), key(`1.0e6`))
+	assert.Equal(t, key(`1e6`), key(`1000000.0`))
+	assert.Equal(t, key(`{"a": 1, "b": [2]}`), key(`{"b":[2.0],"a":1.0}`), "inside an object every number is a float")
+	assert.NotEqual(t, key(`1000000`), key(`1e6`))
+	assert.NotEqual(t, key(`1000000`), key(`1000000.0`))
+	call := Call{TS: time.Unix(0, 0), Tool: "pay", Grant: "g", Args: map[string]any{"amount": "1000000"}}
+	for _, v := range []string{`1000000`, `1e6`} {
+		p, err := Parse([]byte(`{"version":"1","default":"deny","tools":{"pay":{"deny_if":[{"conditions":[{"path":"args.amount","op":"eq","value":`+v+`}],"on_deny":"no"}]}}}`), "p.json")
+		require.NoError(t, err)
+		want := Allowed
+		if v == `1000000` {
+			want = Denied
+		}
+		assert.Equal(t, want, NewEvaluator(p).Evaluate(call).Decision, "value %s", v)
+	}
+}
+
+// For lt…gte, which compare numbers alone, 500 and 5e2 are one value.
+func TestConditionKeyOfAThreshold(t *testing.T) {
+	key := func(v string) string { return ConditionKey(Condition{Path: "args.amount", Op: "gte", Value: []byte(v)}) }
+	assert.Equal(t, key(`500`), key(`5e2`))
 }

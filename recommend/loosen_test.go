@@ -242,3 +242,21 @@ func TestWideningKinds(t *testing.T) {
 		assert.Equal(t, tt.covered, recommend.WideningCovered(kinds, accepted), "%v", tt.changes)
 	}
 }
+
+// A deny_if value respelled from an integer to a float (1000000 → 1e6)
+// lets the argument "1000000" through (compared as text, 1e6 is 1e+06): a
+// loosening, and a call refused by it is no longer refused in the replay.
+func TestRespelledNumberIsALoosening(t *testing.T) {
+	cur := parsePolicy(t, `{"version":"1","default":"deny","tools":{"pay":{"deny_if":[{"conditions":[{"path":"args.amount","op":"eq","value":1000000}],"on_deny":"too much"}]}}}`)
+	for _, v := range []string{`1e6`, `1000000.0`} {
+		prop := parsePolicy(t, `{"version":"1","default":"deny","tools":{"pay":{"deny_if":[{"conditions":[{"path":"args.amount","op":"eq","value":`+v+`}],"on_deny":"too much"}]}}}`)
+		call := policy.Call{TS: time.Unix(0, 0), Tool: "pay", Grant: "g", Args: map[string]any{"amount": "1000000"}}
+		require.Equal(t, policy.Denied, policy.NewEvaluator(cur).Evaluate(call).Decision)
+		require.Equal(t, policy.Allowed, policy.NewEvaluator(prop).Evaluate(call).Decision)
+		assert.NotEmpty(t, recommend.Loosenings(cur, prop, "pay"), v)
+		refused := call
+		refused.Args = nil
+		refused.Refused = policy.Refusals(cur)["/tools/pay/deny_if/0"]
+		assert.Equal(t, policy.Allowed, policy.NewEvaluator(prop).Evaluate(refused).Decision, "%s: the replay lets the refused call through", v)
+	}
+}
