@@ -95,6 +95,8 @@ func TestConditionKeyFollowsTheEvaluator(t *testing.T) {
 
 // For lt…gte, which compare numbers alone, 500 and 5e2 are one value.
 func TestConditionKeyOfAThreshold(t *testing.T) {
-	key := func(v string) string { return ConditionKey(Condition{Path: "args.amount", Op: "gte", Value: []byte(v)}) }
+	key := func(v string) string {
+		return ConditionKey(Condition{Path: "args.amount", Op: "gte", Value: []byte(v)})
+	}
 	assert.Equal(t, key(`500`), key(`5e2`))
 }
