@@ -24,8 +24,9 @@ type Classification struct {
 //     read, destructiveHint true is destructive, readOnlyHint false with
 //     destructiveHint false is write. Absent hints are not read as MCP's
 //     worst-case defaults; they leave the decision to the signals below.
-//     Annotations say nothing about code execution or access control, so an
-//     exec or admin signal still raises a tool that is not declared read-only;
+//     A server's hints raise a tool but never lower it below a destructive,
+//     exec or admin signal of the heuristics below (they are the server's
+//     word, which only a user's override outranks);
 //  3. then the riskiest of the heuristic signals: the verbs and nouns of the
 //     name (source "name"), phrases of the description's summary (source
 //     "description") and the input schema (source "schema": a method-like
@@ -92,29 +93,29 @@ func annotationSignal(a *Annotations, h signal) (signal, bool) {
 		// server that sets both is confused; the riskier reading is the safe one.
 		return signal{Destructive, SourceAnnotation, "contradictory annotations readOnlyHint=true and destructiveHint=true: taking the riskier"}, true
 	case isTrue(ro):
-		return signal{Read, SourceAnnotation, "annotation readOnlyHint=true"}, true
+		base = signal{Read, SourceAnnotation, "annotation readOnlyHint=true"}
 	case isTrue(de):
 		base = signal{Destructive, SourceAnnotation, "annotation destructiveHint=true"}
 	case isFalse(ro) && isFalse(de):
 		base = signal{Write, SourceAnnotation, "annotations readOnlyHint=false, destructiveHint=false"}
 	case isFalse(ro):
-		// Not read-only, destructiveness unstated: the other signals may still
-		// find a destructive tool.
 		base = signal{Write, SourceAnnotation, "annotation readOnlyHint=false"}
-		if h.cat == Destructive {
-			return h, true
-		}
 	case isFalse(de):
 		// Only rules destruction out; anything else is for the other signals.
 		if h.cat != Destructive {
 			return signal{}, false
 		}
-		base = signal{Write, SourceAnnotation, "annotation destructiveHint=false overrides " + h.why}
+		base = signal{Write, SourceAnnotation, "annotation destructiveHint=false"}
 	default:
 		return signal{}, false
 	}
-	if (h.cat == Exec || h.cat == Admin) && h.cat.Riskier(base.cat) {
-		h.why += " (" + base.why + " cannot express exec or admin)"
+	// A server's hints may raise a tool, never lower it below what its
+	// name, description or arguments call destructive, exec or admin: MCP
+	// holds an untrusted server's annotations to decide nothing, and a
+	// least-privilege proposal must not drop a gate on its word (a user's
+	// override may). Annotations cannot say exec or admin in any case.
+	if h.cat.Riskier(Write) && h.cat.Riskier(base.cat) {
+		h.why += " (" + base.why + " does not lower it)"
 		return h, true
 	}
 	return base, true

@@ -45,9 +45,10 @@ func TestClassifyPrecedence(t *testing.T) {
 	runClassify(t, []classifyCase{
 		{"override beats annotation", deleteVM, Overrides{"delete_vm": {Category: Write, Why: "reviewed: soft delete"}}, Write, SourceOverride, "reviewed: soft delete"},
 		{"override without why", deleteVM, Overrides{"delete_vm": {Category: Admin}}, Admin, SourceOverride, "set by override"},
-		{"override of another tool is ignored", deleteVM, Overrides{"other": {Category: Admin}}, Read, SourceAnnotation, "readOnlyHint=true"},
-		{"invalid override category is ignored", deleteVM, Overrides{"delete_vm": {Category: "bogus"}}, Read, SourceAnnotation, ""},
-		{"annotation beats name", deleteVM, nil, Read, SourceAnnotation, "readOnlyHint=true"},
+		{"override of another tool is ignored", deleteVM, Overrides{"other": {Category: Admin}}, Destructive, SourceName, "readOnlyHint=true does not lower it"},
+		{"invalid override category is ignored", deleteVM, Overrides{"delete_vm": {Category: "bogus"}}, Destructive, SourceName, ""},
+		{"a server's readOnly hint does not lower a delete name", deleteVM, nil, Destructive, SourceName, "readOnlyHint=true does not lower it"},
+		{"annotation beats a read name", Tool{Name: "get_vm", Annotations: ann(nil, yes)}, nil, Destructive, SourceAnnotation, "destructiveHint=true"},
 		{"name without annotations", Tool{Name: "delete_vm"}, nil, Destructive, SourceName, `"delete"`},
 		{"override beats exec name", Tool{Name: "run_command"}, Overrides{"run_command": {Category: Read}}, Read, SourceOverride, ""},
 	})
@@ -56,22 +57,23 @@ func TestClassifyPrecedence(t *testing.T) {
 func TestClassifyAnnotations(t *testing.T) {
 	runClassify(t, []classifyCase{
 		{"readOnly true", Tool{Name: "frob", Annotations: ann(yes, nil)}, nil, Read, SourceAnnotation, "readOnlyHint=true"},
-		{"readOnly true beats exec name", Tool{Name: "run_command", Annotations: ann(yes, nil)}, nil, Read, SourceAnnotation, ""},
+		{"readOnly true does not lower an exec name", Tool{Name: "run_command", Annotations: ann(yes, nil)}, nil, Exec, SourceName, "does not lower it"},
+		{"readOnly true settles a write name", Tool{Name: "update_vm", Annotations: ann(yes, nil)}, nil, Read, SourceAnnotation, "readOnlyHint=true"},
 		{"destructive true", Tool{Name: "get_thing", Annotations: ann(nil, yes)}, nil, Destructive, SourceAnnotation, "destructiveHint=true"},
 		{"destructive true with readOnly false", Tool{Name: "frob", Annotations: ann(no, yes)}, nil, Destructive, SourceAnnotation, ""},
 		{"both true is contradictory, riskier wins", Tool{Name: "get_thing", Annotations: ann(yes, yes)}, nil, Destructive, SourceAnnotation, "contradictory"},
-		{"both false is write, beating a delete verb", Tool{Name: "delete_vm", Annotations: ann(no, no)}, nil, Write, SourceAnnotation, "readOnlyHint=false, destructiveHint=false"},
+		{"both false does not lower a delete verb", Tool{Name: "delete_vm", Annotations: ann(no, no)}, nil, Destructive, SourceName, "readOnlyHint=false, destructiveHint=false does not lower it"},
 		{"both false is write, beating a read verb", Tool{Name: "get_vm", Annotations: ann(no, no)}, nil, Write, SourceAnnotation, ""},
 		{"readOnly false alone lifts a read name to write", Tool{Name: "get_vm", Annotations: ann(no, nil)}, nil, Write, SourceAnnotation, "readOnlyHint=false"},
 		{"readOnly false alone leaves destruction to the name", Tool{Name: "delete_vm", Annotations: ann(no, nil)}, nil, Destructive, SourceName, ""},
-		{"destructive false alone caps a delete verb", Tool{Name: "delete_vm", Annotations: ann(nil, no)}, nil, Write, SourceAnnotation, "destructiveHint=false"},
+		{"destructive false alone does not lower a delete verb", Tool{Name: "delete_vm", Annotations: ann(nil, no)}, nil, Destructive, SourceName, "destructiveHint=false does not lower it"},
 		{"destructive false alone leaves a read to the name", Tool{Name: "get_vm", Annotations: ann(nil, no)}, nil, Read, SourceName, ""},
 		// Absent hints are not MCP's defaults (readOnly false, destructive true).
 		{"absent hints: name decides", Tool{Name: "get_vm", Annotations: &Annotations{Title: "Get VM"}}, nil, Read, SourceName, ""},
 		{"absent hints: unknown tool is write, not destructive", Tool{Name: "frobnicate", Annotations: &Annotations{Title: "Frob"}}, nil, Write, SourceDefault, ""},
 		{"idempotent and open-world hints do not classify", Tool{Name: "frobnicate", Annotations: &Annotations{IdempotentHint: yes, OpenWorldHint: yes}}, nil, Write, SourceDefault, ""},
 		// Annotations cannot say exec or admin.
-		{"exec name raises a non-destructive write annotation", Tool{Name: "run_command", Annotations: ann(no, no)}, nil, Exec, SourceName, "cannot express exec or admin"},
+		{"exec name raises a non-destructive write annotation", Tool{Name: "run_command", Annotations: ann(no, no)}, nil, Exec, SourceName, "does not lower it"},
 		{"admin name raises a destructive annotation", Tool{Name: "delete_user", Annotations: ann(nil, yes)}, nil, Admin, SourceName, ""},
 	})
 }
