@@ -213,6 +213,11 @@ func (p parser) tool(raw json.RawMessage, path string) (Tool, error) {
 	if !ok || kindOf(nameRaw) != "string" || json.Unmarshal(nameRaw, &t.Name) != nil || strings.TrimSpace(t.Name) == "" {
 		return Tool{}, p.fail(path+"/name", "expected a non-empty string")
 	}
+	if t.Name == "*" {
+		// In a policy "*" is every tool: hiding or listing a tool of
+		// that name would hide or list them all.
+		return Tool{}, p.fail(path+"/name", `a tool named "*" cannot be told apart from every tool in a policy (hide: ["*"] hides them all)`)
+	}
 	if t.Description, err = p.optString(obj, path, "description"); err != nil {
 		return Tool{}, err
 	}

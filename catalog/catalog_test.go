@@ -78,6 +78,7 @@ func TestParseErrors(t *testing.T) {
 		{"name empty", `{"tools":[{"name":""}]}`, `tools.json: /tools/0/name: expected a non-empty string`},
 		{"name blank", `{"tools":[{"name":"  "}]}`, `tools.json: /tools/0/name: expected a non-empty string`},
 		{"name a number", `{"tools":[{"name":7}]}`, `tools.json: /tools/0/name: expected a non-empty string`},
+		{"name every tool's", `{"tools":[{"name":"a"},{"name":"*"}]}`, `tools.json: /tools/1/name: a tool named "*" cannot be told apart from every tool in a policy (hide: ["*"] hides them all)`},
 		{"description not a string", `{"tools":[{"name":"a","description":["x"]}]}`, `tools.json: /tools/0/description: expected a string, found array`},
 		{"schema not an object", `{"tools":[{"name":"a","inputSchema":"object"}]}`, `tools.json: /tools/0/inputSchema: expected a JSON Schema object, found string`},
 		{"annotations not an object", `{"tools":[{"name":"a","annotations":[]}]}`, `tools.json: /tools/0/annotations: expected an object, found array`},

@@ -144,6 +144,9 @@ func (s *state) currentRule(tool string) *policy.ToolRule {
 // window, is reported but not hidden.
 func (s *state) detectUnused() {
 	for _, t := range s.universe {
+		if t == policy.HideAll {
+			continue // a tool named "*": hiding it would hide every tool
+		}
 		u := s.usage[t]
 		if u != nil && u.Allowed > 0 {
 			continue

@@ -87,6 +87,17 @@ func TestUnusedToolsGraceAndPeriodicUse(t *testing.T) {
 	assert.NotContains(t, unused, "create_snap_vm")
 }
 
+// A tool named "*" (an event's, unused in the window) is never hidden: in a
+// policy, hide "*" hides every tool.
+func TestAToolNamedStarIsNeverHidden(t *testing.T) {
+	store := synthetic(t, map[string][]int{"list_vms": {1, 2, 3}, "*": {40}, "get_old": {40}})
+	r, err := recommend.Recommend(context.Background(), store.DB(), recommend.Options{Server: "srv", Now: now, Params: recommend.DefaultParams()})
+	require.NoError(t, err)
+	assert.NotContains(t, r.Policy.Hide, policy.HideAll)
+	assert.False(t, r.Policy.Hidden("list_vms"))
+	assert.Contains(t, r.Policy.Hide, "get_old", "a tool as unused is hidden")
+}
+
 func TestCurrentPolicyRulesAreKept(t *testing.T) {
 	store := synthetic(t, map[string][]int{"list_vms": {1, 2, 3}, "refund": {1, 2}, "old_tool": {50}})
 	current, err := policy.Parse([]byte(`{

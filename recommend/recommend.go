@@ -420,6 +420,9 @@ func (s *state) propose() *policy.Policy {
 		}
 		switch f.Action.Op {
 		case OpHide:
+			if f.Tool == policy.HideAll {
+				continue // never hide every tool for one named "*"
+			}
 			if !slices.Contains(p.Hide, f.Tool) {
 				p.Hide = append(p.Hide, f.Tool)
 			}
