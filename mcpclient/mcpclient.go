@@ -163,6 +163,43 @@ func ToolsList(ctx context.Context, src Source) (*Result, error) {
 // explain turns an SDK error into one that says what failed and what to do.
 // The SDK's own text stays at the end, for the details.
 func explain(ctx context.Context, src Source, step string, err error, rec *recorder) error {
+	return scrub(src, explainRaw(ctx, src, step, err, rec))
+}
+
+// scrubbed is an error whose text keeps no credential of the URL.
+type scrubbed struct {
+	err  error
+	text string
+}
+
+func (e *scrubbed) Error() string { return e.text }
+func (e *scrubbed) Unwrap() error { return e.err }
+
+// scrub hides what a URL may carry as a credential (its user info, its
+// query: ?api_key=…) from err's text, which the transports' errors quote
+// whole; Describe names the server without them.
+func scrub(src Source, err error) error {
+	if err == nil || src.URL == "" {
+		return err
+	}
+	u, perr := url.Parse(src.URL)
+	text := strings.ReplaceAll(err.Error(), src.URL, src.Describe())
+	if perr == nil {
+		if u.RawQuery != "" {
+			text = strings.ReplaceAll(text, "?"+u.RawQuery, "")
+		}
+		if u.User != nil {
+			text = strings.ReplaceAll(text, u.User.String()+"@", "")
+			text = strings.ReplaceAll(text, u.Redacted(), src.Describe())
+		}
+	}
+	if text == err.Error() {
+		return err
+	}
+	return &scrubbed{err: err, text: text}
+}
+
+func explainRaw(ctx context.Context, src Source, step string, err error, rec *recorder) error {
 	what := src.Describe()
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("%s: no answer to %s before the timeout: check that it is an MCP server and that it starts quickly, or raise --timeout", what, step)

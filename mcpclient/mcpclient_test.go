@@ -231,6 +231,31 @@ func TestParseHeaderNeverRepeatsTheValue(t *testing.T) {
 	}
 }
 
+// A credential in the URL (a query's api key, a token as user info) is in
+// no error, whatever the transport quoted; a server that refuses it too.
+func TestErrorsHideTheURLsCredentials(t *testing.T) {
+	refusing := httptest.NewServer(mcptest.HTTPHandler("Authorization", "Bearer s3cret"))
+	defer refusing.Close()
+	for _, u := range []string{
+		"http://127.0.0.1:1/mcp?api_key=SUPERSECRET",
+		"http://ghp_SUPERSECRET@127.0.0.1:1/mcp",
+		"http://user:SUPERSECRET@127.0.0.1:1/mcp",
+		refusing.URL + "/?api_key=SUPERSECRET",
+		"http://127.0.0.1:1/key-SUPERSECRET/mcp?x=1",
+	} {
+		_, err := ToolsList(ctxFor(t, 10*time.Second), Source{URL: u})
+		require.Error(t, err)
+		msg := err.Error()
+		if strings.Contains(u, "/key-") {
+			// The path is the server's name (Describe keeps it): only
+			// the query goes.
+			assert.NotContains(t, msg, "x=1", u)
+			continue
+		}
+		assert.NotContains(t, msg, "SUPERSECRET", u)
+	}
+}
+
 func TestDescribeHidesCredentials(t *testing.T) {
 	assert.Equal(t, "https://mcp.example.com/mcp", Source{URL: "https://u:p4ss@mcp.example.com/mcp?token=t0k#f"}.Describe())
 	assert.Equal(t, "stdio server", Source{Command: []string{"/opt/bin/server", "--token", "t0k"}}.Describe())
