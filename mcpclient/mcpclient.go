@@ -26,9 +26,19 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// MaxTools bounds how many tools a server may list, so that a server that
-// pages forever fails instead of filling memory.
-const MaxTools = 100_000
+// Bounds of what a server may send, so that one that pages forever or
+// answers without end fails instead of filling memory: MaxTools tools,
+// MaxPages tools/list pages (empty pages count), MaxListBytes of tools/list
+// results in all, MaxResponseBytes in one HTTP response.
+const (
+	MaxTools         = 100_000
+	MaxPages         = 10_000
+	MaxListBytes     = 256 << 20
+	MaxResponseBytes = 64 << 20
+)
+
+// The bounds a test lowers.
+var maxPages, maxListBytes = MaxPages, MaxListBytes
 
 // terminateAfter is how long a stdio server has to exit after its standard
 // input is closed before it gets SIGTERM (and, as long again later, SIGKILL).
@@ -129,6 +139,7 @@ func ToolsList(ctx context.Context, src Source) (*Result, error) {
 	}
 	params := &mcp.ListToolsParams{}
 	seen := map[string]bool{}
+	listBytes := 0
 	for {
 		page, err := session.ListTools(ctx, params)
 		if err != nil {
@@ -148,6 +159,12 @@ func ToolsList(ctx context.Context, src Source) (*Result, error) {
 		res.Tools = append(res.Tools, body.Tools...)
 		if len(res.Tools) > MaxTools {
 			return nil, fmt.Errorf("%s lists more than %d tools: not a catalog mcptrail can take", src.Describe(), MaxTools)
+		}
+		if listBytes += len(raw); listBytes > maxListBytes {
+			return nil, fmt.Errorf("%s: tools/list results over %d bytes in all: not a catalog mcptrail can take", src.Describe(), maxListBytes)
+		}
+		if res.Pages >= maxPages && page.NextCursor != "" {
+			return nil, fmt.Errorf("%s: tools/list goes on past %d pages: not a catalog mcptrail can take", src.Describe(), maxPages)
 		}
 		if page.NextCursor == "" {
 			return res, nil
@@ -402,8 +419,28 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := http.DefaultTransport.RoundTrip(req)
 	if err == nil {
 		t.rec.setStatus(resp.StatusCode)
+		resp.Body = &limitedBody{ReadCloser: resp.Body, left: MaxResponseBytes}
 	}
 	return resp, err
+}
+
+// limitedBody fails a response body past its bound: the SDK reads a JSON
+// answer whole, however large.
+type limitedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, fmt.Errorf("an HTTP response over %d MiB: not an MCP answer mcptrail can take", MaxResponseBytes>>20)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 // ParseHeader reads a --header value, "Name: value". An error never repeats

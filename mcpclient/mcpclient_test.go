@@ -256,6 +256,39 @@ func TestErrorsHideTheURLsCredentials(t *testing.T) {
 	}
 }
 
+// A server that answers without end fails the fetch at MaxResponseBytes
+// instead of filling memory.
+func TestAnEndlessAnswerIsRefused(t *testing.T) {
+	endless := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		chunk := bytes.Repeat([]byte(" "), 1<<20)
+		for range MaxResponseBytes>>20 + 8 {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	defer endless.Close()
+	_, err := ToolsList(ctxFor(t, 30*time.Second), Source{URL: endless.URL})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "over 64 MiB")
+}
+
+// A server whose tools/list pages go on, or whose results grow, past the
+// bounds fails the fetch (the fixture's 3 pages, 5 tools, against bounds
+// lowered for the test).
+func TestAnEndlessListIsRefused(t *testing.T) {
+	defer func(p, b int) { maxPages, maxListBytes = p, b }(maxPages, maxListBytes)
+	maxPages = 2
+	_, err := ToolsList(ctxFor(t, 30*time.Second), Source{Command: fixtureCommand()})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "past 2 pages")
+	maxPages, maxListBytes = MaxPages, 100
+	_, err = ToolsList(ctxFor(t, 30*time.Second), Source{Command: fixtureCommand()})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "over 100 bytes in all")
+}
+
 func TestDescribeHidesCredentials(t *testing.T) {
 	assert.Equal(t, "https://mcp.example.com/mcp", Source{URL: "https://u:p4ss@mcp.example.com/mcp?token=t0k#f"}.Describe())
 	assert.Equal(t, "stdio server", Source{Command: []string{"/opt/bin/server", "--token", "t0k"}}.Describe())
