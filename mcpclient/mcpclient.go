@@ -111,6 +111,7 @@ func ToolsList(ctx context.Context, src Source) (*Result, error) {
 		procCtx, stop := context.WithCancel(ctx)
 		defer stop()
 		cmd := exec.CommandContext(procCtx, src.Command[0], src.Command[1:]...)
+		defer ownProcessGroup(cmd)() // after the orderly close below
 		cmd.Stderr = src.Stderr
 		cmd.WaitDelay = terminateAfter
 		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: terminateAfter}

@@ -203,6 +203,20 @@ func TestTimeoutStopsTheChild(t *testing.T) {
 	assert.True(t, errors.Is(syscall.Kill(pid, 0), syscall.ESRCH), "the child process %d still exists", pid)
 }
 
+// A server started through a wrapper (sh -c, npx) runs as a grandchild:
+// it is gone too when the fetch ends.
+func TestTimeoutStopsTheGrandchild(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	_, err := ToolsList(ctxFor(t, time.Second), Source{Command: []string{"sh", "-c", "sleep 60 & echo $! > " + pidFile + "; wait"}})
+	require.Error(t, err)
+	data, err := os.ReadFile(pidFile)
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	require.NoError(t, err)
+	assert.Eventually(t, func() bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) }, 5*time.Second, 20*time.Millisecond,
+		"the grandchild process %d still exists", pid)
+}
+
 func TestSplitCommand(t *testing.T) {
 	for line, want := range map[string][]string{
 		`npx -y @scope/server`:           {"npx", "-y", "@scope/server"},
