@@ -109,3 +109,17 @@ func TestCatalogFetchErrors(t *testing.T) {
 		})
 	}
 }
+
+// What a server sends never reaches the terminal raw: a catalog whose
+// server name holds an escape sequence is refused (the name is held to an
+// event's server's rules), and the message shows the sequence escaped.
+func TestCatalogTextReachesNoTerminalRaw(t *testing.T) {
+	tmp := t.TempDir()
+	doc := filepath.Join(tmp, "tools.json")
+	require.NoError(t, os.WriteFile(doc, []byte(`{"server":"x\u001b]0;owned\u0007\u001b[2J","tools":[{"name":"a"}]}`), 0o600))
+	_, code, errOut := runCLI(t, tmp, nil, []string{"catalog", "import", doc, "--db", filepath.Join(tmp, "m.duckdb")})
+	assert.Equal(t, 2, code, errOut)
+	assert.Contains(t, errOut, "names the server")
+	assert.NotContains(t, errOut, "\x1b", "no escape sequence reaches the terminal")
+	assert.Equal(t, "mcptrail: a \\x1b[2J b\nsecond line", "mcptrail: "+terminalLines("a \x1b[2J b\nsecond line"), "line breaks kept")
+}

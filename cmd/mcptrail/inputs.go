@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcptrail/mcptrail/analytics"
 	"github.com/mcptrail/mcptrail/api"
+	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/catalog"
 	"github.com/mcptrail/mcptrail/policy"
 	"github.com/mcptrail/mcptrail/recommend"
@@ -46,6 +47,12 @@ func (a *app) importCatalogData(ctx context.Context, store *analytics.Store, dat
 	}
 	if server == "" {
 		return "", 0, 0, usageErrorf("%s names no server: pass --server NAME", file)
+	}
+	if why := audit.BadServerName(server); why != "" {
+		// The document's server names what is stored and printed: held
+		// to the rules of an event's server (no control characters, no
+		// path separators).
+		return "", 0, 0, usageErrorf("%s names the server %q: %s: pass --server NAME", file, server, why)
 	}
 	ov, err := a.overrides()
 	if err != nil {

@@ -13,11 +13,13 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/mcptrail/mcptrail/internal/goheap"
+	"github.com/mcptrail/mcptrail/render"
 )
 
 func main() {
@@ -88,12 +90,23 @@ func (a *app) finish(err error) int {
 	}
 	code := exitCode(err)
 	if code != exitFailOn || !errors.Is(err, errQuietFailOn) {
-		fmt.Fprintf(a.stderr, "mcptrail: %v\n", err)
+		fmt.Fprintf(a.stderr, "mcptrail: %s\n", terminalLines(err.Error()))
 	}
 	if code == exitUsage && a.cmdUsage != "" {
 		fmt.Fprintf(a.stderr, "Run '%s --help' for usage.\n", a.cmdUsage)
 	}
 	return code
+}
+
+// terminalLines is an error's text safe for a terminal, line by line: it
+// may quote what a server, a file or a gateway sent (an MCP server's error
+// message), whose escape sequences must not reach the terminal.
+func terminalLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = render.Terminal(l)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // errQuietFailOn marks a --fail-on exit whose findings were already printed.
