@@ -115,6 +115,11 @@ func jsonOverride(tool string, val json.RawMessage) (Override, error) {
 		if err := json.Unmarshal(val, &fields); err != nil {
 			return Override{}, err
 		}
+		if k, ok := repeatedKey(val); ok {
+			// Read as a map, the last would win without a word: a
+			// reviewed "admin" silently weakened by a later "read".
+			return Override{}, fmt.Errorf("tool %q: field %q given twice", tool, k)
+		}
 		var cat, why string
 		keys := make([]string, 0, len(fields))
 		for k := range fields {
@@ -196,11 +201,16 @@ func yamlOverride(tool string, v *yaml.Node) (Override, error) {
 	case v.Kind == yaml.MappingNode:
 		var cat, why string
 		hasCat := false
+		seen := map[string]bool{}
 		for i := 0; i+1 < len(v.Content); i += 2 {
 			k, val := v.Content[i], v.Content[i+1]
 			if val.Kind != yaml.ScalarNode {
 				return Override{}, fmt.Errorf("tool %q: %q: expected a string", tool, k.Value)
 			}
+			if seen[k.Value] {
+				return Override{}, fmt.Errorf("tool %q: field %q given twice", tool, k.Value)
+			}
+			seen[k.Value] = true
 			switch k.Value {
 			case "category":
 				cat, hasCat = val.Value, true
@@ -216,6 +226,31 @@ func yamlOverride(tool string, v *yaml.Node) (Override, error) {
 		return newOverride(tool, cat, why)
 	}
 	return Override{}, fmt.Errorf("tool %q: expected a category or a mapping with \"category\" and \"why\"", tool)
+}
+
+// repeatedKey finds a key given twice in the JSON object obj (valid JSON).
+func repeatedKey(obj json.RawMessage) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if _, err := dec.Token(); err != nil { // {
+		return "", false
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		k, _ := t.(string)
+		if seen[k] {
+			return k, true
+		}
+		seen[k] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return "", false
+		}
+	}
+	return "", false
 }
 
 func newOverride(tool, category, why string) (Override, error) {

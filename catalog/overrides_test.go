@@ -59,6 +59,8 @@ func TestLoadOverridesErrors(t *testing.T) {
 			`o.yaml: line 2: tool "delete_vm": unknown category "danger" (allowed: read, write, destructive, exec, admin)`},
 		{"duplicate json", "o.json", `{"a":"read","a":"write"}`, `o.json: /a: tool "a" is listed twice`},
 		{"duplicate yaml", "o.yaml", "a: read\na: write\n", `o.yaml: line 2: tool "a" is listed twice`},
+		{"field twice json", "o.json", `{"delete_vm":{"category":"admin","category":"read"}}`, `o.json: /delete_vm: tool "delete_vm": field "category" given twice`},
+		{"field twice yaml", "o.yaml", "delete_vm:\n  category: admin\n  category: read\n", `o.yaml: line 2: tool "delete_vm": field "category" given twice`},
 		{"unexpected field json", "o.json", `{"a":{"catgory":"read"}}`, `o.json: /a: tool "a": unexpected field "catgory"`},
 		{"unexpected field yaml", "o.yaml", "a:\n  category: read\n  reason: x\n", `o.yaml: line 2: tool "a": unexpected field "reason"`},
 		{"missing category json", "o.json", `{"a":{"why":"x"}}`, `o.json: /a: tool "a": missing "category"`},
