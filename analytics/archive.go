@@ -169,10 +169,16 @@ func (s *Store) RestoreDay(ctx context.Context, server string, day time.Time, fi
 	}
 	return s.onWriter(ctx, "restore calls", func(conn *sql.Conn) (int64, error) {
 		// A day this database archived and deleted itself still has its
-		// runs in call_runs: its calls come back unchanged.
-		var own int64
-		if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM archive_days WHERE server = ? AND "date" = ? AND deleted_at IS NOT NULL`,
-			server, day.UTC().Format(time.DateOnly)).Scan(&own); err != nil {
+		// runs in call_runs: its calls come back unchanged, and its runs
+		// are kept (recomputed from the calls the store holds, they would
+		// lose the parts of their sessions in days still deleted) unless
+		// a late call of the day came while it was deleted, which rebuilt
+		// its session's runs without the archived calls.
+		var own, lateWhileDeleted int64
+		if err := conn.QueryRowContext(ctx, `SELECT count(*), coalesce(sum((SELECT count(*) FROM calls
+			WHERE `+dayWhere(server, day)+` AND ingested_at > a.deleted_at)), 0)
+			FROM archive_days a WHERE server = ? AND "date" = ? AND deleted_at IS NOT NULL`,
+			server, day.UTC().Format(time.DateOnly)).Scan(&own, &lateWhileDeleted); err != nil {
 			return 0, err
 		}
 		columns := `*`
@@ -188,6 +194,12 @@ func (s *Store) RestoreDay(ctx context.Context, server string, day time.Time, fi
 		if err != nil {
 			return 0, err
 		}
+		// The day's tool days are counted again from its calls, not
+		// merged: while the day was deleted they kept calls the archive
+		// does not hold (an id stored twice keeps one copy there).
+		if _, err := conn.ExecContext(ctx, `DELETE FROM tool_days WHERE server = ? AND day = ?`, server, dayNumber(day)); err != nil {
+			return 0, err
+		}
 		if err := recordToolDays(ctx, conn, dayWhere(server, day)); err != nil {
 			return 0, err
 		}
@@ -199,7 +211,7 @@ func (s *Store) RestoreDay(ctx context.Context, server string, day time.Time, fi
 				return 0, err
 			}
 		}
-		if own == 0 {
+		if own == 0 || lateWhileDeleted > 0 {
 			if err := recordRuns(ctx, conn, &s.tails, dayWhere(server, day)); err != nil {
 				return 0, err
 			}
