@@ -38,7 +38,8 @@ import (
 // calls; an analysis of every grant reads them only when the window holds
 // no call with a grant (they are kept per grant); and the window must
 // hold every call they were kept from (an archived day deleted from the
-// store is read only through the archive's view). later tells whether the
+// store is read only through the archive's view, and not at all once a
+// call of it came late). later tells whether the
 // scope has calls after the window's end (else its end cuts no run).
 func (q query) storedRunsUsable(ctx context.Context, minCalls int, maxInterval time.Duration) (usable, later bool, err error) {
 	if maxInterval != analytics.RunsMaxGap || minCalls < 2 {
@@ -46,18 +47,25 @@ func (q query) storedRunsUsable(ctx context.Context, minCalls int, maxInterval t
 	}
 	dayFrom, _ := analytics.ToolDay(q.from)
 	dayTo, _ := analytics.ToolDay(q.to)
-	var granted, deleted, view, after int64
+	var granted, deleted, lateDeleted, view, after int64
 	err = q.db.QueryRowContext(ctx, `SELECT
 	(SELECT count(*) FROM tool_days WHERE $grant = '' AND server = $server AND "grant" <> '' AND day BETWEEN $day_from AND $day_to),
 	(SELECT count(*) FROM archive_days WHERE server = $server AND deleted_at IS NOT NULL
 		AND "date" BETWEEN make_date(1970, 1, 1) + $day_from::INTEGER AND make_date(1970, 1, 1) + $day_to::INTEGER),
+	(SELECT count(*) FROM archive_days a WHERE server = $server AND deleted_at IS NOT NULL
+		AND "date" BETWEEN make_date(1970, 1, 1) + $day_from::INTEGER AND make_date(1970, 1, 1) + $day_to::INTEGER
+		AND EXISTS (SELECT 1 FROM calls c WHERE c.server = a.server AND c.ts >= a."date" AND c.ts < a."date" + INTERVAL 1 DAY
+			AND c.ingested_at > a.deleted_at)),
 	(SELECT count(*) FROM duckdb_views() WHERE view_name = 'calls' AND temporary),
 	(SELECT count(*) FROM (SELECT 1 FROM calls WHERE `+inScope+` AND ts > $to LIMIT 1))`,
-		q.args(sql.Named("day_from", dayFrom), sql.Named("day_to", dayTo))...).Scan(&granted, &deleted, &view, &after)
+		q.args(sql.Named("day_from", dayFrom), sql.Named("day_to", dayTo))...).Scan(&granted, &deleted, &lateDeleted, &view, &after)
 	if err != nil {
 		return false, false, fmt.Errorf("stored runs: %w", err)
 	}
-	return granted == 0 && (deleted == 0 || view > 0), after > 0, nil
+	// A deleted day that a call reached late: the store recomputed its
+	// session's runs without the archived calls, so they are read from
+	// the calls (the archive's view) until a restore repairs them.
+	return granted == 0 && (deleted == 0 || view > 0) && lateDeleted == 0, after > 0, nil
 }
 
 // crossingEnd is the last call of the runs that cross the window's start,

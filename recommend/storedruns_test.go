@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -216,4 +218,51 @@ func (l runList) len() int {
 		n += len(c)
 	}
 	return n
+}
+
+// A day the retention deleted is read through the archive's view with its
+// stored runs, until a call of it comes late: the store recomputed that
+// session's runs without the archived calls, so they are read from the
+// calls instead.
+func TestStoredRunsOfADeletedDayThatACallReachedLate(t *testing.T) {
+	ctx := context.Background()
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "archive")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	store, err := analytics.Open(ctx, filepath.Join(tmp, "s.duckdb"), analytics.Options{ArchiveDir: dir})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	day := time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
+	poll := func(id string, at time.Duration) audit.Event {
+		return audit.Event{ID: id, TS: day.Add(at), Server: "pve", Tool: "get_task_status", ArgsHash: "upid",
+			Decision: audit.Allowed, Grant: "g", Session: "s1"}
+	}
+	var evs []audit.Event
+	for i := range 10 {
+		evs = append(evs, poll(fmt.Sprintf("p-%d", i), 10*time.Hour+time.Duration(i)*20*time.Second))
+	}
+	_, err = store.Append(ctx, ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	rel := "server=pve/date=2026-11-20/calls-0.parquet"
+	require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, rel)), 0o755))
+	w, err := store.WriteDay(ctx, "pve", day, nil, filepath.Join(dir, rel))
+	require.NoError(t, err)
+	now := time.Now().UTC()
+	require.NoError(t, store.RecordArchiveFile(ctx, analytics.ArchiveFile{Server: "pve", Day: day, File: rel, Rows: w.Rows, Checksum: w.Checksum, ArchivedAt: now, VerifiedAt: now}))
+	_, err = store.DeleteArchived(ctx, "pve", day, []string{filepath.Join(dir, rel)}, now)
+	require.NoError(t, err)
+
+	usable := func() bool {
+		adb, err := store.ArchiveDB(ctx)
+		require.NoError(t, err)
+		defer adb.Close()
+		q := query{db: adb, server: "pve", grant: "g", from: day, to: day.Add(24 * time.Hour)}
+		ok, _, err := q.storedRunsUsable(ctx, 3, DefaultParams().PollMaxInterval)
+		require.NoError(t, err)
+		return ok
+	}
+	assert.True(t, usable(), "a deleted day, through the archive's view")
+	_, err = store.Append(ctx, ingest.Batch{Events: []audit.Event{poll("late", 10*time.Hour+95*time.Second)}})
+	require.NoError(t, err)
+	assert.False(t, usable(), "a call of the deleted day came late")
 }
