@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -194,14 +193,12 @@ func compileCond(pointer string, c Condition) compiledCond {
 	}
 	cc.keys = strings.Split(rest, ".")
 	if c.Value != nil {
-		dec := json.NewDecoder(bytes.NewReader(c.Value))
-		dec.UseNumber()
-		var v any
-		if err := dec.Decode(&v); err != nil {
+		v, err := conditionValueOf(c.Value)
+		if err != nil {
 			cc.bad = true
 			return cc
 		}
-		cc.value = conditionValue(v, false)
+		cc.value = v
 	}
 	if c.Op == "regex" {
 		s, _ := cc.value.(string)
@@ -223,11 +220,7 @@ func compileCond(pointer string, c Condition) compiledCond {
 func conditionValue(v any, nested bool) any {
 	switch t := v.(type) {
 	case json.Number:
-		if i, err := t.Int64(); err == nil && !nested {
-			return i
-		}
-		f, _ := t.Float64()
-		return f
+		return numberValue(t, nested)
 	case []any:
 		for i, e := range t {
 			t[i] = conditionValue(e, true)
@@ -238,6 +231,27 @@ func conditionValue(v any, nested bool) any {
 		}
 	}
 	return v
+}
+
+// conditionValueOf decodes a condition's value as conditionValue holds it.
+func conditionValueOf(raw json.RawMessage) (any, error) {
+	var v any
+	if err := unmarshalNumbers(raw, &v); err != nil {
+		return nil, err
+	}
+	return conditionValue(v, false), nil
+}
+
+// numberValue is a number of a condition's value as Intercept holds it
+// once written as YAML: an int64 when it is an integer at the top, else a
+// float64. The Intercept output (yamlValue) and the evaluator
+// (conditionValue) both follow it, so that they compare alike.
+func numberValue(n json.Number, nested bool) any {
+	if i, err := n.Int64(); err == nil && !nested {
+		return i
+	}
+	f, _ := n.Float64()
+	return f
 }
 
 // Evaluate decides c and, when the policy lets it through, consumes its quota.

@@ -453,14 +453,11 @@ func yamlValue(v any) any { return yamlValueIn(v, false) }
 func yamlValueIn(v any, nested bool) any {
 	switch t := v.(type) {
 	case json.Number:
-		if i, err := t.Int64(); err == nil && !nested {
-			return i
-		}
-		f, _ := t.Float64()
-		if nested {
+		x := numberValue(t, nested)
+		if f, ok := x.(float64); ok && nested {
 			return floatNode(f)
 		}
-		return f
+		return x
 	case []any:
 		out := make([]any, len(t))
 		for i, e := range t {

@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"bytes"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -56,11 +55,7 @@ func Refusals(p *Policy) map[string]*Refusal {
 func ConditionKey(c Condition) string {
 	value := string(c.Value)
 	if c.Value != nil {
-		dec := json.NewDecoder(bytes.NewReader(c.Value))
-		dec.UseNumber()
-		var v any
-		if dec.Decode(&v) == nil {
-			v = conditionValue(v, false)
+		if v, err := conditionValueOf(c.Value); err == nil {
 			if b, err := json.Marshal(v); err == nil {
 				value = string(b)
 				if _, float := v.(float64); float && textCompared(c.Op) {
