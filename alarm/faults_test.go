@@ -86,10 +86,14 @@ func (f *faultEnv) breakAlerts(broken bool) {
 	require.NoError(f.t, err)
 }
 
-func (f *faultEnv) running(session string) int {
+// running counts the running alerts sent for session.
+func (f *faultEnv) running(session string) int { return f.count(session, alarm.StateRunning) }
+
+// count counts the alerts of state sent for session.
+func (f *faultEnv) count(session, state string) int {
 	n := 0
 	for _, a := range f.sent {
-		if a.Session == session && a.State == alarm.StateRunning {
+		if a.Session == session && a.State == state {
 			n++
 		}
 	}
@@ -193,15 +197,7 @@ func TestAGatewayAheadOfTheClockIsStillWatched(t *testing.T) {
 }
 
 // ended counts the ended alerts sent for session.
-func (f *faultEnv) ended(session string) int {
-	n := 0
-	for _, a := range f.sent {
-		if a.Session == session && a.State == alarm.StateEnded {
-			n++
-		}
-	}
-	return n
-}
+func (f *faultEnv) ended(session string) int { return f.count(session, alarm.StateEnded) }
 
 // A runaway loop that crosses the threshold and is ended by another
 // tool's call between two evaluations still gets both its messages, with

@@ -230,17 +230,25 @@ func TestInterceptLimitsThatRaiseACurrentCapAreLoosenings(t *testing.T) {
 
 }
 
+// currentWithRule is a copy of first's proposed policy, as the current one of
+// a next run, with a rule (maybe empty) for tool, which it lists.
+func currentWithRule(t *testing.T, first *recommend.Report, tool string) *policy.Policy {
+	t.Helper()
+	current := first.Policy.Clone()
+	require.Contains(t, current.Tools, tool)
+	if current.Tools[tool] == nil {
+		current.Tools[tool] = &policy.ToolRule{}
+	}
+	return current
+}
+
 // A rule of the current policy that the Intercept output cannot carry over
 // (left out under --allow-lossy) is a widening at the gateway: a loosening of
 // its tool marked "(in the intercept output)", though policy.json keeps it.
 func TestInterceptDroppedRulesAreLoosenings(t *testing.T) {
 	store, opts, first := interceptRun(t)
-	current := first.Policy.Clone()
 	const tool = "get_vm_status"
-	require.Contains(t, current.Tools, tool)
-	if current.Tools[tool] == nil {
-		current.Tools[tool] = &policy.ToolRule{}
-	}
+	current := currentWithRule(t, first, tool)
 	kept := policy.DenyRule{Conditions: []policy.Condition{{Path: "args.node", Op: "eq", Value: []byte(`"pve9"`)}}}
 	twoConds := policy.DenyRule{Conditions: []policy.Condition{
 		{Path: "args.node", Op: "eq", Value: []byte(`"pve1"`)}, {Path: "args.vmid", Op: "lt", Value: []byte(`100`)}}}
@@ -267,12 +275,8 @@ func TestInterceptDroppedRulesAreLoosenings(t *testing.T) {
 // of the enforced policy shows it missing.
 func TestInterceptDroppedFieldsAreLoosenings(t *testing.T) {
 	store, opts, first := interceptRun(t)
-	current := first.Policy.Clone()
 	const tool = "get_vm_status"
-	require.Contains(t, current.Tools, tool)
-	if current.Tools[tool] == nil {
-		current.Tools[tool] = &policy.ToolRule{}
-	}
+	current := currentWithRule(t, first, tool)
 	current.Tools[tool].Extra = map[string]json.RawMessage{"max_payload": []byte(`1024`)}
 	current.Tools["*"] = &policy.ToolRule{DenyIf: []policy.DenyRule{{OnDeny: "ask first"}}}
 	require.NoError(t, current.Validate())
