@@ -106,11 +106,18 @@ func clip(s string) string {
 	if len(s) <= n {
 		return s
 	}
-	i := n
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
+	return CutAt(s, n) + "…"
+}
+
+// CutAt is s cut to at most n bytes at the start of a character.
+func CutAt(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return s[:i] + "…"
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 func decisionList() string {

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -56,7 +55,7 @@ func RejectedMsg(prefix, server string, r Rejected, raw []byte, maxBytes int) *n
 	sum.Write(raw)
 	h := nats.Header{
 		RejectedHeader:        []string{r.Reason},
-		RejectedDetailHeader:  []string{oneLine.Replace(cutRunes(r.Detail, maxRejectedDetail))},
+		RejectedDetailHeader:  []string{oneLine.Replace(audit.CutAt(r.Detail, maxRejectedDetail))},
 		jetstream.MsgIDHeader: []string{"rejected:" + hex.EncodeToString(sum.Sum(nil)[:16])},
 	}
 	if r.Signal != "" {
@@ -77,7 +76,7 @@ func rejectedOf(h nats.Header) *Rejected {
 	if reason == "" {
 		return nil
 	}
-	return &Rejected{Reason: reason, Detail: cutRunes(h.Get(RejectedDetailHeader), maxRejectedDetail), Signal: h.Get(RejectedSignalHeader)}
+	return &Rejected{Reason: reason, Detail: audit.CutAt(h.Get(RejectedDetailHeader), maxRejectedDetail), Signal: h.Get(RejectedSignalHeader)}
 }
 
 // rejection is the dead letter's reason and detail. A reason that is no
@@ -86,7 +85,7 @@ func rejectedOf(h nats.Header) *Rejected {
 func (r *Rejected) rejection() *audit.Rejection {
 	if !audit.KnownReason(r.Reason) {
 		return &audit.Rejection{Reason: audit.ReasonUnknownFormat,
-			Detail: fmt.Sprintf("published as rejected with %q, which is no reason code: %s", cutRunes(r.Reason, 64), r.Detail)}
+			Detail: fmt.Sprintf("published as rejected with %q, which is no reason code: %s", audit.CutAt(r.Reason, 64), r.Detail)}
 	}
 	return &audit.Rejection{Reason: r.Reason, Detail: r.Detail}
 }
@@ -104,15 +103,4 @@ func (r *Rejected) redacted(data []byte) []byte {
 		return red
 	}
 	return audit.PayloadDigest(sha256.Sum256(data), len(data))
-}
-
-// cutRunes is s cut to at most n bytes at a character boundary.
-func cutRunes(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
