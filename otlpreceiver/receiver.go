@@ -305,11 +305,7 @@ func bodyError(err error, tooLarge *failure) error {
 // with its id as Nats-Msg-Id. An event over ingest.max_event_bytes is
 // rejected in res instead. events counts the events the messages carry.
 func (rc *Receiver) messages(res *otlp.Result) (msgs []*nats.Msg, events int) {
-	var maxPayload int64
-	if nc := rc.o.JS.Conn(); nc != nil {
-		maxPayload = nc.MaxPayload()
-	}
-	b := ingest.Batcher{Prefix: rc.o.Subject, MaxBytes: ingest.BatchBytes(rc.o.MaxMessageBytes, maxPayload)}
+	b := ingest.Batcher{Prefix: rc.o.Subject, MaxBytes: rc.messageBytes()}
 	var last *audit.Event
 	var lastLine []byte
 	for i := range res.Events {
@@ -345,17 +341,23 @@ func (rc *Receiver) messages(res *otlp.Result) (msgs []*nats.Msg, events int) {
 // published with the events, so the request is answered once both are in
 // the stream.
 func (rc *Receiver) rejected(res *otlp.Result) []*nats.Msg {
-	var maxPayload int64
-	if nc := rc.o.JS.Conn(); nc != nil {
-		maxPayload = nc.MaxPayload()
-	}
-	limit := ingest.BatchBytes(rc.o.MaxMessageBytes, maxPayload)
+	limit := rc.messageBytes()
 	msgs := make([]*nats.Msg, 0, len(res.Rejects))
 	for _, rj := range res.Rejects {
 		msgs = append(msgs, ingest.RejectedMsg(rc.o.Subject, rj.Server,
 			ingest.Rejected{Reason: rj.Err.Reason, Detail: rj.Err.Detail, Signal: rj.Signal}, rj.Raw, limit))
 	}
 	return msgs
+}
+
+// messageBytes is the payload a message may carry: ingest.max_message_bytes,
+// less under the server's max_payload (ingest.BatchBytes).
+func (rc *Receiver) messageBytes() int {
+	var maxPayload int64
+	if nc := rc.o.JS.Conn(); nc != nil {
+		maxPayload = nc.MaxPayload()
+	}
+	return ingest.BatchBytes(rc.o.MaxMessageBytes, maxPayload)
 }
 
 // publish publishes every message and waits until JetStream acknowledged all
