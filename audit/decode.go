@@ -226,10 +226,17 @@ func addFormatHint(err error, want, looks Format) {
 		" input: try --format " + string(looks) + " or --format auto)"
 }
 
-func trimSpace(b []byte) []byte {
+// TrimLeadingSpace is b without its leading JSON white space (space, tab,
+// CR, LF): what a payload's size is counted without.
+func TrimLeadingSpace(b []byte) []byte {
 	for len(b) > 0 && isSpace(b[0]) {
 		b = b[1:]
 	}
+	return b
+}
+
+func trimSpace(b []byte) []byte {
+	b = TrimLeadingSpace(b)
 	for len(b) > 0 && isSpace(b[len(b)-1]) {
 		b = b[:len(b)-1]
 	}

@@ -204,16 +204,7 @@ func keepLine(line []byte, n, limit int) bool {
 // the decoder skips it: other white space (a no-break space, a form feed)
 // is no JSON and is dead-lettered, not dropped.
 func blank(b []byte) bool {
-	return len(trimLeadingSpace(b)) == 0
-}
-
-// trimLeadingSpace is b without its leading JSON white space, which the
-// size limit does not count (the decoder measures the trimmed payload).
-func trimLeadingSpace(b []byte) []byte {
-	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\r' || b[0] == '\n') {
-		b = b[1:]
-	}
-	return b
+	return len(audit.TrimLeadingSpace(b)) == 0
 }
 
 // sendChunk hands c on unless ctx ends first.
@@ -378,7 +369,7 @@ func (s *slab) readLine(br *bufio.Reader, limit int) (line []byte, n int, whole 
 	size := 0
 	add := func(body []byte) {
 		if size == 0 {
-			body = trimLeadingSpace(body) // not counted against the limit
+			body = audit.TrimLeadingSpace(body) // not counted against the limit
 		}
 		size += len(body)
 		kept := len(s.buf) - start

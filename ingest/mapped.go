@@ -11,6 +11,8 @@ import (
 	"math"
 	"os"
 	"runtime/debug"
+
+	"github.com/mcptrail/mcptrail/audit"
 )
 
 // ErrFileChanged is the error of a file that changed while ReadFile read
@@ -86,7 +88,7 @@ func readMapped(ctx context.Context, m *mapping, f *os.File, out chan<- readChun
 				if !keepLine(line, n, limit) {
 					continue
 				}
-				line = trimLeadingSpace(line) // not counted against the limit
+				line = audit.TrimLeadingSpace(line) // not counted against the limit (the decoder measures the payload without it)
 				var whole *Digest
 				if len(line) > limit {
 					whole = &Digest{Size: len(line), Sum: sha256.Sum256(line)}
