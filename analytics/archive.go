@@ -368,14 +368,29 @@ func (s *Store) archiveViewSQL(catalog string) (q string, ok bool) {
 	if m, _ := filepath.Glob(glob); len(m) == 0 {
 		return "", false
 	}
-	// main.calls would name the temporary catalog's own schema main: the
-	// hot table is named with its database.
-	hot := `"` + strings.ReplaceAll(catalog, `"`, `""`) + `".main.calls`
+	hot := hotCallsTable(catalog)
 	return `CREATE OR REPLACE TEMP VIEW calls AS
 		SELECT * FROM ` + hot + `
 		UNION ALL BY NAME
 		SELECT * FROM read_parquet('` + sqlQuote(glob) + `', hive_partitioning = false)
 		WHERE id NOT IN (SELECT id FROM ` + hot + `)`, true
+}
+
+// hotCallsTable names the hot calls table of catalog. main.calls would
+// name the temporary catalog's own schema main, where the archive's view
+// lives: the hot table is named with its database.
+func hotCallsTable(catalog string) string {
+	return `"` + strings.ReplaceAll(catalog, `"`, `""`) + `".main.calls`
+}
+
+// HotCalls names, for queries on db, the table of the calls the store
+// holds, whether or not the archive's view stands in for calls there.
+func HotCalls(ctx context.Context, db *sql.DB) (string, error) {
+	var catalog string
+	if err := db.QueryRowContext(ctx, `SELECT current_database()`).Scan(&catalog); err != nil {
+		return "", fmt.Errorf("name the hot calls table: %w", err)
+	}
+	return hotCallsTable(catalog), nil
 }
 
 // ArchiveDB is a pool of connections to the store's database on each of

@@ -47,25 +47,51 @@ func (q query) storedRunsUsable(ctx context.Context, minCalls int, maxInterval t
 	}
 	dayFrom, _ := analytics.ToolDay(q.from)
 	dayTo, _ := analytics.ToolDay(q.to)
-	var granted, deleted, lateDeleted, view, after int64
+	var granted, deleted, view, after int64
 	err = q.db.QueryRowContext(ctx, `SELECT
 	(SELECT count(*) FROM tool_days WHERE $grant = '' AND server = $server AND "grant" <> '' AND day BETWEEN $day_from AND $day_to),
 	(SELECT count(*) FROM archive_days WHERE server = $server AND deleted_at IS NOT NULL
 		AND "date" BETWEEN make_date(1970, 1, 1) + $day_from::INTEGER AND make_date(1970, 1, 1) + $day_to::INTEGER),
-	(SELECT count(*) FROM archive_days a WHERE server = $server AND deleted_at IS NOT NULL
-		AND "date" BETWEEN make_date(1970, 1, 1) + $day_from::INTEGER AND make_date(1970, 1, 1) + $day_to::INTEGER
-		AND EXISTS (SELECT 1 FROM calls c WHERE c.server = a.server AND c.ts >= a."date" AND c.ts < a."date" + INTERVAL 1 DAY
-			AND c.ingested_at > a.deleted_at)),
 	(SELECT count(*) FROM duckdb_views() WHERE view_name = 'calls' AND temporary),
 	(SELECT count(*) FROM (SELECT 1 FROM calls WHERE `+inScope+` AND ts > $to LIMIT 1))`,
-		q.args(sql.Named("day_from", dayFrom), sql.Named("day_to", dayTo))...).Scan(&granted, &deleted, &lateDeleted, &view, &after)
+		q.args(sql.Named("day_from", dayFrom), sql.Named("day_to", dayTo))...).Scan(&granted, &deleted, &view, &after)
 	if err != nil {
 		return false, false, fmt.Errorf("stored runs: %w", err)
 	}
-	// A deleted day that a call reached late: the store recomputed its
-	// session's runs without the archived calls, so they are read from
-	// the calls (the archive's view) until a restore repairs them.
-	return granted == 0 && (deleted == 0 || view > 0) && lateDeleted == 0, after > 0, nil
+	if granted > 0 || (deleted > 0 && view == 0) {
+		return false, after > 0, nil
+	}
+	if deleted > 0 {
+		late, err := q.lateInDeletedDays(ctx, dayFrom, dayTo)
+		if err != nil || late {
+			return false, after > 0, err
+		}
+	}
+	return true, after > 0, nil
+}
+
+// lateInDeletedDays tells whether a call reached a deleted day of the
+// window after its deletion: the store then recomputed its session's runs
+// without the archived calls, so they are read from the calls (the
+// archive's view) until a restore repairs them. A late call is a hot one,
+// so the hot table is read by its catalog's name: the archive's view in
+// its place would read the day's files and hold them against every hot
+// id, once for each deleted day.
+func (q query) lateInDeletedDays(ctx context.Context, dayFrom, dayTo int64) (bool, error) {
+	hot, err := analytics.HotCalls(ctx, q.db)
+	if err != nil {
+		return false, fmt.Errorf("stored runs: %w", err)
+	}
+	var late int64
+	err = q.db.QueryRowContext(ctx, `SELECT count(*) FROM archive_days a WHERE server = $server AND deleted_at IS NOT NULL
+		AND "date" BETWEEN make_date(1970, 1, 1) + $day_from::INTEGER AND make_date(1970, 1, 1) + $day_to::INTEGER
+		AND EXISTS (SELECT 1 FROM `+hot+` c WHERE c.server = a.server AND c.ts >= a."date" AND c.ts < a."date" + INTERVAL 1 DAY
+			AND c.ingested_at > a.deleted_at)`,
+		q.args(sql.Named("day_from", dayFrom), sql.Named("day_to", dayTo))...).Scan(&late)
+	if err != nil {
+		return false, fmt.Errorf("stored runs: late calls in deleted days: %w", err)
+	}
+	return late > 0, nil
 }
 
 // crossingEnd is the last call of the runs that cross the window's start,
