@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,11 +12,14 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mcptrail/mcptrail/ingest"
 )
 
 // startLogged runs a daemon like start, with its log in buf.
@@ -294,4 +298,141 @@ func TestGatewayPasswordFileEveryUserCanReadIsRefused(t *testing.T) {
 		assert.Equal(t, "a-gateway-password", pw)
 		assert.Equal(t, mode == 0o640, strings.Contains(log.String(), "can be read by its group"), "%04o", mode)
 	}
+}
+
+// A gateway that names a reply subject of the daemon's account, the alerts
+// or another server's audit subject, gets the server to publish nothing
+// there: gateways live in an account of their own, and across its import
+// of the audit subjects the server hands JetStream's acknowledgement back
+// to the gateway's account. The event is stored, and the acknowledgement
+// reaches a subscriber of that subject in the gateways' own account.
+func TestEmbeddedNATSGatewayReplySubjectStaysInItsAccount(t *testing.T) {
+	store := openStore(t)
+	opts := testOptions(t)
+	start(t, store, opts)
+
+	admin, _ := connect(t, opts)
+	daemonSide := make(chan *nats.Msg, 16)
+	for _, subj := range []string{"mcptrail.alerts.>", "mcp.audit.>"} {
+		sub, err := admin.ChanSubscribe(subj, daemonSide)
+		require.NoError(t, err)
+		defer sub.Unsubscribe()
+	}
+	require.NoError(t, admin.Flush())
+
+	gw := gateway(t, opts)
+	var gwErrs asyncErrors
+	nc, err := nats.Connect(gw.URL, nats.UserInfo(gw.Auth.User, gw.Auth.Password), gwErrs.option())
+	require.NoError(t, err)
+	defer nc.Close()
+	// The gateway may subscribe only to _INBOX.>: the acknowledgements it
+	// asks for on _INBOX.forged reach it there, in its own account.
+	acks, err := nc.SubscribeSync("_INBOX.forged")
+	require.NoError(t, err)
+	for i, reply := range []string{"mcptrail.alerts.pve", "mcp.audit.other", "_INBOX.forged"} {
+		id := fmt.Sprintf("reply-%d", i)
+		require.NoError(t, nc.PublishMsg(&nats.Msg{Subject: "mcp.audit.pve", Reply: reply,
+			Data: []byte(`{"id":"` + id + `","ts":"2026-01-02T03:04:05Z","server":"pve","tool":"t","decision":"allowed"}`)}))
+	}
+	require.NoError(t, nc.Flush())
+	ack, err := acks.NextMsg(5 * time.Second)
+	require.NoError(t, err, "the acknowledgement comes back to the gateway's account")
+	assert.Contains(t, string(ack.Data), `"stream":"MCP_AUDIT"`)
+	waitCount(t, store, `SELECT count(*) FROM calls WHERE id LIKE 'reply-%'`, 3)
+
+	// The daemon's account saw the three events on mcp.audit.pve and nothing else.
+	var subjects []string
+	deadline := time.After(time.Second)
+	for done := false; !done; {
+		select {
+		case m := <-daemonSide:
+			subjects = append(subjects, m.Subject)
+		case <-deadline:
+			done = true
+		}
+	}
+	assert.Equal(t, []string{"mcp.audit.pve", "mcp.audit.pve", "mcp.audit.pve"}, subjects,
+		"the server published a gateway's acknowledgement in the daemon's account")
+	assert.Equal(t, 0, queryInt(t, store, `SELECT count(*) FROM dead_letters`))
+}
+
+// The stream of a store folder written before gateways had an account of
+// their own (every user in the global account) is the daemon's after the
+// upgrade: its events not yet acknowledged are stored, and gateways publish
+// into it.
+func TestEmbeddedNATSStoreFromTheGlobalAccountOnlyLayout(t *testing.T) {
+	store := openStore(t)
+	opts := testOptions(t)
+	ctx := context.Background()
+
+	old, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: opts.EmbeddedStoreDir})
+	require.NoError(t, err)
+	old.Start()
+	require.True(t, old.ReadyForConnections(10*time.Second))
+	nc, err := nats.Connect(old.ClientURL())
+	require.NoError(t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = ingest.EnsureStream(ctx, js, ingest.StreamSpec{Name: "MCP_AUDIT", Subjects: []string{"mcp.audit.>"}})
+	require.NoError(t, err)
+	_, err = Publish(ctx, PublishOptions{URL: old.ClientURL()}, events(0, 50, "pve"))
+	require.NoError(t, err)
+	nc.Close()
+	old.Shutdown()
+	old.WaitForShutdown()
+
+	start(t, store, opts)
+	waitCount(t, store, `SELECT count(*) FROM calls`, 50)
+	_, err = Publish(ctx, gateway(t, opts), events(50, 60, "pve"))
+	require.NoError(t, err)
+	waitCount(t, store, `SELECT count(*) FROM calls`, 60)
+}
+
+// The accounts SECURITY.md gives for a NATS server of one's own (nats.url)
+// work as it says: the daemon in its account with the stream, a gateway in
+// another that publishes its server's events with acknowledgements, and a
+// reply subject the gateway names stays in the gateways' account.
+func TestServeOnANATSServerWithTheDocumentedAccounts(t *testing.T) {
+	doc, err := os.ReadFile("../SECURITY.md")
+	require.NoError(t, err)
+	_, after, ok := strings.Cut(string(doc), "in nats-server's configuration:\n\n```\n")
+	require.True(t, ok, "SECURITY.md gives the accounts for nats.url")
+	conf, _, ok := strings.Cut(after, "```")
+	require.True(t, ok)
+	t.Setenv("MCPTRAIL_PW", "daemon-secret-0123456789")
+	t.Setenv("PVE_GW_PW", "pve-gw-secret-0123456789")
+	sopts := &natsserver.Options{}
+	require.NoError(t, sopts.ProcessConfigString(conf))
+	sopts.Host, sopts.Port, sopts.NoLog, sopts.NoSigs = "127.0.0.1", natsserver.RANDOM_PORT, true, true
+	sopts.JetStream, sopts.StoreDir = true, t.TempDir()
+	ns, err := natsserver.NewServer(sopts)
+	require.NoError(t, err)
+	ns.Start()
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+
+	store := openStore(t)
+	opts := testOptions(t)
+	opts.URL, opts.User, opts.Password = ns.ClientURL(), "mcptrail", "daemon-secret-0123456789"
+	start(t, store, opts)
+	daemon, err := nats.Connect(ns.ClientURL(), nats.UserInfo(opts.User, opts.Password))
+	require.NoError(t, err)
+	defer daemon.Close()
+	leaked, err := daemon.SubscribeSync("mcptrail.alerts.>")
+	require.NoError(t, err)
+	require.NoError(t, daemon.Flush())
+
+	gw := PublishOptions{URL: ns.ClientURL(), Auth: Auth{User: "pve-gw", Password: "pve-gw-secret-0123456789"}}
+	_, err = Publish(context.Background(), gw, events(0, 20, "pve"))
+	require.NoError(t, err)
+	nc, err := nats.Connect(gw.URL, nats.UserInfo(gw.Auth.User, gw.Auth.Password))
+	require.NoError(t, err)
+	defer nc.Close()
+	require.NoError(t, nc.PublishMsg(&nats.Msg{Subject: "mcp.audit.pve", Reply: "mcptrail.alerts.pve",
+		Data: []byte(`{"id":"forged-reply","ts":"2026-01-02T03:04:05Z","server":"pve","tool":"t","decision":"allowed"}`)}))
+	require.NoError(t, nc.Flush())
+	waitCount(t, store, `SELECT count(*) FROM calls`, 21)
+	_, err = leaked.NextMsg(500 * time.Millisecond)
+	assert.ErrorIs(t, err, nats.ErrTimeout, "the gateway's reply subject reached the daemon's account")
 }

@@ -26,6 +26,16 @@ import (
 //     their publish acknowledgements. They cannot call $JS.API, subscribe to
 //     the audit subjects or read the stream.
 //
+// Gateways sign in to an account of their own, gatewayAccount, which
+// imports the audit subjects as a service from the daemon's account (the
+// global one, where the stream has always lived). NATS checks a publish's
+// subject, not its reply subject, and JetStream sends its acknowledgement
+// to the reply subject as the server itself: in one account a gateway could
+// have the server publish an acknowledgement on any subject, the alerts and
+// other servers' audit subjects among them. Across the import the server
+// replaces the reply with one of its own and hands the acknowledgement back
+// in the gateways' account, where nothing but their acknowledgements lives.
+//
 // The daemon receives its own replies (pull deliveries, API answers) on
 // daemonInboxPrefix instead of _INBOX, on the embedded server and on
 // nats.url, so that a gateway subscribed to _INBOX.> sees none of them; the
@@ -42,6 +52,8 @@ const (
 	daemonUser        = "mcptrail-daemon"
 	daemonInboxPrefix = "_MCPTRAIL_INBOX"
 	gatewayInbox      = "_INBOX.>"
+	// gatewayAccount is the embedded server's account of the gateways.
+	gatewayAccount = "MCPTRAIL_GATEWAYS"
 	// OperatorInboxPrefix is where the CLI's --nats takes its replies (the
 	// shards' answers, the JetStream API's), out of the gateways' _INBOX.>:
 	// an operator's NATS user subscribes to OperatorInboxPrefix + ".>".
@@ -83,6 +95,7 @@ type embeddedAuth struct {
 	token    string
 	users    []*natsserver.User
 	nkeys    []*natsserver.NkeyUser
+	accounts []*natsserver.Account // the daemon's (global) one and the gateways'
 	daemon   nats.Option
 	gateways []EmbeddedUser // resolved: the default gateway when none is configured
 }
@@ -108,6 +121,11 @@ func newEmbeddedAuth(opts Options, dbPath string, log *slog.Logger) (*embeddedAu
 	}
 
 	prefix := strings.TrimSuffix(opts.Subject, ">")
+	daemonAcc, gatewayAcc, err := gatewayAccounts(prefix)
+	if err != nil {
+		return nil, err
+	}
+	a.accounts = []*natsserver.Account{daemonAcc, gatewayAcc}
 	a.gateways = opts.EmbeddedUsers
 	if len(a.gateways) == 0 {
 		a.gateways = []EmbeddedUser{{User: DefaultGatewayUser, PasswordFile: GatewayPasswordFile(opts.GatewayPasswordFile, dbPath)}}
@@ -115,7 +133,7 @@ func newEmbeddedAuth(opts Options, dbPath string, log *slog.Logger) (*embeddedAu
 	for i, u := range a.gateways {
 		perms := gatewayPermissions(prefix, u)
 		if u.NKey != "" {
-			a.nkeys = append(a.nkeys, &natsserver.NkeyUser{Nkey: u.NKey, Permissions: perms})
+			a.nkeys = append(a.nkeys, &natsserver.NkeyUser{Nkey: u.NKey, Permissions: perms, Account: gatewayAcc})
 			continue
 		}
 		key := fmt.Sprintf("nats.embedded.users[%d].password_file", i)
@@ -126,9 +144,24 @@ func newEmbeddedAuth(opts Options, dbPath string, log *slog.Logger) (*embeddedAu
 		if err != nil {
 			return nil, err
 		}
-		a.users = append(a.users, &natsserver.User{Username: u.User, Password: pw, Permissions: perms})
+		a.users = append(a.users, &natsserver.User{Username: u.User, Password: pw, Permissions: perms, Account: gatewayAcc})
 	}
 	return a, nil
+}
+
+// gatewayAccounts are the daemon's account, the global one, exporting the
+// audit subjects (prefix + ">") to the gateways' account alone as a
+// service, and the gateways' account importing them.
+func gatewayAccounts(prefix string) (daemon, gateways *natsserver.Account, err error) {
+	daemon = natsserver.NewAccount(natsserver.DEFAULT_GLOBAL_ACCOUNT)
+	gateways = natsserver.NewAccount(gatewayAccount)
+	if err := daemon.AddServiceExport(prefix+">", []*natsserver.Account{gateways}); err != nil {
+		return nil, nil, fmt.Errorf("embedded NATS server: export %s> to the gateways' account: %w", prefix, err)
+	}
+	if err := gateways.AddServiceImport(daemon, prefix+">", ""); err != nil {
+		return nil, nil, fmt.Errorf("embedded NATS server: import %s> into the gateways' account: %w", prefix, err)
+	}
+	return daemon, gateways, nil
 }
 
 // gatewayPermissions lets a gateway publish its servers' events and receive
@@ -151,7 +184,7 @@ func gatewayPermissions(prefix string, u EmbeddedUser) *natsserver.Permissions {
 func (a *embeddedAuth) apply(o *natsserver.Options) {
 	// With users configured, nats-server still accepts the token from a
 	// client that names no user.
-	o.Authorization, o.Users, o.Nkeys = a.token, a.users, a.nkeys
+	o.Authorization, o.Users, o.Nkeys, o.Accounts = a.token, a.users, a.nkeys, a.accounts
 }
 
 // logGateways tells at INFO how gateways connect: user, where the password

@@ -64,6 +64,18 @@ func startEmbedded(opts Options, auth *embeddedAuth, log *slog.Logger) (*natsser
 		return nil, fmt.Errorf("embedded NATS server on %s (nats.embedded.listen) with store %s (nats.embedded.store_dir) did not start; see the log above",
 			opts.EmbeddedListen, opts.EmbeddedStoreDir)
 	}
+	// With an account beside the global one, nats-server enables JetStream
+	// only for accounts its configuration names, and the global account's
+	// limits cannot be set through Options: enabling it here recovers the
+	// stream the daemon has always kept there.
+	if opts.JetStream && !ns.GlobalAccount().JetStreamEnabled() {
+		if err := ns.GlobalAccount().EnableJetStream(nil, nil); err != nil {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+			return nil, fmt.Errorf("embedded NATS server: enable JetStream for the daemon's account (store %s, nats.embedded.store_dir): %w",
+				opts.EmbeddedStoreDir, err)
+		}
+	}
 	log.Info("embedded NATS server started", "listen", ns.Addr().String(), "jetstream", opts.JetStream,
 		"store_dir", opts.EmbeddedStoreDir)
 	if !isLoopback(opts.EmbeddedListen) {
