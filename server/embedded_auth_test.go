@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -435,4 +436,25 @@ func TestServeOnANATSServerWithTheDocumentedAccounts(t *testing.T) {
 	waitCount(t, store, `SELECT count(*) FROM calls`, 21)
 	_, err = leaked.NextMsg(500 * time.Millisecond)
 	assert.ErrorIs(t, err, nats.ErrTimeout, "the gateway's reply subject reached the daemon's account")
+}
+
+// In core mode (nats.jetstream: false) on the embedded server, a gateway's
+// plain publishes cross its account's import to the daemon's subscription.
+func TestEmbeddedNATSCoreModeGatewayPublishes(t *testing.T) {
+	store := openStore(t)
+	opts := testOptions(t)
+	opts.JetStream = false
+	start(t, store, opts)
+	gw := gateway(t, opts)
+	nc, err := nats.Connect(gw.URL, nats.UserInfo(gw.Auth.User, gw.Auth.Password))
+	require.NoError(t, err)
+	defer nc.Close()
+	next := events(0, 50, "pve")
+	for e, ok, _ := next(); ok; e, ok, _ = next() {
+		b, err := json.Marshal(&e)
+		require.NoError(t, err)
+		require.NoError(t, nc.Publish("mcp.audit.pve", b))
+	}
+	require.NoError(t, nc.Flush())
+	waitCount(t, store, `SELECT count(*) FROM calls`, 50)
 }
