@@ -1,22 +1,28 @@
 package audit
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
+	"strings"
 	"unicode/utf8"
 )
 
 // cloudEvents decodes a CloudEvents 1.0 event in structured mode whose data
 // is a v1 event: an object, a JSON string holding one, or data_base64. The
-// envelope's id and time fill the event's id and ts when it lacks them.
+// envelope's source and id (cloudEventsID) and time fill the event's id and
+// ts when it lacks them.
 func (d *decoder) cloudEvents(res *Result, fs []field) error {
 	src := d.src
-	var spec, ceID, ceTime string
+	var spec, ceSource, ceID, ceTime string
 	data, data64 := -1, -1
 	for i, f := range fs {
 		var err error
 		switch f.key {
 		case "specversion":
 			err = setString(src, f, &spec)
+		case "source":
+			err = setString(src, f, &ceSource)
 		case "id":
 			err = setString(src, f, &ceID)
 		case "time":
@@ -85,7 +91,7 @@ func (d *decoder) cloudEvents(res *Result, fs []field) error {
 		return prefixed(err, "CloudEvents data: ")
 	}
 	if e.ID == "" {
-		e.ID = ceID
+		e.ID = cloudEventsID(ceSource, ceID)
 	}
 	if e.TS.IsZero() && ceTime != "" {
 		t, err := parseTime(ceTime)
@@ -95,4 +101,23 @@ func (d *decoder) cloudEvents(res *Result, fs []field) error {
 		e.TS = t
 	}
 	return d.finish(e, true)
+}
+
+// cloudEventsID is the id of an event whose data has none. CloudEvents
+// makes only source and id together unique: two gateways that both number
+// their events from 1 would otherwise store one id twice, and the second
+// event would be dropped as a duplicate. It is "<source> <id>" (a source is
+// a URI reference, which holds no space), or, where that would pass
+// MaxIDBytes or the source holds a space, "ce:sha256:" and the hex of the
+// first 16 bytes of the SHA-256 of source, a NUL and id; the envelope's id
+// alone without a source (which CloudEvents requires).
+func cloudEventsID(source, id string) string {
+	switch {
+	case id == "" || source == "":
+		return id
+	case len(source)+1+len(id) <= MaxIDBytes && !strings.Contains(source, " "):
+		return source + " " + id
+	}
+	sum := sha256.Sum256([]byte(source + "\x00" + id))
+	return "ce:sha256:" + hex.EncodeToString(sum[:16])
 }

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"encoding/base64"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,8 +21,8 @@ func TestDecodeCloudEvents(t *testing.T) {
 		line  string
 		check func(t *testing.T, e Event)
 	}{
-		{"id and time fill the event", env(`,"data":` + v1), func(t *testing.T, e Event) {
-			assert.Equal(t, "ce-1", e.ID)
+		{"source, id and time fill the event", env(`,"data":` + v1), func(t *testing.T, e Event) {
+			assert.Equal(t, "/gw/1 ce-1", e.ID)
 			assert.Equal(t, ceTime, e.TS)
 			assert.Equal(t, "proxmox-mcp", e.Server)
 			assert.Equal(t, "s-1", e.Session)
@@ -34,7 +35,7 @@ func TestDecodeCloudEvents(t *testing.T) {
 		}},
 		{"data as a JSON string", env(`,"datacontenttype":"application/json","data":` + jsonString(v1)), func(t *testing.T, e Event) {
 			assert.Equal(t, "get_vm_status", e.Tool)
-			assert.Equal(t, "ce-1", e.ID)
+			assert.Equal(t, "/gw/1 ce-1", e.ID)
 		}},
 		{"data_base64", env(`,"data_base64":"` + base64.StdEncoding.EncodeToString([]byte(v1)) + `"`), func(t *testing.T, e Event) {
 			assert.Equal(t, "get_vm_status", e.Tool)
@@ -42,6 +43,12 @@ func TestDecodeCloudEvents(t *testing.T) {
 		}},
 		{"no CloudEvents id: derived", `{"specversion":"1.0","time":"2026-11-04T08:00:00Z","data":` + v1 + `}`, func(t *testing.T, e Event) {
 			assert.Regexp(t, `^sha256:[0-9a-f]{32}$`, e.ID)
+		}},
+		{"no source: the envelope's id", `{"specversion":"1.0","id":"ce-1","time":"2026-11-04T08:00:00Z","data":` + v1 + `}`, func(t *testing.T, e Event) {
+			assert.Equal(t, "ce-1", e.ID)
+		}},
+		{"a source and id longer than an id together: their hash", `{"specversion":"1.0","source":"https://gateway.example.com/` + strings.Repeat("x", 100) + `","id":"ce-1","time":"2026-11-04T08:00:00Z","data":` + v1 + `}`, func(t *testing.T, e Event) {
+			assert.Regexp(t, `^ce:sha256:[0-9a-f]{32}$`, e.ID)
 		}},
 		{"unknown data fields go to attrs, envelope fields do not", env(`,"subject":"x","data":{"server":"s","tool":"t","decision":"allowed","region":"eu"}`), func(t *testing.T, e Event) {
 			assert.Equal(t, map[string]string{"region": "eu"}, e.Attrs)
@@ -60,6 +67,24 @@ func TestDecodeCloudEvents(t *testing.T) {
 	}
 	e := decodeEvent(t, env(`,"data":`+v1), Options{Server: "renamed"})
 	assert.Equal(t, "renamed", e.Server)
+}
+
+// CloudEvents makes only source and id together unique: two gateways that
+// number their events alike give events of different ids, and an event
+// sent again keeps its id. The forms cannot meet: a source with a space
+// takes the hash.
+func TestCloudEventsIDsOfTwoSources(t *testing.T) {
+	ev := func(source, id string) string {
+		return `{"specversion":"1.0","source":"` + source + `","id":"` + id + `","time":"2026-11-04T08:00:00Z","data":{"server":"s","tool":"t","decision":"allowed"}}`
+	}
+	id := func(line string) string { return decodeEvent(t, line, Options{}).ID }
+	assert.NotEqual(t, id(ev("/gateways/eu-1", "1")), id(ev("/gateways/eu-2", "1")))
+	assert.Equal(t, id(ev("/gateways/eu-1", "1")), id(ev("/gateways/eu-1", "1")))
+	assert.NotEqual(t, id(ev("a b", "c")), id(ev("a", "b c")))
+	assert.Regexp(t, `^ce:sha256:`, id(ev("a b", "c")))
+	long := strings.Repeat("s", MaxIDBytes-2)
+	assert.Equal(t, long+" 1", id(ev(long, "1")), "the readable form up to MaxIDBytes")
+	assert.Regexp(t, `^ce:sha256:`, id(ev(long, "12")))
 }
 
 func jsonString(s string) string {
