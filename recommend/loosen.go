@@ -84,8 +84,8 @@ func accessOf(p *policy.Policy, tool string) access {
 const inOutput = " (in the "
 
 // WideningKinds are the kinds of a loosening's changes, from its evidence
-// ("denied → allowed", "limit raised", "scope broadened (in the intercept
-// output)"), sorted, without their figures, which move with the traffic
+// ("denied → allowed", "denied → allowed without a limit", "limit raised",
+// "scope broadened (in the intercept output)"), sorted, without their figures, which move with the traffic
 // from run to run: what tells one widening of a tool from another. A
 // removed condition or limit keeps its text, which names the rule removed,
 // and a raised or broadened limit the current limit it widens.
@@ -224,7 +224,7 @@ func Loosenings(current, proposed *policy.Policy, tool string) []string {
 	a, b := accessOf(current, tool), accessOf(proposed, tool)
 	var out []string
 	if b.level > a.level {
-		out = append(out, accessWords[a.level]+" → "+accessWords[b.level])
+		out = append(out, accessWords[a.level]+" → "+accessWords[b.level]+unlimited(b))
 	}
 	if a.conditional && b.level >= accApproval && a.level >= accApproval {
 		// Each rule removed by its text, so that accepting one removal
@@ -262,6 +262,19 @@ func Loosenings(current, proposed *policy.Policy, tool string) []string {
 	return out
 }
 
+// withoutLimit ends the change that allows a tool no limit counts: an
+// allowance under a limit, once accepted (a suppression's or baseline's
+// covers), must not cover a later proposal that lets every call through.
+const withoutLimit = " without a limit"
+
+// unlimited is withoutLimit for an access that allows with no limit, else "".
+func unlimited(b access) string {
+	if b.level == accAllowed && len(b.limits) == 0 {
+		return withoutLimit
+	}
+	return ""
+}
+
 func limitName(l namedLimit) string {
 	if allToolsLimit(l) {
 		return "all tools " + LimitText(l.Limit)
@@ -297,14 +310,14 @@ func observedLoosenings(u *usage, proposed *policy.Policy, tool string, newly in
 	var out []string
 	if b.level >= accApproval {
 		if u.Hidden > 0 {
-			out = append(out, "hidden → "+accessWords[b.level])
+			out = append(out, "hidden → "+accessWords[b.level]+unlimited(b))
 		}
 		if u.Denied > 0 {
-			out = append(out, "denied → "+accessWords[b.level])
+			out = append(out, "denied → "+accessWords[b.level]+unlimited(b))
 		}
 	}
 	if b.level == accAllowed && u.Approval > 0 {
-		out = append(out, "approval → allowed")
+		out = append(out, "approval → allowed"+unlimited(b))
 	}
 	if b.level == accAllowed && u.RateLimited > 0 && newly > 0 {
 		out = append(out, "rate-limited calls pass: a limit raised or removed")

@@ -38,6 +38,7 @@ func TestLooseningKinds(t *testing.T) {
     "delete_vm": {"deny_if": [{"conditions": [], "on_deny": "Requires human approval."}]},
     "get_hidden": {},
     "get_denied": {},
+    "get_limited": {"limits": [{"counter": "l", "window": "minute", "max": 5, "scope": "session"}]},
     "get_a": {"limits": [{"counter": "a", "window": "minute", "max": 20, "scope": "session"}]},
     "get_b": {},
     "get_c": {"limits": [{"counter": "c", "window": "day", "max": 56, "scope": "session"}]},
@@ -45,15 +46,16 @@ func TestLooseningKinds(t *testing.T) {
     "get_f": {}
   }}`)
 	for tool, want := range map[string][]string{
-		"delete_vm":  {"hidden → approval"},
-		"get_hidden": {"hidden → allowed"},
-		"get_denied": {"denied → allowed"},
-		"get_a":      {"limit removed: all tools 60/minute per grant", "limit raised: 10/minute per session → 20/minute per session"},
-		"get_b":      {"limit removed: 10/minute per session", "limit removed: all tools 60/minute per grant"},
-		"get_c":      {"limit removed: all tools 60/minute per grant", "scope broadened: 100/minute per grant → 56/day per session"},
-		"get_d":      nil, // allowed → hidden narrows
-		"get_e":      {"approval → allowed"},
-		"get_f":      {"condition removed: deny_if args.x eq 1", "limit removed: all tools 60/minute per grant"},
+		"delete_vm":   {"hidden → approval"},
+		"get_hidden":  {"hidden → allowed without a limit"},
+		"get_denied":  {"denied → allowed without a limit"},
+		"get_limited": {"denied → allowed"},
+		"get_a":       {"limit removed: all tools 60/minute per grant", "limit raised: 10/minute per session → 20/minute per session"},
+		"get_b":       {"limit removed: 10/minute per session", "limit removed: all tools 60/minute per grant"},
+		"get_c":       {"limit removed: all tools 60/minute per grant", "scope broadened: 100/minute per grant → 56/day per session"},
+		"get_d":       nil, // allowed → hidden narrows
+		"get_e":       {"approval → allowed without a limit"},
+		"get_f":       {"condition removed: deny_if args.x eq 1", "limit removed: all tools 60/minute per grant"},
 	} {
 		got := recommend.Loosenings(cur, prop, tool)
 		assert.ElementsMatch(t, want, got, tool)
@@ -218,6 +220,9 @@ func TestWideningKinds(t *testing.T) {
 		{[]string{"limit raised: 5/minute per grant → 12/minute per grant"}, false},
 		{[]string{"limit raised: all tools 600/minute per grant → 900/minute per grant (in the intercept output)"}, false},
 		{[]string{"denied → allowed", "scope broadened: 2/minute per grant → 6/minute per session"}, false},
+		// An allowance under a limit accepted does not accept one that
+		// lets every call through.
+		{[]string{"denied → allowed without a limit"}, false},
 	} {
 		kinds := recommend.WideningKinds(map[string]any{"changes": tt.changes})
 		assert.Equal(t, tt.covered, recommend.WideningCovered(kinds, accepted), "%v", tt.changes)

@@ -118,7 +118,7 @@ func TestRegressionWhenANewVersionHidesADailyTool(t *testing.T) {
 	f := findings(r, recommend.KindRegression)[simulate.PolicyChangeUsedDaily]
 	assert.Equal(t, recommend.RevertFromRefusal, f.Evidence["revert_from"])
 	assert.JSONEq(t, `[{"op":"remove","path":"/hide/1"},{"op":"add","path":"/tools/list_backups","value":{}}]`, string(f.Action.Patch))
-	assert.Equal(t, []string{"hidden → allowed"}, f.Evidence["revert_widens"])
+	assert.Equal(t, []string{"hidden → allowed without a limit"}, f.Evidence["revert_widens"])
 	r, err = recommend.Recommend(context.Background(), store.DB(), recommend.Options{Server: pc.Server, Grant: pc.Grant,
 		Now: change.Add(time.Hour), Params: recommend.DefaultParams()})
 	require.NoError(t, err)
