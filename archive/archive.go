@@ -174,8 +174,8 @@ func runDay(ctx context.Context, st *analytics.Store, dir string, d analytics.Da
 // calls-<n>.parquet: under a temporary name, read back and compared with
 // what DuckDB selected, synced, then renamed.
 func writeFile(ctx context.Context, st *analytics.Store, folder string, d analytics.DayRows, m *manifest) (File, error) {
-	if err := os.MkdirAll(folder, 0o755); err != nil {
-		return File{}, fmt.Errorf("create folder %s: %w", folder, err)
+	if err := makeFolder(folder); err != nil {
+		return File{}, err
 	}
 	name := "calls-" + strconv.Itoa(m.next()) + ".parquet"
 	final := filepath.Join(folder, name)
@@ -413,9 +413,30 @@ func writeJSON(path string, v any) error {
 	return syncFile(filepath.Dir(path))
 }
 
+// makeFolder creates folder and the missing folders above it, each synced
+// into its parent: a new server's or day's folder entry must be on disk
+// before the day is recorded as archived and its calls deleted, or a crash
+// could leave the record pointing at a folder that is gone.
+func makeFolder(folder string) error {
+	if _, err := os.Stat(folder); err == nil {
+		return nil
+	}
+	parent := filepath.Dir(folder)
+	if parent != folder {
+		if err := makeFolder(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(folder, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("create folder %s: %w", folder, err)
+	}
+	return syncFile(parent)
+}
+
 // syncFile flushes a file or folder to disk, so that a rename after it
-// never exposes an empty file after a crash.
-func syncFile(path string) error {
+// never exposes an empty file after a crash. A variable, so that a test
+// can see what is synced.
+var syncFile = func(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("sync %s: %w", path, err)

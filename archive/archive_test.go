@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -738,4 +739,26 @@ func TestRestoreKeepsTheRuns(t *testing.T) {
 	_, err = Restore(ctx, fresh, day0)
 	require.NoError(t, err)
 	assert.Equal(t, want, runsState(t, fresh), "restored into an empty database, late days first")
+}
+
+// A new server's and day's folders are each synced into their parent
+// before the day's file is recorded: the archive's root for the server's
+// folder, the server's for the day's.
+func TestNewFoldersAreSyncedIntoTheirParents(t *testing.T) {
+	s, dir := setup(t)
+	appendEvents(t, s, events("e", []string{"pve"}, 2, 3))
+	var synced []string
+	sync := syncFile
+	syncFile = func(path string) error {
+		synced = append(synced, path)
+		return sync(path)
+	}
+	t.Cleanup(func() { syncFile = sync })
+	_, err := Run(context.Background(), s, Options{Now: day0.Add(day + time.Hour)})
+	require.NoError(t, err)
+	server := filepath.Join(dir, "server=pve")
+	assert.Contains(t, synced, dir, "the server's folder in the archive's root")
+	assert.Contains(t, synced, server, "the day's folder in the server's")
+	assert.Less(t, slices.Index(synced, dir), slices.Index(synced, filepath.Join(server, "date=2026-11-20", ".calls-1.parquet.tmp")),
+		"the folders before the file")
 }
