@@ -401,8 +401,8 @@ func TestServeOnANATSServerWithTheDocumentedAccounts(t *testing.T) {
 	require.True(t, ok, "SECURITY.md gives the accounts for nats.url")
 	conf, _, ok := strings.Cut(after, "```")
 	require.True(t, ok)
-	t.Setenv("MCPTRAIL_PW", "daemon-secret-0123456789")
-	t.Setenv("PVE_GW_PW", "pve-gw-secret-0123456789")
+	t.Setenv("NATS_DAEMON_PW", "daemon-secret-0123456789")
+	t.Setenv("NATS_PVE_GW_PW", "pve-gw-secret-0123456789")
 	sopts := &natsserver.Options{}
 	require.NoError(t, sopts.ProcessConfigString(conf))
 	sopts.Host, sopts.Port, sopts.NoLog, sopts.NoSigs = "127.0.0.1", natsserver.RANDOM_PORT, true, true

@@ -53,7 +53,7 @@ const (
 	daemonInboxPrefix = "_MCPTRAIL_INBOX"
 	gatewayInbox      = "_INBOX.>"
 	// gatewayAccount is the embedded server's account of the gateways.
-	gatewayAccount = "MCPTRAIL_GATEWAYS"
+	gatewayAccount = "mcptrail-gateways"
 	// OperatorInboxPrefix is where the CLI's --nats takes its replies (the
 	// shards' answers, the JetStream API's), out of the gateways' _INBOX.>:
 	// an operator's NATS user subscribes to OperatorInboxPrefix + ".>".
