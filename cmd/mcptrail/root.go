@@ -278,7 +278,7 @@ func (a *app) openStoreWith(ctx context.Context, opts analytics.Options) (*analy
 	s, err := analytics.Open(ctx, a.cfg.Storage.Path, opts)
 	if err != nil {
 		if errors.Is(err, analytics.ErrLocked) {
-			return nil, nil, fmt.Errorf("%w: is `mcptrail serve` running on it? No daemon answered at %s (http.listen)", err, a.cfg.HTTP.Listen)
+			return nil, nil, fmt.Errorf("%w: %s", err, a.lockedHint(ctx))
 		}
 		return nil, nil, err
 	}

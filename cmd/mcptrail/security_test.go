@@ -110,6 +110,11 @@ func TestDaemonRunsNoCommandLine(t *testing.T) {
 	_, code, errOut = runCLI(t, tmp, env, []string{"ingest", filepath.Join(tmp, "e.jsonl"), "--db", db})
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, "mcptrail serve is running and holds "+db)
+	// A command that runs on the file alone names the daemon that holds it.
+	_, code, errOut = runCLI(t, tmp, env, []string{"recluster", "--db", db})
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "mcptrail serve at "+addr+" (http.listen) holds it, and this command runs on the file alone: stop serve first")
+	assert.NotContains(t, errOut, "No daemon answered")
 }
 
 // A process that took http.listen and answers like the daemon gets no token;
