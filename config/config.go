@@ -531,8 +531,15 @@ func (p *parser) fail(key string, val any, allowed string) {
 	if secretKey(key) {
 		val = "(hidden)" // errors never quote a credential
 	}
-	p.errs = append(p.errs, fmt.Sprintf("config: %s = %q: %s (set it in config.yaml, %s or a flag)",
-		key, fmt.Sprint(val), allowed, EnvName(key)))
+	where := "config.yaml"
+	if f := p.v.ConfigFileUsed(); f != "" {
+		where = f
+	}
+	where += ", " + EnvName(key)
+	if key == "storage.path" {
+		where += " or --db" // the one key a flag of every command sets
+	}
+	p.errs = append(p.errs, fmt.Sprintf("config: %s = %q: %s (set it in %s)", key, fmt.Sprint(val), allowed, where))
 }
 
 // secretKey reports whether a key holds a credential.

@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/assert"
+
+	"github.com/mcptrail/mcptrail/config"
 )
 
 // A usage error (exit 2, with a "Run ... --help" line) is what cobra refuses
@@ -28,6 +30,8 @@ func TestUsageErrorsByWhereNotByText(t *testing.T) {
 		{name: "EINVAL", args: []string{"boom"}, err: &os.PathError{Op: "write", Path: "/x", Err: syscall.EINVAL}, code: exitFailure},
 		{name: "text of a flag error", args: []string{"boom"}, err: errors.New(`unknown command "x"; invalid argument; accepts 1 arg(s); required flag; unknown flag: --x`), code: exitFailure},
 		{name: "usage error of the command", args: []string{"boom"}, err: usageErrorf("--x is required"), code: exitUsage, help: true},
+		// It names the key and where to set it: no usage line.
+		{name: "configuration error", args: []string{"boom"}, err: &config.Error{Msg: `config: http.token = "(hidden)": too short`}, code: exitUsage},
 		{name: "too many arguments", args: []string{"boom", "a", "b"}, code: exitUsage},
 		{name: "unknown command", args: []string{"frobnicate"}, code: exitUsage},
 		{name: "unknown flag", args: []string{"boom", "--frob"}, code: exitUsage, help: true},

@@ -92,7 +92,9 @@ func (a *app) finish(err error) int {
 	if code != exitFailOn || !errors.Is(err, errQuietFailOn) {
 		fmt.Fprintf(a.stderr, "mcptrail: %s\n", terminalLines(err.Error()))
 	}
-	if code == exitUsage && a.cmdUsage != "" {
+	// A configuration error names the key and where to set it: the
+	// command's usage would not help.
+	if code == exitUsage && a.cmdUsage != "" && !isConfigError(err) {
 		fmt.Fprintf(a.stderr, "Run '%s --help' for usage.\n", a.cmdUsage)
 	}
 	return code

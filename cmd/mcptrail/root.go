@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
 	"github.com/mcptrail/mcptrail/analytics"
@@ -172,12 +171,6 @@ func (a *app) load(cmd *cobra.Command) error {
 			return err
 		}
 	}
-	// Commands bind their own flags to config keys (e.g. serve's --listen).
-	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if key, ok := f.Annotations[configKeyAnnotation]; ok && len(key) == 1 {
-			_ = a.v.BindPFlag(key[0], f)
-		}
-	})
 	if err := config.CheckEnv(os.Environ()); err != nil {
 		return err
 	}
@@ -211,18 +204,6 @@ var shardCommand = map[string]bool{
 	"query": true, "queries": true, "recommend": true, "replay": true, "backtest": true, "report": true,
 	"import": true, "fetch": true, "list": true, "findings": true, "policies": true, "forget": true,
 	"suppress": true, "unsuppress": true, "suppressions": true,
-}
-
-const configKeyAnnotation = "mcptrail/config-key"
-
-// bindFlag ties a command flag to a config key, so the flag overrides the
-// file and the environment.
-func bindFlag(cmd *cobra.Command, flag, key string) {
-	f := cmd.Flags().Lookup(flag)
-	if f.Annotations == nil {
-		f.Annotations = map[string][]string{}
-	}
-	f.Annotations[configKeyAnnotation] = []string{key}
 }
 
 func (a *app) parseNow() (time.Time, error) {
