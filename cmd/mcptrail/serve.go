@@ -23,8 +23,9 @@ func newServeCmd(a *app) *cobra.Command {
 mcp.audit.> and the durable consumer, and stores every event exactly once in the
 database; with nats.url it connects to an existing NATS instead. The HTTP API on
 http.listen serves /healthz, /readyz, /metrics and the typed API (docs/API.md),
-through which query, recommend, replay, report, catalog, suppress and policies
-work while the daemon holds the database; the API needs the token of
+through which query, queries, recommend, replay, backtest, report, catalog,
+suppress, unsuppress, suppressions, policies and findings work while the daemon
+holds the database; the API needs the token of
 http.token or http.token_file (generated at first start). The schedules of the
 reports: section run one at a time.
 SIGINT or SIGTERM stops it gracefully.`,

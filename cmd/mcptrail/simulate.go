@@ -35,7 +35,7 @@ func newSimulateCmd(a *app) *cobra.Command {
 		stateless bool
 	)
 	cmd := &cobra.Command{
-		Use:   "simulate [--scenario NAME] [--seed N] [--duration D | --count N] [--nats URL | --otlp URL | --out FILE [--format jsonl|otlp]]",
+		Use:   "simulate [--scenario NAME] [--seed N] [--duration D] [--count N] [--nats URL | --otlp URL | --out FILE [--format jsonl|otlp]]",
 		Short: "Generate realistic gateway traffic for the Proxmox MCP server",
 		Long: `Generate deterministic, realistic MCP gateway audit events for the Proxmox MCP
 server (its real catalog of 286 tools): several agents and grants over several
@@ -104,7 +104,7 @@ token (otlp.token, or the file otlp.token_file).`,
 	cmd.Flags().Int64Var(&seed, "seed", 1, "random seed: the same seed gives the same events")
 	cmd.Flags().Float64Var(&rate, "rate", 0, "with --nats: events per second to publish (0: as fast as acknowledged)")
 	cmd.Flags().StringVar(&dur, "duration", "", "span of simulated time ending at --now (e.g. 7d)")
-	cmd.Flags().IntVar(&count, "count", 0, "exact number of events")
+	cmd.Flags().IntVar(&count, "count", 0, "exact number of events (with --duration: over that span)")
 	cmd.Flags().StringVar(&natsURL, "nats", "", "publish to this NATS server through JetStream")
 	cmd.Flags().IntVar(&batch, "batch", 1, "with --nats: events per message (application/x-ndjson, SPEC §2); 1: each event alone")
 	cmd.Flags().StringVar(&natsUser, "nats-user", "", `with --nats: the gateway's NATS user (default "gateway" with a password file)`)
