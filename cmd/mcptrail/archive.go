@@ -53,7 +53,9 @@ a new file. serve does the same every day; run this with the daemon stopped.`,
 				}
 				fmt.Fprintf(a.stdout, "%s %s: %s, verified, %d deleted\n", d.Server, d.Date, wrote, d.Deleted)
 			}
-			fmt.Fprintf(a.stdout, "archived %d calls, deleted %d, %d days failed\n", res.Written, res.Deleted, res.Failed)
+			if err == nil || len(res.Days) > 0 { // a run that failed before any day has no summary
+				fmt.Fprintf(a.stdout, "archived %d calls, deleted %d, %d days failed\n", res.Written, res.Deleted, res.Failed)
+			}
 			if errors.Is(err, analytics.ErrNoArchive) {
 				return usageErrorf("%v", err)
 			}
