@@ -124,8 +124,11 @@ func (d *Decoder) decodeAppend(ctx context.Context, msgs []Message, out *Decoded
 		}(msgs[start:end], results[start:end], &faults[w])
 	}
 	wg.Wait()
-	if err := errors.Join(faults...); err != nil {
-		return fmt.Errorf("decode lines %d-%d of %s: %w", msgs[0].Line, msgs[len(msgs)-1].Line, msgs[0].Source, err)
+	// Every worker that faulted met the same changed file: one says so.
+	for _, err := range faults {
+		if err != nil {
+			return fmt.Errorf("decode lines %d-%d of %s: %w", msgs[0].Line, msgs[len(msgs)-1].Line, msgs[0].Source, err)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return err

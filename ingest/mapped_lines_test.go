@@ -168,6 +168,7 @@ func TestDecodingATruncatedMappedFile(t *testing.T) {
 	err := dec.decodeAppend(context.Background(), msgs, &out, true)
 	require.ErrorIs(t, err, ErrFileChanged)
 	assert.Contains(t, err.Error(), "decode lines 1-20000 of events.jsonl")
+	assert.Equal(t, 1, strings.Count(err.Error(), "ingest it again"), "each worker's fault said it again: %v", err)
 }
 
 // mappedFile writes content to a file and maps it; truncate empties the
