@@ -42,6 +42,7 @@ func (a *app) importCatalogData(ctx context.Context, store *analytics.Store, dat
 	if err != nil {
 		return "", 0, 0, err
 	}
+	fromFlag := server != ""
 	if server == "" {
 		server = cat.Server
 	}
@@ -49,9 +50,12 @@ func (a *app) importCatalogData(ctx context.Context, store *analytics.Store, dat
 		return "", 0, 0, usageErrorf("%s names no server: pass --server NAME", file)
 	}
 	if why := audit.BadServerName(server); why != "" {
-		// The document's server names what is stored and printed: held
-		// to the rules of an event's server (no control characters, no
-		// path separators).
+		// The server names what is stored and printed: held to the rules
+		// of an event's server (no control characters, no path
+		// separators).
+		if fromFlag {
+			return "", 0, 0, usageErrorf("--server %q: %s", server, why)
+		}
 		return "", 0, 0, usageErrorf("%s names the server %q: %s: pass --server NAME", file, server, why)
 	}
 	ov, err := a.overrides()
