@@ -70,6 +70,7 @@ var Defaults = map[string]any{
 	"http.tls.cert":                       "",
 	"http.tls.key":                        "",
 	"otlp.listen":                         "",
+	"otlp.grpc_listen":                    "",
 	"otlp.token":                          "",
 	"otlp.token_file":                     "",
 	"otlp.max_request_bytes":              "4MiB",
@@ -202,9 +203,10 @@ type HTTP struct {
 	TLSKey       string
 }
 
-// OTLP is otlp.*: the OTLP/HTTP receiver of serve.
+// OTLP is otlp.*: the OTLP receiver of serve.
 type OTLP struct {
-	Listen          string // empty: no receiver
+	Listen          string // OTLP/HTTP; empty: none
+	GRPCListen      string // OTLP/gRPC; empty: none
 	MaxRequestBytes int64
 	Server          string // names the server of every OTLP event
 	// Token is what exporters send: it may only send telemetry (the API
@@ -459,13 +461,16 @@ func Load(v *viper.Viper) (*Config, error) {
 	if (c.HTTP.TLSCert == "") != (c.HTTP.TLSKey == "") {
 		p.fail("http.tls.key", c.HTTP.TLSKey, "http.tls.cert and http.tls.key go together (PEM files of the API's certificate and key)")
 	}
-	c.OTLP = OTLP{Listen: p.str("otlp.listen", otlpListen), MaxRequestBytes: p.size("otlp.max_request_bytes"),
+	c.OTLP = OTLP{Listen: p.str("otlp.listen", otlpListen), GRPCListen: p.str("otlp.grpc_listen", otlpGRPCListen), MaxRequestBytes: p.size("otlp.max_request_bytes"),
 		Server: p.str("otlp.server", nil), Token: p.str("otlp.token", otlpToken), TokenFile: p.str("otlp.token_file", nil)}
 	if c.OTLP.MaxRequestBytes <= 0 || c.OTLP.MaxRequestBytes > 1<<30 {
 		p.fail("otlp.max_request_bytes", v.Get("otlp.max_request_bytes"), "a positive size up to 1GiB such as 4MiB")
 	}
 	if c.OTLP.Listen != "" && c.OTLP.Listen == c.HTTP.Listen {
 		p.fail("otlp.listen", c.OTLP.Listen, "an address of its own, not http.listen's (OTLP/HTTP's usual port is 4318)")
+	}
+	if g := c.OTLP.GRPCListen; g != "" && (g == c.HTTP.Listen || g == c.OTLP.Listen) {
+		p.fail("otlp.grpc_listen", g, "an address of its own, not http.listen's or otlp.listen's (OTLP/gRPC's usual port is 4317)")
 	}
 	c.Query = Query{Timeout: p.duration("query.timeout"), MaxRows: p.integer("query.max_rows", 1, 1<<30),
 		MaxBytes: p.size("query.max_bytes")}
@@ -579,7 +584,13 @@ func otlpToken(s string) string {
 
 // otlpListen is empty (no receiver) or host:port with the host written out,
 // so that listening beyond this machine is always asked for by name.
-func otlpListen(s string) string {
+func otlpListen(s string) string { return receiverAddress(s, "4318") }
+
+func otlpGRPCListen(s string) string { return receiverAddress(s, "4317") }
+
+// receiverAddress checks an OTLP receiver's address, whose usual port is
+// port: empty (none), or a host and port.
+func receiverAddress(s, port string) string {
 	if s == "" {
 		return ""
 	}
@@ -587,7 +598,7 @@ func otlpListen(s string) string {
 		return why
 	}
 	if host, _, _ := net.SplitHostPort(s); host == "" {
-		return "name the host: 127.0.0.1:4318 for this machine only, or an address of an interface (0.0.0.0:4318 for all) to take spans from other hosts"
+		return "name the host: 127.0.0.1:" + port + " for this machine only, or an address of an interface (0.0.0.0:" + port + " for all) to take spans from other hosts"
 	}
 	return ""
 }

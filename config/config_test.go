@@ -176,6 +176,8 @@ func TestBadValues(t *testing.T) {
 		{"otlp.listen", ":4318", "name the host: 127.0.0.1:4318"},
 		{"otlp.listen", "4318", "must be host:port"},
 		{"otlp.listen", "127.0.0.1:8474", "not http.listen's"},
+		{"otlp.grpc_listen", ":4317", "name the host: 127.0.0.1:4317"},
+		{"otlp.grpc_listen", "127.0.0.1:8474", "not http.listen's or otlp.listen's"},
 		{"otlp.max_request_bytes", "0", "a positive size up to 1GiB"},
 		{"otlp.token", "short", "at least 16 random characters"},
 	} {

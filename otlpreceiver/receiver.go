@@ -1,8 +1,9 @@
-// Package otlpreceiver is the daemon's OTLP/HTTP receiver: POST /v1/traces
-// and /v1/logs (protobuf or JSON, gzip or not), each request's tool calls
+// Package otlpreceiver is the daemon's OTLP receiver: OTLP/HTTP, POST
+// /v1/traces and /v1/logs (protobuf or JSON, gzip or not), and OTLP/gRPC,
+// the trace and logs services' Export (grpc.go); each request's tool calls
 // converted by package otlp and published to the JetStream stream like a
 // gateway's events; the answer goes out only once JetStream acknowledged every
-// publish, so a 200 means the events are durable.
+// publish, so a success means the events are durable.
 package otlpreceiver
 
 import (
@@ -87,10 +88,11 @@ type Receiver struct {
 	h            http.Handler
 	apiTokenSeen sync.Once
 
-	received *prometheus.CounterVec
-	accepted *prometheus.CounterVec
-	dropped  *prometheus.CounterVec
-	requests *prometheus.CounterVec
+	received     *prometheus.CounterVec
+	accepted     *prometheus.CounterVec
+	dropped      *prometheus.CounterVec
+	requests     *prometheus.CounterVec
+	grpcRequests *prometheus.CounterVec
 }
 
 // New makes a receiver.
@@ -133,6 +135,10 @@ func New(o Options) (*Receiver, error) {
 			Name: "mcptrail_otlp_requests_total",
 			Help: "OTLP/HTTP requests, by signal and HTTP status code.",
 		}, []string{"signal", "code"}),
+		grpcRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcptrail_otlp_grpc_requests_total",
+			Help: "OTLP/gRPC requests, by signal and gRPC status code.",
+		}, []string{"signal", "code"}),
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST "+PathTraces, rc.requireToken(rc.signal(otlp.Traces)))
@@ -146,7 +152,7 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) { rc.h.Ser
 
 // Collectors are the receiver's metrics, for /metrics.
 func (rc *Receiver) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{rc.received, rc.accepted, rc.dropped, rc.requests}
+	return []prometheus.Collector{rc.received, rc.accepted, rc.dropped, rc.requests, rc.grpcRequests}
 }
 
 // failure is an answer other than 200.
@@ -213,9 +219,15 @@ func (rc *Receiver) export(r *http.Request, signal string, enc otlp.Encoding) (p
 	if err != nil {
 		return nil, &failure{code: http.StatusBadRequest, msg: err.Error()}
 	}
+	return rc.accept(r.Context(), signal, res)
+}
+
+// accept publishes a request's tool calls and its rejected records, counts
+// them, and returns the answer: with a partial success naming the rejected.
+func (rc *Receiver) accept(ctx context.Context, signal string, res otlp.Result) (proto.Message, error) {
 	msgs, events := rc.messages(&res)
 	msgs = append(msgs, rc.rejected(&res)...)
-	if err := rc.publish(r.Context(), msgs); err != nil {
+	if err := rc.publish(ctx, msgs); err != nil {
 		rc.o.Log.Warn("otlp: the stream did not take a request's events: answered 503", "signal", signal, "events", events, "err", err)
 		return nil, &failure{code: http.StatusServiceUnavailable, msg: "the stream did not acknowledge the events: retry later", retry: true}
 	}

@@ -94,6 +94,9 @@ type Options struct {
 	// OTLPListen (otlp.listen) serves the OTLP/HTTP receiver there; empty:
 	// none. It needs OTLPToken.
 	OTLPListen string
+	// OTLPGRPCListen (otlp.grpc_listen) serves the OTLP/gRPC receiver
+	// there; empty: none. It needs OTLPToken too.
+	OTLPGRPCListen string
 	// OTLPToken (otlp.token or the generated otlp.token_file) is the
 	// exporters' bearer token, which may only send telemetry; HTTPToken is
 	// accepted there too.
@@ -106,6 +109,8 @@ type Options struct {
 	// OTLPListening, when set, is called with the receiver's address once it
 	// listens. Not a config key: tests listen on port 0.
 	OTLPListening func(addr string)
+	// OTLPGRPCListening is OTLPListening for the OTLP/gRPC receiver.
+	OTLPGRPCListening func(addr string)
 
 	// Backend runs the typed API's requests (api); nil serves no API. It
 	// needs HTTPToken.
@@ -217,8 +222,8 @@ func (o Options) validate() error {
 	if o.Backend != nil && o.HTTPToken == "" {
 		return &ConfigError{"http.token", "", "the API is never served without a token: set http.token or let serve generate http.token_file"}
 	}
-	if o.OTLPListen != "" && o.OTLPToken == "" {
-		return &ConfigError{"otlp.token", "", "the OTLP receiver (otlp.listen) is never served without a token: set otlp.token or let serve generate otlp.token_file"}
+	if o.otlpReceiver() && o.OTLPToken == "" {
+		return &ConfigError{"otlp.token", "", "the OTLP receiver (otlp.listen, otlp.grpc_listen) is never served without a token: set otlp.token or let serve generate otlp.token_file"}
 	}
 	if o.OTLPServer != "" && audit.BadServerName(o.OTLPServer) != "" {
 		return &ConfigError{"otlp.server", o.OTLPServer, "an MCP server name: " + audit.BadServerName(o.OTLPServer)}
@@ -310,3 +315,6 @@ func (o Options) stored(r ingest.BatchReport) {
 		o.Stored()
 	}
 }
+
+// otlpReceiver reports whether serve receives OTLP, over HTTP or gRPC.
+func (o Options) otlpReceiver() bool { return o.OTLPListen != "" || o.OTLPGRPCListen != "" }

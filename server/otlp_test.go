@@ -62,6 +62,17 @@ func toolSpans(first, n int) *coltrace.ExportTraceServiceRequest {
 	}}}
 }
 
+// deniedDeleteLog is a gateway's log record of a refused delete_vm.
+func deniedDeleteLog() *collogs.ExportLogsServiceRequest {
+	return &collogs.ExportLogsServiceRequest{ResourceLogs: []*logspb.ResourceLogs{{
+		ScopeLogs: []*logspb.ScopeLogs{{LogRecords: []*logspb.LogRecord{{
+			TimeUnixNano: uint64(time.Date(2026, 11, 3, 15, 0, 0, 0, time.UTC).UnixNano()),
+			Attributes: []*commonpb.KeyValue{strAttr("gen_ai.operation.name", "execute_tool"), strAttr("gen_ai.tool.name", "delete_vm"),
+				strAttr("mcp.server.name", "proxmox-mcp"), strAttr("policy.decision", "denied")},
+		}}}},
+	}}}
+}
+
 func post(t *testing.T, url, contentType, encoding, token string, body []byte) (*http.Response, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
@@ -120,14 +131,7 @@ func TestServeOTLPReceiver(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 	assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
 	assert.Contains(t, string(body), `"rejectedSpans":"1"`)
-	logs := &collogs.ExportLogsServiceRequest{ResourceLogs: []*logspb.ResourceLogs{{
-		ScopeLogs: []*logspb.ScopeLogs{{LogRecords: []*logspb.LogRecord{{
-			TimeUnixNano: uint64(time.Date(2026, 11, 3, 15, 0, 0, 0, time.UTC).UnixNano()),
-			Attributes: []*commonpb.KeyValue{strAttr("gen_ai.operation.name", "execute_tool"), strAttr("gen_ai.tool.name", "delete_vm"),
-				strAttr("mcp.server.name", "proxmox-mcp"), strAttr("policy.decision", "denied")},
-		}}}},
-	}}}
-	logBody, err := otlp.MarshalJSON(logs)
+	logBody, err := otlp.MarshalJSON(deniedDeleteLog())
 	require.NoError(t, err)
 	resp, body = post(t, base+"/v1/logs", "application/json", "", otlpToken, logBody)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))

@@ -172,7 +172,7 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 	m.connected.Set(1)
 	a.live = nc.IsConnected
 
-	if opts.OTLPListen != "" {
+	if opts.otlpReceiver() {
 		stopOTLP, err := startOTLP(opts, nc, m, a.isReady, tlsConfig, log)
 		if err != nil {
 			return err

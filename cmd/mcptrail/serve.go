@@ -60,7 +60,7 @@ SIGINT or SIGTERM stops it gracefully.`,
 			if opts.HTTPToken, err = a.daemonToken(); err != nil {
 				return err
 			}
-			if opts.OTLPListen != "" {
+			if opts.OTLPListen != "" || opts.OTLPGRPCListen != "" {
 				if opts.OTLPToken, err = a.exportersToken(); err != nil {
 					return err
 				}
@@ -102,7 +102,7 @@ func (a *app) serverOptions() server.Options {
 		StreamReplicas: c.NATS.StreamReplicas, StartupTimeout: c.NATS.StartupTimeout, BatchSize: c.Ingest.BatchSize, FetchSize: c.Ingest.FetchSize, FlushInterval: c.Ingest.FlushInterval,
 		Decode: audit.Options{MaxEventBytes: c.Ingest.MaxEventBytes, StoreArgs: c.Ingest.StoreArgs}, MaxMessageBytes: c.Ingest.MaxMessageBytes,
 		HTTPListen: c.HTTP.Listen, HTTPAllowedHosts: c.HTTP.AllowedHosts, HTTPTLSCert: c.HTTP.TLSCert, HTTPTLSKey: c.HTTP.TLSKey,
-		OTLPListen: c.OTLP.Listen, OTLPMaxRequestBytes: c.OTLP.MaxRequestBytes, OTLPServer: c.OTLP.Server,
+		OTLPListen: c.OTLP.Listen, OTLPGRPCListen: c.OTLP.GRPCListen, OTLPMaxRequestBytes: c.OTLP.MaxRequestBytes, OTLPServer: c.OTLP.Server,
 	}
 }
 

@@ -1,0 +1,99 @@
+package otlpreceiver
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/mcptrail/mcptrail/otlp"
+)
+
+// grpcClient serves rc's gRPC services on a loopback port and returns a
+// trace client of it.
+func grpcClient(t *testing.T, rc *Receiver) coltrace.TraceServiceClient {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	gs := rc.GRPCServer()
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return coltrace.NewTraceServiceClient(conn)
+}
+
+func bearer(tok string) context.Context {
+	return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok)
+}
+
+// retryDelayOf is the RetryInfo a status carries, zero without one.
+func retryDelayOf(err error) time.Duration {
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.GetRetryDelay().AsDuration()
+		}
+	}
+	return 0
+}
+
+// What an exporter must retry is UNAVAILABLE with RetryInfo: while the
+// daemon does not ingest, and while the stream does not acknowledge (here:
+// there is none); once both hold, the request is taken. The daemon's API
+// token is accepted, as over HTTP.
+func TestGRPCAnswersToRetry(t *testing.T) {
+	js := jetStream(t)
+	var ready atomic.Bool
+	rc, err := New(Options{Token: token, APIToken: "api-token-0123456789ab", JS: js, Subject: "mcp.audit.", Ready: ready.Load})
+	require.NoError(t, err)
+	client := grpcClient(t, rc)
+	req, err := otlp.UnmarshalTraces(batch(t), otlp.Protobuf)
+	require.NoError(t, err)
+
+	_, err = client.Export(bearer(token), req)
+	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	assert.Equal(t, 5*time.Second, retryDelayOf(err))
+
+	ready.Store(true)
+	_, err = client.Export(bearer(token), req)
+	assert.Equal(t, codes.Unavailable, status.Code(err), "no stream: %v", err)
+	assert.Equal(t, 5*time.Second, retryDelayOf(err))
+
+	stream := auditStream(t, js)
+	_, err = client.Export(bearer("api-token-0123456789ab"), req)
+	require.NoError(t, err)
+	info, err := stream.Info(context.Background())
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, info.State.Msgs)
+}
+
+// More requests at once than the receiver takes: RESOURCE_EXHAUSTED with
+// RetryInfo, without which exporters would drop the data.
+func TestGRPCTooManyRequestsAtOnce(t *testing.T) {
+	js := jetStream(t)
+	auditStream(t, js)
+	rc, err := New(Options{Token: token, JS: js, Subject: "mcp.audit.", Concurrency: 1})
+	require.NoError(t, err)
+	client := grpcClient(t, rc)
+	req, err := otlp.UnmarshalTraces(batch(t), otlp.Protobuf)
+	require.NoError(t, err)
+	rc.slots <- struct{}{} // a request under way
+	_, err = client.Export(bearer(token), req)
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+	assert.Equal(t, 5*time.Second, retryDelayOf(err))
+	<-rc.slots
+	_, err = client.Export(bearer(token), req)
+	require.NoError(t, err)
+}
