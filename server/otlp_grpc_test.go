@@ -12,6 +12,7 @@ import (
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/metadata"
@@ -82,4 +83,39 @@ func TestServeOTLPGRPCReceiver(t *testing.T) {
 		assert.Contains(t, body, want)
 	}
 	assert.True(t, strings.Contains(body, `mcptrail_otlp_records_accepted_total{signal="traces"} 50`), "50 spans published")
+}
+
+// With http.tls.cert and key the gRPC receiver speaks TLS with the API's
+// certificate: an exporter that trusts its CA is answered; one without TLS
+// gets nothing through.
+func TestServeOTLPGRPCOverTLS(t *testing.T) {
+	pki := newTestPKI(t, t.TempDir())
+	store := openStore(t)
+	opts := testOptions(t)
+	opts.HTTPToken, opts.OTLPToken = otlpAPIToken, otlpToken
+	opts.HTTPTLSCert, opts.HTTPTLSKey = pki.serverCert, pki.serverKey
+	opts.OTLPGRPCListen = "127.0.0.1:0"
+	addr := make(chan string, 1)
+	opts.OTLPGRPCListening = func(a string) { addr <- a }
+	start(t, store, opts)
+	target := <-addr
+
+	creds, err := credentials.NewClientTLSFromFile(pki.ca, "")
+	require.NoError(t, err)
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds))
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = coltrace.NewTraceServiceClient(conn).Export(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+otlpToken), toolSpans(0, 5))
+	require.NoError(t, err)
+	waitCount(t, store, `SELECT count(*) FROM calls`, 5)
+
+	plain, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer plain.Close()
+	short, cancelShort := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancelShort()
+	_, err = coltrace.NewTraceServiceClient(plain).Export(metadata.AppendToOutgoingContext(short, "authorization", "Bearer "+otlpToken), toolSpans(10, 5))
+	require.Error(t, err)
 }
