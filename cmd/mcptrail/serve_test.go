@@ -277,6 +277,7 @@ func TestSimulateSendsOTLPToServe(t *testing.T) {
 	assert.Contains(t, string(out), "401 Unauthorized")
 
 	// The same traffic as an OTLP/JSON file, ingested into another database.
+	// (TestSimulateSendsOTLPOverGRPC sends it over gRPC.)
 	file := filepath.Join(dir, "traces.jsonl")
 	sim = exec.Command(binary, "simulate", "--count", "1200", "--seed", "5", "--format", "otlp", "--out", file)
 	sim.Env = env
@@ -288,4 +289,31 @@ func TestSimulateSendsOTLPToServe(t *testing.T) {
 	out, err = ing.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "ingested 1200, duplicates 0, rejected 0")
+}
+
+// TestSimulateSendsOTLPOverGRPC: simulate --otlp-protocol grpc sends its
+// traffic to serve's OTLP/gRPC receiver with the exporters' token, and
+// every event is stored; a wrong token is refused by name.
+func TestSimulateSendsOTLPOverGRPC(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the daemon as a child process")
+	}
+	dir := t.TempDir()
+	grpcAddr, db := freeport.Addr(t), filepath.Join(dir, "mcptrail.duckdb")
+	httpAddr, _ := startServe(t, dir, db, []string{"MCPTRAIL_OTLP_GRPC_LISTEN=" + grpcAddr},
+		func(addr string) bool { return httpStatus(addr, "/readyz") == http.StatusOK })
+	env := append(os.Environ(), "MCPTRAIL_STORAGE_PATH="+db, "MCPTRAIL_NOW=2026-11-30T00:00:00Z")
+
+	sim := exec.Command(binary, "simulate", "--count", "1200", "--seed", "5", "--otlp", "http://"+grpcAddr, "--otlp-protocol", "grpc")
+	sim.Env = env
+	out, err := sim.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "sent 1200 events")
+	require.Eventually(t, func() bool { return ingestedSoFar(httpAddr) == 1200 }, 20*time.Second, 50*time.Millisecond)
+
+	sim = exec.Command(binary, "simulate", "--count", "5", "--otlp", "http://"+grpcAddr, "--otlp-protocol", "grpc")
+	sim.Env = append(env, "MCPTRAIL_OTLP_TOKEN=not-the-exporters-token")
+	out, err = sim.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "Unauthenticated")
 }

@@ -32,10 +32,11 @@ func newSimulateCmd(a *app) *cobra.Command {
 		out       string
 		format    string
 		otlpURL   string
+		otlpProto string
 		stateless bool
 	)
 	cmd := &cobra.Command{
-		Use:   "simulate [--scenario NAME] [--seed N] [--duration D] [--count N] [--nats URL | --otlp URL | --out FILE [--format jsonl|otlp]]",
+		Use:   "simulate [--scenario NAME] [--seed N] [--duration D] [--count N] [--nats URL | --otlp URL [--otlp-protocol http/protobuf|grpc] | --out FILE [--format jsonl|otlp]]",
 		Short: "Generate realistic gateway traffic for the Proxmox MCP server",
 		Long: `Generate deterministic, realistic MCP gateway audit events for the Proxmox MCP
 server (its real catalog of 286 tools): several agents and grants over several
@@ -47,14 +48,16 @@ published through JetStream like a gateway would, signed in as the embedded
 server's gateway user (see --nats-user). --format otlp writes them as OTLP/JSON
 traces instead (one ExportTraceServiceRequest of up to 512 spans a line, as the
 OpenTelemetry Collector's file exporter does), and --otlp URL sends such batches
-as OTLP/HTTP protobuf to a receiver (serve's otlp.listen), with the exporters'
-token (otlp.token, or the file otlp.token_file).`,
+as OTLP/HTTP protobuf to a receiver (serve's otlp.listen), or over OTLP/gRPC with
+--otlp-protocol grpc (otlp.grpc_listen), with the exporters' token (otlp.token,
+or the file otlp.token_file).`,
 		Example: `  mcptrail simulate --count 100000 --out events.jsonl
   mcptrail simulate --scenario loops --seed 7 --out loops.jsonl
   mcptrail simulate --duration 1h --nats nats://127.0.0.1:4222 --rate 500
   mcptrail simulate --count 1000000 --nats nats://127.0.0.1:4222 --batch 64
   mcptrail simulate --count 10000 --format otlp --out traces.jsonl
-  mcptrail simulate --count 10000 --otlp http://127.0.0.1:4318`,
+  mcptrail simulate --count 10000 --otlp http://127.0.0.1:4318
+  mcptrail simulate --count 10000 --otlp http://127.0.0.1:4317 --otlp-protocol grpc`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts := simulate.Options{Scenario: scenario, Seed: seed, Count: count, Now: a.now}
@@ -73,6 +76,9 @@ token (otlp.token, or the file otlp.token_file).`,
 			}
 			if (natsURL != "" && out != "") || (otlpURL != "" && (out != "" || natsURL != "")) {
 				return usageErrorf("give one of --nats URL, --otlp URL or --out FILE")
+			}
+			if cmd.Flags().Changed("otlp-protocol") && otlpURL == "" {
+				return usageErrorf("--otlp-protocol goes with --otlp URL")
 			}
 			if format != "jsonl" && format != "otlp" {
 				return usageErrorf("--format %q: allowed values are jsonl and otlp", format)
@@ -95,7 +101,7 @@ token (otlp.token, or the file otlp.token_file).`,
 				return a.publishSimulation(cmd, opts, po, stateless)
 			}
 			if otlpURL != "" {
-				return a.sendSimulationOTLP(cmd, opts, otlpURL, stateless)
+				return a.sendSimulationOTLP(cmd, opts, otlpURL, otlpProto, stateless)
 			}
 			return a.writeSimulation(cmd, opts, out, format == "otlp", stateless)
 		},
@@ -114,7 +120,8 @@ token (otlp.token, or the file otlp.token_file).`,
 	cmd.Flags().StringVar(&format, "format", "jsonl", "what --out holds: jsonl (v1 events) or otlp (OTLP/JSON traces, 512 spans a line)")
 	cmd.Flags().BoolVar(&stateless, "stateless", false, "stateless MCP (specification 2026-07-28): events carry no session id; as OTLP,\n"+
 		"each session's calls share a trace instead (mcptrail correlates them, SPEC §3)")
-	cmd.Flags().StringVar(&otlpURL, "otlp", "", "send OTLP/HTTP protobuf traces to this receiver (e.g. http://127.0.0.1:4318)")
+	cmd.Flags().StringVar(&otlpURL, "otlp", "", "send OTLP protobuf traces to this receiver (e.g. http://127.0.0.1:4318)")
+	cmd.Flags().StringVar(&otlpProto, "otlp-protocol", otlpHTTP, "with --otlp: "+otlpHTTP+" (serve's otlp.listen) or "+otlpGRPC+" (otlp.grpc_listen, e.g. http://127.0.0.1:4317)")
 	cmd.Long += "\n\nScenarios:\n"
 	for _, s := range simulate.Scenarios() {
 		cmd.Long += fmt.Sprintf("  %-8s %s\n", s.Name, s.Description)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,7 +16,15 @@ import (
 	"github.com/spf13/cobra"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding/gzip"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/mcptrail/mcptrail/api"
@@ -59,12 +68,23 @@ const otlpSenders = 4
 // otlpRetries bounds how often one request is sent again after 429 or 503.
 const otlpRetries = 10
 
-// sendSimulationOTLP sends simulated traffic to an OTLP/HTTP receiver as
-// protobuf trace requests of otlpBatchSpans spans, with the exporters' token.
-func (a *app) sendSimulationOTLP(cmd *cobra.Command, opts simulate.Options, target string, stateless bool) error {
+// The OTLP protocols simulate --otlp speaks (OTEL_EXPORTER_OTLP_PROTOCOL's
+// names).
+const (
+	otlpHTTP = "http/protobuf"
+	otlpGRPC = "grpc"
+)
+
+// sendSimulationOTLP sends simulated traffic to an OTLP receiver as
+// protobuf trace requests of otlpBatchSpans spans, with the exporters'
+// token: over HTTP, or over gRPC when protocol is otlpGRPC.
+func (a *app) sendSimulationOTLP(cmd *cobra.Command, opts simulate.Options, target, protocol string, stateless bool) error {
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return usageErrorf("--otlp %q: want an http:// or https:// URL such as http://127.0.0.1:4318", target)
+		return usageErrorf("--otlp %q: want an http:// or https:// URL such as http://127.0.0.1:4318 (4317 for grpc)", target)
+	}
+	if protocol != otlpHTTP && protocol != otlpGRPC {
+		return usageErrorf("--otlp-protocol %q: allowed values are %s and %s", protocol, otlpHTTP, otlpGRPC)
 	}
 	if u.Path == "" || u.Path == "/" {
 		u.Path = "/v1/traces"
@@ -76,6 +96,28 @@ func (a *app) sendSimulationOTLP(cmd *cobra.Command, opts simulate.Options, targ
 		}
 	}
 	client := &http.Client{Timeout: time.Minute}
+	export := func(ctx context.Context, req *coltrace.ExportTraceServiceRequest) (int64, error) {
+		body, err := proto.Marshal(req)
+		if err != nil {
+			return 0, err
+		}
+		return postOTLP(ctx, client, u.String(), token, body)
+	}
+	if protocol == otlpGRPC {
+		creds := insecure.NewCredentials()
+		if u.Scheme == "https" {
+			creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
+		}
+		conn, err := grpc.NewClient(u.Host, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			return fmt.Errorf("--otlp %s: %w", target, err)
+		}
+		defer conn.Close()
+		traces := coltrace.NewTraceServiceClient(conn)
+		export = func(ctx context.Context, req *coltrace.ExportTraceServiceRequest) (int64, error) {
+			return exportGRPC(ctx, traces, u.Host, token, req)
+		}
+	}
 	var sent, rejected atomic.Int64
 	start := time.Now()
 	// Like a collector's sending queue: a few requests in flight, as the
@@ -87,11 +129,7 @@ func (a *app) sendSimulationOTLP(cmd *cobra.Command, opts simulate.Options, targ
 			return context.Cause(ctx)
 		}
 		g.Go(func() error {
-			body, err := proto.Marshal(req)
-			if err != nil {
-				return err
-			}
-			rej, err := postOTLP(ctx, client, u.String(), token, body)
+			rej, err := export(ctx, req)
 			if err == nil {
 				sent.Add(int64(spans) - rej)
 				rejected.Add(rej)
@@ -156,6 +194,34 @@ func postOTLP(ctx context.Context, client *http.Client, target, token string, bo
 				msg = st.GetMessage()
 			}
 			return 0, fmt.Errorf("send to %s: %s: %s", target, resp.Status, msg)
+		}
+	}
+}
+
+// exportGRPC sends one request over OTLP/gRPC, again after UNAVAILABLE or
+// RESOURCE_EXHAUSTED as its RetryInfo says (as exporters do), and returns
+// the number of spans the receiver rejected.
+func exportGRPC(ctx context.Context, client coltrace.TraceServiceClient, target, token string, req *coltrace.ExportTraceServiceRequest) (int64, error) {
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	for try := 0; ; try++ {
+		out, err := client.Export(ctx, req, grpc.UseCompressor(gzip.Name))
+		if err == nil {
+			return out.GetPartialSuccess().GetRejectedSpans(), nil
+		}
+		st := status.Convert(err)
+		if (st.Code() != codes.Unavailable && st.Code() != codes.ResourceExhausted) || try >= otlpRetries {
+			return 0, fmt.Errorf("send to %s: %s: %s", target, st.Code(), st.Message())
+		}
+		wait := time.Second
+		for _, d := range st.Details() {
+			if ri, ok := d.(*errdetails.RetryInfo); ok {
+				wait = max(ri.GetRetryDelay().AsDuration(), wait)
+			}
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return 0, ctx.Err()
 		}
 	}
 }
