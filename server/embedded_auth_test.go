@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -457,4 +458,44 @@ func TestEmbeddedNATSCoreModeGatewayPublishes(t *testing.T) {
 	}
 	require.NoError(t, nc.Flush())
 	waitCount(t, store, `SELECT count(*) FROM calls`, 50)
+}
+
+// Gateways are let in only once the daemon's account has its stream back:
+// a restarted daemon's embedded server takes no client before JetStream is
+// enabled on the global account with the stored stream, and a gateway's
+// plain publish right after start is stored.
+func TestEmbeddedNATSTakesClientsOnceTheStreamIsBack(t *testing.T) {
+	store := openStore(t)
+	opts := testOptions(t)
+	d := start(t, store, opts)
+	_, err := Publish(context.Background(), gateway(t, opts), events(0, 10, "pve"))
+	require.NoError(t, err)
+	waitCount(t, store, `SELECT count(*) FROM calls`, 10)
+	d.stop(t)
+
+	var dialed error
+	var streamBack bool
+	t.Cleanup(func() { beforeListening = func(*natsserver.Server) {} })
+	beforeListening = func(ns *natsserver.Server) {
+		c, err := net.DialTimeout("tcp", opts.EmbeddedListen, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		dialed = err
+		streamBack = ns.GlobalAccount().JetStreamEnabled() && ns.GlobalAccount().JetStreamUsage().Streams == 1
+	}
+	start(t, store, opts)
+	assert.Error(t, dialed, "a client could connect before the stream was back")
+	assert.True(t, streamBack, "the stored stream is back before clients are let in")
+
+	gw := gateway(t, opts)
+	nc, err := nats.Connect(gw.URL, nats.UserInfo(gw.Auth.User, gw.Auth.Password))
+	require.NoError(t, err)
+	defer nc.Close()
+	e, _, _ := events(10, 11, "pve")()
+	b, err := json.Marshal(&e)
+	require.NoError(t, err)
+	require.NoError(t, nc.Publish("mcp.audit.pve", b))
+	require.NoError(t, nc.Flush())
+	waitCount(t, store, `SELECT count(*) FROM calls`, 11)
 }

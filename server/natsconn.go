@@ -50,6 +50,10 @@ func startEmbedded(opts Options, auth *embeddedAuth, log *slog.Logger) (*natsser
 		StoreDir:   opts.EmbeddedStoreDir,
 		NoSigs:     true, // the daemon owns SIGTERM/SIGINT
 		MaxPayload: embeddedMaxPayload(opts),
+		// Clients are let in only once the daemon's account has its
+		// stream back (below): before, a gateway's publish would cross
+		// its account's import into an account that captures nothing.
+		DontListen: true,
 	}
 	auth.apply(sopts)
 	ns, err := natsserver.NewServer(sopts)
@@ -76,6 +80,17 @@ func startEmbedded(opts Options, auth *embeddedAuth, log *slog.Logger) (*natsser
 				opts.EmbeddedStoreDir, err)
 		}
 	}
+	beforeListening(ns)
+	// nats-server's own Start runs AcceptLoop when it listens; with
+	// DontListen it is the way to listen once JetStream is ready.
+	listening := make(chan struct{})
+	go ns.AcceptLoop(listening)
+	<-listening
+	if ns.Addr() == nil {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return nil, fmt.Errorf("embedded NATS server on %s (nats.embedded.listen) did not listen; see the log above", opts.EmbeddedListen)
+	}
 	log.Info("embedded NATS server started", "listen", ns.Addr().String(), "jetstream", opts.JetStream,
 		"store_dir", opts.EmbeddedStoreDir)
 	if !isLoopback(opts.EmbeddedListen) {
@@ -86,6 +101,10 @@ func startEmbedded(opts Options, auth *embeddedAuth, log *slog.Logger) (*natsser
 	auth.logGateways(log, ns.ClientURL())
 	return ns, nil
 }
+
+// beforeListening is called as the embedded server is about to take
+// clients: a test's look at what they would find.
+var beforeListening = func(*natsserver.Server) {}
 
 // errDirLocked is a folder another process holds.
 var errDirLocked = errors.New("in use by another process")
