@@ -253,8 +253,6 @@ func parseSince(since string, def time.Duration, example string) (time.Duration,
 	return d, nil
 }
 
-// daemonHoldsDB reports whether a daemon answering at http.listen holds the
-// database this command would open.
 // lockedHint says who holds the database file another process locked,
 // as far as the daemon at http.listen tells: a command that reached here
 // runs on the file alone (it has no endpoint, or no daemon answered).
@@ -272,6 +270,8 @@ func (a *app) lockedHint(ctx context.Context) string {
 	return fmt.Sprintf("is `mcptrail serve` (or an ingest) running on it? No daemon answered at %s (http.listen)", a.cfg.HTTP.Listen)
 }
 
+// daemonHoldsDB reports whether a daemon answering at http.listen holds the
+// database this command would open.
 func (a *app) daemonHoldsDB(ctx context.Context) bool {
 	c, err := a.apiClient()
 	if err != nil {
