@@ -22,7 +22,11 @@ func (d *decoder) cloudEvents(res *Result, fs []field) error {
 		case "specversion":
 			err = setString(src, f, &spec)
 		case "source":
-			err = setString(src, f, &ceSource)
+			// Read only to make an id (cloudEventsID): a source of
+			// another type is left aside, as before it was read.
+			if f.kind(src) == '"' {
+				ceSource = stringValue(src, f)
+			}
 		case "id":
 			err = setString(src, f, &ceID)
 		case "time":

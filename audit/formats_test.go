@@ -44,6 +44,9 @@ func TestDecodeCloudEvents(t *testing.T) {
 		{"no CloudEvents id: derived", `{"specversion":"1.0","time":"2026-11-04T08:00:00Z","data":` + v1 + `}`, func(t *testing.T, e Event) {
 			assert.Regexp(t, `^sha256:[0-9a-f]{32}$`, e.ID)
 		}},
+		{"a source that is no string: left aside", `{"specversion":"1.0","source":123,"id":"ce-1","time":"2026-11-04T08:00:00Z","data":` + v1 + `}`, func(t *testing.T, e Event) {
+			assert.Equal(t, "ce-1", e.ID)
+		}},
 		{"no source: the envelope's id", `{"specversion":"1.0","id":"ce-1","time":"2026-11-04T08:00:00Z","data":` + v1 + `}`, func(t *testing.T, e Event) {
 			assert.Equal(t, "ce-1", e.ID)
 		}},

@@ -227,6 +227,11 @@ func TestWideningKinds(t *testing.T) {
 		kinds := recommend.WideningKinds(map[string]any{"changes": tt.changes})
 		assert.Equal(t, tt.covered, recommend.WideningCovered(kinds, accepted), "%v", tt.changes)
 	}
+	// The reverse holds: an allowance without a limit accepted covers
+	// one under a limit.
+	unlimited := recommend.WideningKinds(map[string]any{"changes": []string{"hidden → allowed without a limit"}})
+	assert.True(t, recommend.WideningCovered([]string{"hidden → allowed"}, unlimited))
+	assert.False(t, recommend.WideningCovered([]string{"denied → allowed"}, unlimited))
 	// A removed rule is named by its text: another rule removed is news.
 	accepted = recommend.WideningKinds(map[string]any{"changes": []string{
 		`condition removed: deny_if args.node eq "pve1" and args.vmid lt 100 (in the intercept output)`,
