@@ -398,8 +398,10 @@ func TestEmbeddedNATSStoreFromTheGlobalAccountOnlyLayout(t *testing.T) {
 func TestServeOnANATSServerWithTheDocumentedAccounts(t *testing.T) {
 	doc, err := os.ReadFile("../SECURITY.md")
 	require.NoError(t, err)
-	_, after, ok := strings.Cut(string(doc), "in nats-server's configuration:\n\n```\n")
+	_, after, ok := strings.Cut(string(doc), "On your own NATS server (`nats.url`)")
 	require.True(t, ok, "SECURITY.md gives the accounts for nats.url")
+	_, after, ok = strings.Cut(after, "```\n")
+	require.True(t, ok)
 	conf, _, ok := strings.Cut(after, "```")
 	require.True(t, ok)
 	t.Setenv("NATS_DAEMON_PW", "daemon-secret-0123456789")
@@ -407,7 +409,8 @@ func TestServeOnANATSServerWithTheDocumentedAccounts(t *testing.T) {
 	sopts := &natsserver.Options{}
 	require.NoError(t, sopts.ProcessConfigString(conf))
 	sopts.Host, sopts.Port, sopts.NoLog, sopts.NoSigs = "127.0.0.1", natsserver.RANDOM_PORT, true, true
-	sopts.JetStream, sopts.StoreDir = true, t.TempDir()
+	require.True(t, sopts.JetStream, "the configuration enables JetStream")
+	sopts.StoreDir = t.TempDir()
 	ns, err := natsserver.NewServer(sopts)
 	require.NoError(t, err)
 	ns.Start()
