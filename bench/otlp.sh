@@ -4,10 +4,12 @@
 #      on) to a fresh `mcptrail serve`, and
 #   2. over OTLP/HTTP: `mcptrail simulate --otlp` POSTs protobuf trace batches
 #      of 512 spans to the same daemon's receiver (otlp.listen), which maps
-#      them, publishes them to the stream and answers after every ack,
+#      them, publishes them to the stream and answers after every ack, and
+#   3. over OTLP/gRPC: the same batches, gzip-compressed, with
+#      `--otlp-protocol grpc` to otlp.grpc_listen,
 # each from /readyz to the last event stored (read from /metrics), and prints
-# events/s and serve's peak RSS (/usr/bin/time -v) for both.
-# BASE=<git revision> first runs both with serve built from that revision
+# events/s and serve's peak RSS (/usr/bin/time -v) for each.
+# BASE=<git revision> first runs the first two with serve built from that revision
 # (simulate is the working tree's in every run) and prints its lines too.
 #   EVENTS=200000 bench/otlp.sh
 #   BASE=HEAD~1 bench/otlp.sh
@@ -24,6 +26,10 @@ run() {
 	local nats="127.0.0.1:$(freeport)" http="127.0.0.1:$(freeport)" otlp="127.0.0.1:$(freeport)"
 	export MCPTRAIL_STORAGE_PATH="$dir/bench.duckdb" MCPTRAIL_NATS_EMBEDDED_LISTEN="$nats" \
 		MCPTRAIL_NATS_EMBEDDED_STORE_DIR="$dir/nats" MCPTRAIL_HTTP_LISTEN="$http" MCPTRAIL_OTLP_LISTEN="$otlp"
+	# Only the grpc path names otlp.grpc_listen: a base build without the
+	# key refuses the variable.
+	unset MCPTRAIL_OTLP_GRPC_LISTEN
+	[ "$path" = grpc ] && export MCPTRAIL_OTLP_GRPC_LISTEN="127.0.0.1:$(freeport)"
 	/usr/bin/time -v -o "$dir/serve.time" "$bin" serve 2>"$dir/serve.log" &
 	local serve=$!
 	pids+=("$serve")
@@ -36,6 +42,7 @@ run() {
 	done
 	local target=(--nats "nats://$nats")
 	[ "$path" = otlp ] && target=(--otlp "http://$otlp")
+	[ "$path" = grpc ] && target=(--otlp "http://$MCPTRAIL_OTLP_GRPC_LISTEN" --otlp-protocol grpc)
 	"$OUT/mcptrail" simulate --count "$EVENTS" --seed 1 --now 2026-11-29T00:00:00Z "${target[@]}" >"$dir/simulate.out" 2>&1 ||
 		{ cat "$dir/simulate.out" "$dir/serve.log" | tail -20 >&2; return 1; }
 	if ! wait "$watch"; then
@@ -63,6 +70,8 @@ if [ -n "${BASE:-}" ]; then
 fi
 read -r t_nats rss_nats < <(run nats)
 read -r t_otlp rss_otlp < <(run otlp)
+read -r t_grpc rss_grpc < <(run grpc)
 printf 'NATS v1 events -> serve -> DuckDB     : %7.2fs %8s events/s   serve peak RSS %d MiB\n' "$t_nats" "$(rate "$t_nats")" $((rss_nats / 1024))
 printf 'OTLP/HTTP protobuf (512 spans/request): %7.2fs %8s events/s   serve peak RSS %d MiB\n' "$t_otlp" "$(rate "$t_otlp")" $((rss_otlp / 1024))
+printf 'OTLP/gRPC (512 spans/request, gzip)   : %7.2fs %8s events/s   serve peak RSS %d MiB\n' "$t_grpc" "$(rate "$t_grpc")" $((rss_grpc / 1024))
 printf 'ratio OTLP/NATS: %s   (both with simulate generating on the same 2 cores)\n' "$(awk -v a="$t_nats" -v b="$t_otlp" 'BEGIN{printf "%.2f", a/b}')"
