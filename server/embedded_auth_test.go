@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -449,18 +450,25 @@ func TestEmbeddedNATSCoreModeGatewayPublishes(t *testing.T) {
 	opts := testOptions(t)
 	opts.JetStream = false
 	start(t, store, opts)
+	publishCore(t, opts, 50, "")
+	waitCount(t, store, `SELECT count(*) FROM calls`, 50)
+}
+
+// publishCore publishes n events for pve as the default gateway, without
+// JetStream, each naming reply as its reply subject when set.
+func publishCore(t *testing.T, opts Options, n int, reply string) {
+	t.Helper()
 	gw := gateway(t, opts)
 	nc, err := nats.Connect(gw.URL, nats.UserInfo(gw.Auth.User, gw.Auth.Password))
 	require.NoError(t, err)
 	defer nc.Close()
-	next := events(0, 50, "pve")
+	next := events(0, n, "pve")
 	for e, ok, _ := next(); ok; e, ok, _ = next() {
 		b, err := json.Marshal(&e)
 		require.NoError(t, err)
-		require.NoError(t, nc.Publish("mcp.audit.pve", b))
+		require.NoError(t, nc.PublishMsg(&nats.Msg{Subject: "mcp.audit.pve", Reply: reply, Data: b}))
 	}
 	require.NoError(t, nc.Flush())
-	waitCount(t, store, `SELECT count(*) FROM calls`, 50)
 }
 
 // Gateways are let in only once the daemon's account has its stream back:
@@ -501,4 +509,54 @@ func TestEmbeddedNATSTakesClientsOnceTheStreamIsBack(t *testing.T) {
 	require.NoError(t, nc.Publish("mcp.audit.pve", b))
 	require.NoError(t, nc.Flush())
 	waitCount(t, store, `SELECT count(*) FROM calls`, 11)
+}
+
+// In core mode nothing replies to a gateway's message that names a reply
+// subject: the way back the server keeps for it is dropped after
+// replyWaitLimit, not nats-server's default two minutes, so a gateway
+// publishing requests does not hold the daemon's memory.
+func TestEmbeddedNATSCoreModeKeepsNoRepliesWaiting(t *testing.T) {
+	var ns *natsserver.Server
+	t.Cleanup(func() { beforeListening = func(*natsserver.Server) {} })
+	beforeListening = func(s *natsserver.Server) { ns = s }
+	store := openStore(t)
+	opts := testOptions(t)
+	opts.JetStream = false
+	start(t, store, opts)
+	publishCore(t, opts, 100, "_INBOX.nobody")
+	waitCount(t, store, `SELECT count(*) FROM calls`, 100)
+	require.Positive(t, ns.GlobalAccount().NumPendingAllResponses(), "the server keeps their ways back")
+	require.Eventually(t, func() bool { return ns.GlobalAccount().NumPendingAllResponses() == 0 },
+		replyWaitLimit+10*time.Second, 100*time.Millisecond, "ways back still kept")
+}
+
+// nats.embedded.listen with port 0 listens on a free port, as a listen
+// address of port 0 means, not on nats-server's default 4222; a port taken
+// while the stream comes back is named as the setting's.
+func TestEmbeddedNATSListenPorts(t *testing.T) {
+	opts := testOptions(t)
+	opts.EmbeddedListen = "127.0.0.1:0"
+	auth, err := newEmbeddedAuth(opts, filepath.Join(t.TempDir(), "x.duckdb"), slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	ns, err := startEmbedded(opts, auth, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	_, port, err := net.SplitHostPort(ns.Addr().String())
+	require.NoError(t, err)
+	assert.NotEqual(t, "4222", port)
+	assert.NotEqual(t, "0", port)
+	ns.Shutdown()
+	ns.WaitForShutdown()
+
+	opts = testOptions(t)
+	var taken net.Listener
+	t.Cleanup(func() {
+		beforeListening = func(*natsserver.Server) {}
+		if taken != nil {
+			taken.Close()
+		}
+	})
+	beforeListening = func(*natsserver.Server) { taken, _ = net.Listen("tcp", opts.EmbeddedListen) }
+	_, err = startEmbedded(opts, auth, slog.New(slog.DiscardHandler))
+	require.ErrorIs(t, err, syscall.EADDRINUSE)
+	assert.Contains(t, err.Error(), "nats.embedded.listen")
 }

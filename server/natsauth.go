@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -52,6 +53,9 @@ const (
 	daemonUser        = "mcptrail-daemon"
 	daemonInboxPrefix = "_MCPTRAIL_INBOX"
 	gatewayInbox      = "_INBOX.>"
+	// replyWaitLimit is how long the server keeps the way back of a
+	// gateway's message that named a reply subject.
+	replyWaitLimit = 5 * time.Second
 	// gatewayAccount is the embedded server's account of the gateways.
 	gatewayAccount = "mcptrail-gateways"
 	// OperatorInboxPrefix is where the CLI's --nats takes its replies (the
@@ -157,6 +161,13 @@ func gatewayAccounts(prefix string) (daemon, gateways *natsserver.Account, err e
 	gateways = natsserver.NewAccount(gatewayAccount)
 	if err := daemon.AddServiceExport(prefix+">", []*natsserver.Account{gateways}); err != nil {
 		return nil, nil, fmt.Errorf("embedded NATS server: export %s> to the gateways' account: %w", prefix, err)
+	}
+	// The server keeps each request's way back until its reply, or this
+	// long: JetStream acknowledges in milliseconds, but in core mode
+	// nothing replies, and the default two minutes would hold every
+	// message a gateway sends with a reply subject.
+	if err := daemon.SetServiceExportResponseThreshold(prefix+">", replyWaitLimit); err != nil {
+		return nil, nil, fmt.Errorf("embedded NATS server: export %s>: %w", prefix, err)
 	}
 	if err := gateways.AddServiceImport(daemon, prefix+">", ""); err != nil {
 		return nil, nil, fmt.Errorf("embedded NATS server: import %s> into the gateways' account: %w", prefix, err)

@@ -27,17 +27,14 @@ func startEmbedded(opts Options, auth *embeddedAuth, log *slog.Logger) (*natsser
 	if err != nil || perr != nil || port < 0 || port > 65535 {
 		return nil, &ConfigError{"nats.embedded.listen", opts.EmbeddedListen, "want host:port such as 127.0.0.1:4222"}
 	}
-	// nats-server reports a taken port only through its logger, after Start:
-	// probing first gives the user a message that names the setting.
-	if port != 0 {
-		ln, err := net.Listen("tcp", opts.EmbeddedListen)
-		if err != nil {
-			if errors.Is(err, syscall.EADDRINUSE) {
-				return nil, errAddrInUse("nats.embedded.listen", "MCPTRAIL_NATS_EMBEDDED_LISTEN", opts.EmbeddedListen, syscall.EADDRINUSE)
-			}
-			return nil, fmt.Errorf("nats.embedded.listen %s: %w", opts.EmbeddedListen, err)
-		}
-		_ = ln.Close()
+	// nats-server reports a taken port only through its logger: probing
+	// first gives the user a message that names the setting.
+	if err := probeListen(opts.EmbeddedListen, port); err != nil {
+		return nil, err
+	}
+	serverPort := port
+	if port == 0 {
+		serverPort = natsserver.RANDOM_PORT // nats-server takes 0 for its default, 4222
 	}
 	if err := os.MkdirAll(opts.EmbeddedStoreDir, 0o750); err != nil {
 		return nil, fmt.Errorf("nats.embedded.store_dir %s: %w", opts.EmbeddedStoreDir, err)
@@ -45,7 +42,7 @@ func startEmbedded(opts Options, auth *embeddedAuth, log *slog.Logger) (*natsser
 	sopts := &natsserver.Options{
 		ServerName: "mcptrail",
 		Host:       host,
-		Port:       port,
+		Port:       serverPort,
 		JetStream:  opts.JetStream,
 		StoreDir:   opts.EmbeddedStoreDir,
 		NoSigs:     true, // the daemon owns SIGTERM/SIGINT
@@ -89,6 +86,9 @@ func startEmbedded(opts Options, auth *embeddedAuth, log *slog.Logger) (*natsser
 	if ns.Addr() == nil {
 		ns.Shutdown()
 		ns.WaitForShutdown()
+		if err := probeListen(opts.EmbeddedListen, port); err != nil {
+			return nil, err // taken since the first probe, while the stream came back
+		}
 		return nil, fmt.Errorf("embedded NATS server on %s (nats.embedded.listen) did not listen; see the log above", opts.EmbeddedListen)
 	}
 	log.Info("embedded NATS server started", "listen", ns.Addr().String(), "jetstream", opts.JetStream,
@@ -100,6 +100,22 @@ func startEmbedded(opts Options, auth *embeddedAuth, log *slog.Logger) (*natsser
 	}
 	auth.logGateways(log, ns.ClientURL())
 	return ns, nil
+}
+
+// probeListen fails, naming the setting, when addr cannot be listened on;
+// port 0 (any free port) is not probed.
+func probeListen(addr string, port int) error {
+	if port == 0 {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return errAddrInUse("nats.embedded.listen", "MCPTRAIL_NATS_EMBEDDED_LISTEN", addr, syscall.EADDRINUSE)
+		}
+		return fmt.Errorf("nats.embedded.listen %s: %w", addr, err)
+	}
+	return ln.Close()
 }
 
 // beforeListening is called as the embedded server is about to take
