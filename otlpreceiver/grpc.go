@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/encoding/gzip" // exporters compress with gzip
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/mcptrail/mcptrail/api"
@@ -26,14 +26,22 @@ import (
 // decoding: the same token, the same bound on requests at once, the same
 // readiness, the same publishing; only the answers are gRPC statuses.
 
+// grpcStreams bounds the calls one connection has open at once; more than
+// the receiver's bound on requests wait for none of them.
+const grpcStreams = 16
+
 // GRPCServer is a gRPC server with the OTLP trace and logs services, which
 // admits only the exporters' token (or the API token) and messages up to
 // otlp.max_request_bytes after decompression; opts add to its options
-// (credentials, for TLS).
+// (credentials, for TLS; the connection's bounds).
 func (rc *Receiver) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	s := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(rc.o.MaxRequestBytes)),
-		grpc.UnaryInterceptor(rc.grpcToken),
+		// The token is checked as a call begins, before its message is
+		// read: a handler's interceptor runs only once the message is
+		// received, decompressed and decoded.
+		grpc.InTapHandle(rc.grpcToken),
+		grpc.MaxConcurrentStreams(grpcStreams),
 	}, opts...)...)
 	coltrace.RegisterTraceServiceServer(s, traceService{rc: rc})
 	collogs.RegisterLogsServiceServer(s, logsService{rc: rc})
@@ -81,6 +89,9 @@ func (rc *Receiver) exportGRPC(ctx context.Context, signal string, convert func(
 	}
 	m, err := rc.accept(ctx, signal, convert())
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil, status.FromContextError(err).Err() // what the client saw
+		}
 		var f *failure
 		if !errors.As(err, &f) {
 			f = &failure{code: http.StatusInternalServerError, msg: err.Error()}
@@ -108,11 +119,10 @@ const retryDelay = 5 * time.Second
 
 // grpcToken admits a call whose authorization metadata carries the
 // exporters' token, or the daemon's API token (warned about once, as over
-// HTTP).
-func (rc *Receiver) grpcToken(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
+// HTTP), as the call begins.
+func (rc *Receiver) grpcToken(ctx context.Context, info *tap.Info) (context.Context, error) {
 	auth := ""
-	if v := md.Get("authorization"); len(v) == 1 {
+	if v := info.Header.Get("authorization"); len(v) == 1 {
 		auth = v[0]
 	}
 	switch {
@@ -129,11 +139,11 @@ func (rc *Receiver) grpcToken(ctx context.Context, req any, info *grpc.UnaryServ
 		})
 	default:
 		signal := otlp.Traces
-		if info.FullMethod == collogs.LogsService_Export_FullMethodName {
+		if info.FullMethodName == collogs.LogsService_Export_FullMethodName {
 			signal = otlp.Logs
 		}
 		rc.grpcRequests.WithLabelValues(signal, codes.Unauthenticated.String()).Inc()
-		return nil, status.Error(codes.Unauthenticated, "send the OTLP token (otlp.token, or the file otlp.token_file) as the authorization metadata: Bearer <token>")
+		return ctx, status.Error(codes.Unauthenticated, "send the OTLP token (otlp.token, or the file otlp.token_file) as the authorization metadata: Bearer <token>")
 	}
-	return handler(ctx, req)
+	return ctx, nil
 }

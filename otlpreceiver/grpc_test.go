@@ -3,10 +3,12 @@ package otlpreceiver
 import (
 	"context"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -96,4 +98,55 @@ func TestGRPCTooManyRequestsAtOnce(t *testing.T) {
 	<-rc.slots
 	_, err = client.Export(bearer(token), req)
 	require.NoError(t, err)
+}
+
+// The token is checked as a call begins, before its message is read: a
+// call without it is UNAUTHENTICATED whatever it sends, a message over
+// the size limit or bytes that decode to nothing, so that no client
+// without the token makes the receiver read, decompress or decode.
+func TestGRPCTokenBeforeTheMessage(t *testing.T) {
+	js := jetStream(t)
+	auditStream(t, js)
+	rc, err := New(Options{Token: token, JS: js, Subject: "mcp.audit.", MaxRequestBytes: 512})
+	require.NoError(t, err)
+	client := grpcClient(t, rc)
+	big, err := otlp.UnmarshalTraces(batch(t), otlp.Protobuf)
+	require.NoError(t, err)
+	big.ResourceSpans[0].ScopeSpans[0].Spans[0].Name = strings.Repeat("x", 4096)
+	for name, ctx := range map[string]context.Context{"no token": context.Background(), "another token": bearer("not-the-token-0123456789")} {
+		_, err := client.Export(ctx, big)
+		assert.Equal(t, codes.Unauthenticated, status.Code(err), "%s: %v", name, err)
+	}
+	_, err = client.Export(bearer(token), big)
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "with the token the size is what refuses it: %v", err)
+}
+
+// A call whose deadline passes while its events wait for the stream ends
+// as the client saw it, DEADLINE_EXCEEDED, not as the stream's fault.
+func TestGRPCCallEndingBeforeTheStreamAcknowledged(t *testing.T) {
+	js := jetStream(t)
+	rc, err := New(Options{Token: token, JS: js, Subject: "mcp.audit.", Ready: func() bool { return true }})
+	require.NoError(t, err)
+	client := grpcClient(t, rc)
+	req, err := otlp.UnmarshalTraces(batch(t), otlp.Protobuf)
+	require.NoError(t, err)
+	// No stream, but a subscriber that never answers: the publish waits
+	// for an acknowledgement until the call's deadline.
+	sub, err := js.Conn().SubscribeSync("mcp.audit.>")
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	require.NoError(t, js.Conn().Flush())
+	ctx, cancel := context.WithTimeout(bearer(token), 300*time.Millisecond)
+	defer cancel()
+	_, err = client.Export(ctx, req)
+	assert.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
+	// The client sees its deadline in any case: the receiver's count
+	// says how it ended the call (cancelled, as the client reset it, or
+	// its deadline), not as the stream's fault.
+	count := func(c codes.Code) float64 {
+		return testutil.ToFloat64(rc.grpcRequests.WithLabelValues(otlp.Traces, c.String()))
+	}
+	require.Eventually(t, func() bool { return count(codes.Canceled)+count(codes.DeadlineExceeded) == 1 },
+		5*time.Second, 10*time.Millisecond)
+	assert.Zero(t, count(codes.Unavailable)+count(codes.Internal))
 }

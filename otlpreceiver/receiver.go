@@ -182,7 +182,11 @@ func (rc *Receiver) signal(signal string) http.Handler {
 		resp, err := rc.export(r, signal, enc)
 		if err != nil {
 			var f *failure
-			if !errors.As(err, &f) {
+			switch {
+			case errors.As(err, &f):
+			case r.Context().Err() != nil: // the client went away: as before it did, send again
+				f = &failure{code: http.StatusServiceUnavailable, msg: "the request ended before the stream acknowledged its events: retry", retry: true}
+			default:
 				f = &failure{code: http.StatusInternalServerError, msg: err.Error()}
 			}
 			rc.fail(w, signal, enc, f)
@@ -228,6 +232,12 @@ func (rc *Receiver) accept(ctx context.Context, signal string, res otlp.Result) 
 	msgs, events := rc.messages(&res)
 	msgs = append(msgs, rc.rejected(&res)...)
 	if err := rc.publish(ctx, msgs); err != nil {
+		if ctx.Err() != nil {
+			// The client gave up (its deadline, or it went away): no
+			// answer reaches it, and the stream is not at fault.
+			rc.o.Log.Debug("otlp: a request ended before the stream acknowledged its events", "signal", signal, "events", events, "err", ctx.Err())
+			return nil, ctx.Err()
+		}
 		rc.o.Log.Warn("otlp: the stream did not take a request's events: answered 503", "signal", signal, "events", events, "err", err)
 		return nil, &failure{code: http.StatusServiceUnavailable, msg: "the stream did not acknowledge the events: retry later", retry: true}
 	}
