@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/mcptrail/mcptrail/api"
 	"github.com/mcptrail/mcptrail/otlp"
@@ -99,7 +100,7 @@ func serveOTLPHTTP(opts Options, rc *otlpreceiver.Receiver, tlsConfig *tls.Confi
 		w.Header().Set(api.IdentHeader, "1")
 		rc.ServeHTTP(w, r)
 	}), ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes,
-		TLSConfig: tlsConfig, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+		TLSConfig: tlsConfig.Clone(), ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -135,9 +136,15 @@ func serveOTLPGRPC(opts Options, rc *otlpreceiver.Receiver, tlsConfig *tls.Confi
 	if err != nil {
 		return nil, err
 	}
-	var sopts []grpc.ServerOption
+	// The HTTP server's bounds, as gRPC has them: a connection has 10 s
+	// to begin, one idle for 2 min is closed, metadata is held to 64 KiB.
+	sopts := []grpc.ServerOption{
+		grpc.ConnectionTimeout(readHeaderTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idleTimeout}),
+		grpc.MaxHeaderListSize(maxHeaderBytes),
+	}
 	if tlsConfig != nil {
-		sopts = append(sopts, grpc.Creds(credentials.NewTLS(tlsConfig)))
+		sopts = append(sopts, grpc.Creds(credentials.NewTLS(tlsConfig.Clone())))
 	}
 	gs := rc.GRPCServer(sopts...)
 	done := make(chan struct{})

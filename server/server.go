@@ -94,7 +94,9 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 			return &ConfigError{"http.tls.cert", opts.HTTPTLSCert, fmt.Sprintf("a PEM certificate with its key in http.tls.key: %v", err)}
 		}
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-		hs.TLSConfig = tlsConfig
+		// Each server gets its own copy: net/http writes the protocols it
+		// speaks into the one it serves with.
+		hs.TLSConfig = tlsConfig.Clone()
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
