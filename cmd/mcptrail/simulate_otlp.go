@@ -86,6 +86,9 @@ func (a *app) sendSimulationOTLP(cmd *cobra.Command, opts simulate.Options, targ
 	if protocol != otlpHTTP && protocol != otlpGRPC {
 		return usageErrorf("--otlp-protocol %q: allowed values are %s and %s", protocol, otlpHTTP, otlpGRPC)
 	}
+	if protocol == otlpGRPC && (u.Port() == "" || (u.Path != "" && u.Path != "/")) {
+		return usageErrorf("--otlp %q with --otlp-protocol grpc: want the receiver's host and port and no path, such as http://127.0.0.1:4317", target)
+	}
 	if u.Path == "" || u.Path == "/" {
 		u.Path = "/v1/traces"
 	}
@@ -198,25 +201,30 @@ func postOTLP(ctx context.Context, client *http.Client, target, token string, bo
 	}
 }
 
-// exportGRPC sends one request over OTLP/gRPC, again after UNAVAILABLE or
-// RESOURCE_EXHAUSTED as its RetryInfo says (as exporters do), and returns
-// the number of spans the receiver rejected.
+// exportGRPC sends one request over OTLP/gRPC, within a minute as the
+// HTTP path's client does, again when the receiver asks for it with
+// RetryInfo (UNAVAILABLE while it cannot take events, RESOURCE_EXHAUSTED
+// while busy) after the delay it gives, and returns the number of spans
+// the receiver rejected. Anything else fails at once: a receiver that
+// cannot be reached, a message too large.
 func exportGRPC(ctx context.Context, client coltrace.TraceServiceClient, target, token string, req *coltrace.ExportTraceServiceRequest) (int64, error) {
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 	for try := 0; ; try++ {
-		out, err := client.Export(ctx, req, grpc.UseCompressor(gzip.Name))
+		callCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		out, err := client.Export(callCtx, req, grpc.UseCompressor(gzip.Name))
+		cancel()
 		if err == nil {
 			return out.GetPartialSuccess().GetRejectedSpans(), nil
 		}
 		st := status.Convert(err)
-		if (st.Code() != codes.Unavailable && st.Code() != codes.ResourceExhausted) || try >= otlpRetries {
-			return 0, fmt.Errorf("send to %s: %s: %s", target, st.Code(), st.Message())
-		}
-		wait := time.Second
+		var wait time.Duration
 		for _, d := range st.Details() {
 			if ri, ok := d.(*errdetails.RetryInfo); ok {
-				wait = max(ri.GetRetryDelay().AsDuration(), wait)
+				wait = max(ri.GetRetryDelay().AsDuration(), time.Second)
 			}
+		}
+		if wait == 0 || (st.Code() != codes.Unavailable && st.Code() != codes.ResourceExhausted) || try >= otlpRetries {
+			return 0, fmt.Errorf("send to %s: %s: %s", target, st.Code(), st.Message())
 		}
 		select {
 		case <-time.After(wait):
