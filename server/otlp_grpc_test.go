@@ -67,6 +67,9 @@ func TestServeOTLPGRPCReceiver(t *testing.T) {
 		_, err = traces.Export(ctx, toolSpans(100, 5))
 		assert.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
 	}
+	// Metadata over the HTTP server's 64 KiB of headers.
+	_, err = traces.Export(metadata.AppendToOutgoingContext(withToken(otlpToken), "x-padding", strings.Repeat("x", 100<<10)), toolSpans(300, 1))
+	require.Error(t, err, "100 KiB of metadata was taken")
 	// Over otlp.max_request_bytes.
 	_, err = traces.Export(withToken(otlpToken), toolSpans(200, 3000))
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
