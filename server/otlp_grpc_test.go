@@ -26,11 +26,8 @@ import (
 // over otlp.max_request_bytes is refused; /metrics counts by gRPC code.
 func TestServeOTLPGRPCReceiver(t *testing.T) {
 	store := openStore(t)
-	opts := testOptions(t)
-	opts.HTTPToken, opts.OTLPToken = otlpAPIToken, otlpToken
-	opts.Backend = echoBackend{db: "/data/mcptrail.duckdb"}
+	opts := otlpOptions(t)
 	opts.OTLPGRPCListen = "127.0.0.1:0"
-	opts.OTLPMaxRequestBytes = 256 << 10
 	addr := make(chan string, 1)
 	opts.OTLPGRPCListening = func(a string) { addr <- a }
 	d := start(t, store, opts)

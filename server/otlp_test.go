@@ -93,13 +93,20 @@ func gzipped(t *testing.T, b []byte) []byte {
 	return buf.Bytes()
 }
 
-func TestServeOTLPReceiver(t *testing.T) {
-	store := openStore(t)
+// otlpOptions is a daemon with the exporters' and the API's tokens, an API
+// and a request bound of 256 KiB, its receivers left to the test.
+func otlpOptions(t *testing.T) Options {
 	opts := testOptions(t)
 	opts.HTTPToken, opts.OTLPToken = otlpAPIToken, otlpToken
 	opts.Backend = echoBackend{db: "/data/mcptrail.duckdb"}
-	opts.OTLPListen = "127.0.0.1:0"
 	opts.OTLPMaxRequestBytes = 256 << 10
+	return opts
+}
+
+func TestServeOTLPReceiver(t *testing.T) {
+	store := openStore(t)
+	opts := otlpOptions(t)
+	opts.OTLPListen = "127.0.0.1:0"
 	addr := make(chan string, 1)
 	opts.OTLPListening = func(a string) { addr <- a }
 	d := start(t, store, opts)
