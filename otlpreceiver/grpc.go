@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/encoding/gzip" // exporters compress with gzip
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -42,6 +43,7 @@ func (rc *Receiver) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 		// received, decompressed and decoded.
 		grpc.InTapHandle(rc.grpcToken),
 		grpc.MaxConcurrentStreams(grpcStreams),
+		grpc.StatsHandler(grpcCounter{rc: rc}),
 	}, opts...)...)
 	coltrace.RegisterTraceServiceServer(s, traceService{rc: rc})
 	collogs.RegisterLogsServiceServer(s, logsService{rc: rc})
@@ -77,7 +79,6 @@ func (l logsService) Export(ctx context.Context, req *collogs.ExportLogsServiceR
 // exportGRPC converts and accepts one request, within the bound on
 // requests at once and while the daemon ingests, and counts its answer.
 func (rc *Receiver) exportGRPC(ctx context.Context, signal string, convert func() otlp.Result) (resp any, err error) {
-	defer func() { rc.grpcRequests.WithLabelValues(signal, status.Code(err).String()).Inc() }()
 	select {
 	case rc.slots <- struct{}{}:
 		defer func() { <-rc.slots }()
@@ -138,12 +139,50 @@ func (rc *Receiver) grpcToken(ctx context.Context, info *tap.Info) (context.Cont
 				"remote", remote)
 		})
 	default:
-		signal := otlp.Traces
-		if info.FullMethodName == collogs.LogsService_Export_FullMethodName {
-			signal = otlp.Logs
+		// Such a call never begins: grpcCounter does not see it.
+		if signal, ok := signalOf(info.FullMethodName); ok {
+			rc.grpcRequests.WithLabelValues(signal, codes.Unauthenticated.String()).Inc()
 		}
-		rc.grpcRequests.WithLabelValues(signal, codes.Unauthenticated.String()).Inc()
 		return ctx, status.Error(codes.Unauthenticated, "send the OTLP token (otlp.token, or the file otlp.token_file) as the authorization metadata: Bearer <token>")
 	}
 	return ctx, nil
 }
+
+// signalOf is the OTLP signal of an Export method; ok is false for any
+// other method.
+func signalOf(method string) (signal string, ok bool) {
+	switch method {
+	case coltrace.TraceService_Export_FullMethodName:
+		return otlp.Traces, true
+	case collogs.LogsService_Export_FullMethodName:
+		return otlp.Logs, true
+	}
+	return "", false
+}
+
+// grpcCounter counts every Export call as it ends, with the status it
+// ended with: those grpc-go answers itself (a message over the size limit,
+// one that does not decode) as well as the handler's.
+type grpcCounter struct{ rc *Receiver }
+
+// methodKey holds a call's method in its context, for HandleRPC.
+type methodKey struct{}
+
+func (g grpcCounter) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	return context.WithValue(ctx, methodKey{}, info.FullMethodName)
+}
+
+func (g grpcCounter) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	end, ok := s.(*stats.End)
+	if !ok || end.IsClient() {
+		return
+	}
+	method, _ := ctx.Value(methodKey{}).(string)
+	if signal, ok := signalOf(method); ok {
+		g.rc.grpcRequests.WithLabelValues(signal, status.Code(end.Error).String()).Inc()
+	}
+}
+
+func (grpcCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+
+func (grpcCounter) HandleConn(context.Context, stats.ConnStats) {}

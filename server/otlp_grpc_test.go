@@ -79,6 +79,8 @@ func TestServeOTLPGRPCReceiver(t *testing.T) {
 		`mcptrail_otlp_grpc_requests_total{code="OK",signal="traces"} 2`,
 		`mcptrail_otlp_grpc_requests_total{code="OK",signal="logs"} 1`,
 		`mcptrail_otlp_grpc_requests_total{code="Unauthenticated",signal="traces"} 2`,
+		// grpc-go's own refusal of the message over the limit, counted too.
+		`mcptrail_otlp_grpc_requests_total{code="ResourceExhausted",signal="traces"} 1`,
 	} {
 		assert.Contains(t, body, want)
 	}
