@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"syscall"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
@@ -108,12 +107,9 @@ func probeListen(addr string, port int) error {
 	if port == 0 {
 		return nil
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listenSetting("nats.embedded.listen", "MCPTRAIL_NATS_EMBEDDED_LISTEN", addr)
 	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return errAddrInUse("nats.embedded.listen", "MCPTRAIL_NATS_EMBEDDED_LISTEN", addr, syscall.EADDRINUSE)
-		}
-		return fmt.Errorf("nats.embedded.listen %s: %w", addr, err)
+		return err
 	}
 	return ln.Close()
 }

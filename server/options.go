@@ -12,7 +12,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -299,6 +301,19 @@ func (o Options) subjects() []string {
 		out[i] = prefix + s
 	}
 	return out
+}
+
+// listenSetting listens on addr, the value of the setting key (its
+// variable env); a taken address is reported naming the setting.
+func listenSetting(key, env, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, errAddrInUse(key, env, addr, syscall.EADDRINUSE)
+		}
+		return nil, fmt.Errorf("%s %s: %w", key, addr, err)
+	}
+	return ln, nil
 }
 
 // errAddrInUse reports a listen address that is taken, naming the setting.

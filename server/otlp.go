@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -70,18 +68,6 @@ func startOTLP(opts Options, nc *nats.Conn, m *metrics, ready func() bool, tlsCo
 	return stop, nil
 }
 
-// listenOTLP listens on a receiver's address; key and env name its setting.
-func listenOTLP(key, env, addr string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return nil, errAddrInUse(key, env, addr, syscall.EADDRINUSE)
-		}
-		return nil, fmt.Errorf("%s %s: %w", key, addr, err)
-	}
-	return ln, nil
-}
-
 // warnClear warns of a receiver reachable from other hosts without TLS.
 func warnClear(log *slog.Logger, key, addr string, tlsConfig *tls.Config) {
 	if !isLoopback(addr) && tlsConfig == nil {
@@ -92,7 +78,7 @@ func warnClear(log *slog.Logger, key, addr string, tlsConfig *tls.Config) {
 
 // serveOTLPHTTP serves OTLP/HTTP on otlp.listen.
 func serveOTLPHTTP(opts Options, rc *otlpreceiver.Receiver, tlsConfig *tls.Config, log *slog.Logger) (stop func(), err error) {
-	ln, err := listenOTLP("otlp.listen", "MCPTRAIL_OTLP_LISTEN", opts.OTLPListen)
+	ln, err := listenSetting("otlp.listen", "MCPTRAIL_OTLP_LISTEN", opts.OTLPListen)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +118,7 @@ func serveOTLPHTTP(opts Options, rc *otlpreceiver.Receiver, tlsConfig *tls.Confi
 // serveOTLPGRPC serves OTLP/gRPC on otlp.grpc_listen, with the API's TLS
 // when it has one.
 func serveOTLPGRPC(opts Options, rc *otlpreceiver.Receiver, tlsConfig *tls.Config, log *slog.Logger) (stop func(), err error) {
-	ln, err := listenOTLP("otlp.grpc_listen", "MCPTRAIL_OTLP_GRPC_LISTEN", opts.OTLPGRPCListen)
+	ln, err := listenSetting("otlp.grpc_listen", "MCPTRAIL_OTLP_GRPC_LISTEN", opts.OTLPGRPCListen)
 	if err != nil {
 		return nil, err
 	}

@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
@@ -72,12 +70,9 @@ func Run(ctx context.Context, store *analytics.Store, opts Options, log *slog.Lo
 	}
 
 	// 1. HTTP.
-	ln, err := net.Listen("tcp", opts.HTTPListen)
+	ln, err := listenSetting("http.listen", "MCPTRAIL_HTTP_LISTEN", opts.HTTPListen)
 	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return errAddrInUse("http.listen", "MCPTRAIL_HTTP_LISTEN", opts.HTTPListen, syscall.EADDRINUSE)
-		}
-		return fmt.Errorf("http.listen %s: %w", opts.HTTPListen, err)
+		return err
 	}
 	rt := readTimeout
 	if opts.HTTPReadTimeout > 0 {
