@@ -79,14 +79,13 @@ func (l logsService) Export(ctx context.Context, req *collogs.ExportLogsServiceR
 // exportGRPC converts and accepts one request, within the bound on
 // requests at once and while the daemon ingests, and counts its answer.
 func (rc *Receiver) exportGRPC(ctx context.Context, signal string, convert func() otlp.Result) (resp any, err error) {
-	select {
-	case rc.slots <- struct{}{}:
-		defer func() { <-rc.slots }()
-	default:
-		return nil, grpcFailure(&failure{code: http.StatusTooManyRequests, msg: "too many OTLP requests at once: retry later", retry: true})
+	release, f := rc.take()
+	if f != nil {
+		return nil, grpcFailure(f)
 	}
-	if rc.o.Ready != nil && !rc.o.Ready() {
-		return nil, grpcFailure(&failure{code: http.StatusServiceUnavailable, msg: "the daemon is not ingesting now: retry later", retry: true})
+	defer release()
+	if f := rc.notReady(); f != nil {
+		return nil, grpcFailure(f)
 	}
 	m, err := rc.accept(ctx, signal, convert())
 	if err != nil {

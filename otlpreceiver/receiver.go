@@ -164,6 +164,26 @@ type failure struct {
 
 func (f *failure) Error() string { return f.msg }
 
+// take takes one of the requests the receiver serves at once, over HTTP
+// and gRPC alike; when none is free it fails, to be retried.
+func (rc *Receiver) take() (release func(), f *failure) {
+	select {
+	case rc.slots <- struct{}{}:
+		return func() { <-rc.slots }, nil
+	default:
+		return nil, &failure{code: http.StatusTooManyRequests, msg: "too many OTLP requests at once: retry later", retry: true}
+	}
+}
+
+// notReady is the failure of a request while the daemon does not ingest,
+// nil while it does.
+func (rc *Receiver) notReady() *failure {
+	if rc.o.Ready != nil && !rc.o.Ready() {
+		return &failure{code: http.StatusServiceUnavailable, msg: "the daemon is not ingesting now: retry later", retry: true}
+	}
+	return nil
+}
+
 func (rc *Receiver) signal(signal string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		enc, ok := encodingOf(r.Header.Get("Content-Type"))
@@ -172,13 +192,12 @@ func (rc *Receiver) signal(signal string) http.Handler {
 				msg: fmt.Sprintf("Content-Type %q: want application/x-protobuf or application/json", r.Header.Get("Content-Type"))})
 			return
 		}
-		select {
-		case rc.slots <- struct{}{}:
-			defer func() { <-rc.slots }()
-		default:
-			rc.fail(w, signal, enc, &failure{code: http.StatusTooManyRequests, msg: "too many OTLP requests at once: retry later", retry: true})
+		release, f := rc.take()
+		if f != nil {
+			rc.fail(w, signal, enc, f)
 			return
 		}
+		defer release()
 		resp, err := rc.export(r, signal, enc)
 		if err != nil {
 			var f *failure
@@ -212,8 +231,8 @@ func encodingOf(contentType string) (otlp.Encoding, bool) {
 
 // export reads, converts and publishes one request and returns its answer.
 func (rc *Receiver) export(r *http.Request, signal string, enc otlp.Encoding) (proto.Message, error) {
-	if rc.o.Ready != nil && !rc.o.Ready() {
-		return nil, &failure{code: http.StatusServiceUnavailable, msg: "the daemon is not ingesting now: retry later", retry: true}
+	if f := rc.notReady(); f != nil {
+		return nil, f
 	}
 	body, err := rc.read(r)
 	if err != nil {
