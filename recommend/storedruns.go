@@ -50,8 +50,7 @@ func (q query) storedRunsUsable(ctx context.Context, minCalls int, maxInterval t
 	var granted, deleted, view, after int64
 	err = q.db.QueryRowContext(ctx, `SELECT
 	(SELECT count(*) FROM tool_days WHERE $grant = '' AND server = $server AND "grant" <> '' AND day BETWEEN $day_from AND $day_to),
-	(SELECT count(*) FROM archive_days WHERE server = $server AND deleted_at IS NOT NULL
-		AND "date" BETWEEN make_date(1970, 1, 1) + $day_from::INTEGER AND make_date(1970, 1, 1) + $day_to::INTEGER),
+	(SELECT count(*) FROM archive_days WHERE `+deletedDaysInWindow+`),
 	(SELECT count(*) FROM duckdb_views() WHERE view_name = 'calls' AND temporary),
 	(SELECT count(*) FROM (SELECT 1 FROM calls WHERE `+inScope+` AND ts > $to LIMIT 1))`,
 		q.args(sql.Named("day_from", dayFrom), sql.Named("day_to", dayTo))...).Scan(&granted, &deleted, &view, &after)
@@ -70,6 +69,11 @@ func (q query) storedRunsUsable(ctx context.Context, minCalls int, maxInterval t
 	return true, after > 0, nil
 }
 
+// deletedDaysInWindow selects the server's days in archive_days that the
+// retention deleted, from $day_from to $day_to (days since the epoch).
+const deletedDaysInWindow = `server = $server AND deleted_at IS NOT NULL
+		AND "date" BETWEEN make_date(1970, 1, 1) + $day_from::INTEGER AND make_date(1970, 1, 1) + $day_to::INTEGER`
+
 // lateInDeletedDays tells whether a call reached a deleted day of the
 // window after its deletion: the store then recomputed its session's runs
 // without the archived calls, so they are read from the calls (the
@@ -83,8 +87,7 @@ func (q query) lateInDeletedDays(ctx context.Context, dayFrom, dayTo int64) (boo
 		return false, fmt.Errorf("stored runs: %w", err)
 	}
 	var late int64
-	err = q.db.QueryRowContext(ctx, `SELECT count(*) FROM archive_days a WHERE server = $server AND deleted_at IS NOT NULL
-		AND "date" BETWEEN make_date(1970, 1, 1) + $day_from::INTEGER AND make_date(1970, 1, 1) + $day_to::INTEGER
+	err = q.db.QueryRowContext(ctx, `SELECT count(*) FROM archive_days a WHERE `+deletedDaysInWindow+`
 		AND EXISTS (SELECT 1 FROM `+hot+` c WHERE c.server = a.server AND c.ts >= a."date" AND c.ts < a."date" + INTERVAL 1 DAY
 			AND c.ingested_at > a.deleted_at)`,
 		q.args(sql.Named("day_from", dayFrom), sql.Named("day_to", dayTo))...).Scan(&late)
