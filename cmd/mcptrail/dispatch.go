@@ -257,15 +257,12 @@ func parseSince(since string, def time.Duration, example string) (time.Duration,
 // as far as the daemon at http.listen tells: a command that reached here
 // runs on the file alone (it has no endpoint, or no daemon answered).
 func (a *app) lockedHint(ctx context.Context) string {
-	c, err := a.apiClient()
-	if err == nil {
-		st, reached, err := c.Status(ctx)
-		switch {
-		case err == nil && reached && st.Database == a.dbPath():
-			return fmt.Sprintf("mcptrail serve at %s (http.listen) holds it, and this command runs on the file alone: stop serve first", a.cfg.HTTP.Listen)
-		case err == nil && reached:
-			return fmt.Sprintf("another process (an ingest?) holds it; the daemon at %s (http.listen) holds %s", a.cfg.HTTP.Listen, st.Database)
-		}
+	st, answered := a.daemonStatus(ctx)
+	switch {
+	case answered && st.Database == a.dbPath():
+		return fmt.Sprintf("mcptrail serve at %s (http.listen) holds it, and this command runs on the file alone: stop serve first", a.cfg.HTTP.Listen)
+	case answered:
+		return fmt.Sprintf("another process (an ingest?) holds it; the daemon at %s (http.listen) holds %s", a.cfg.HTTP.Listen, st.Database)
 	}
 	return fmt.Sprintf("is `mcptrail serve` (or an ingest) running on it? No daemon answered at %s (http.listen)", a.cfg.HTTP.Listen)
 }
@@ -273,10 +270,17 @@ func (a *app) lockedHint(ctx context.Context) string {
 // daemonHoldsDB reports whether a daemon answering at http.listen holds the
 // database this command would open.
 func (a *app) daemonHoldsDB(ctx context.Context) bool {
+	st, answered := a.daemonStatus(ctx)
+	return answered && st.Database == a.dbPath()
+}
+
+// daemonStatus is the status of the daemon at http.listen; answered is
+// false when none answered with one.
+func (a *app) daemonStatus(ctx context.Context) (st api.Status, answered bool) {
 	c, err := a.apiClient()
 	if err != nil {
-		return false
+		return st, false
 	}
 	st, reached, err := c.Status(ctx)
-	return err == nil && reached && st.Database == a.dbPath()
+	return st, err == nil && reached
 }
