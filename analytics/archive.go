@@ -342,8 +342,8 @@ func (s *Store) archiveView(ctx context.Context, conn *sql.Conn) (drop func(), e
 	if s.archiveDir == "" {
 		return nil, ErrNoArchive
 	}
-	var catalog string
-	if err := conn.QueryRowContext(ctx, `SELECT current_database()`).Scan(&catalog); err != nil {
+	catalog, err := currentCatalog(ctx, conn)
+	if err != nil {
 		return nil, fmt.Errorf("query --archive: %w", err)
 	}
 	q, ok := s.archiveViewSQL(catalog)
@@ -386,11 +386,18 @@ func hotCallsTable(catalog string) string {
 // HotCalls names, for queries on db, the table of the calls the store
 // holds, whether or not the archive's view stands in for calls there.
 func HotCalls(ctx context.Context, db *sql.DB) (string, error) {
-	var catalog string
-	if err := db.QueryRowContext(ctx, `SELECT current_database()`).Scan(&catalog); err != nil {
+	catalog, err := currentCatalog(ctx, db)
+	if err != nil {
 		return "", fmt.Errorf("name the hot calls table: %w", err)
 	}
 	return hotCallsTable(catalog), nil
+}
+
+// currentCatalog is the name DuckDB gives the database q is on.
+func currentCatalog(ctx context.Context, q querier) (string, error) {
+	var catalog string
+	err := q.QueryRowContext(ctx, `SELECT current_database()`).Scan(&catalog)
+	return catalog, err
 }
 
 // ArchiveDB is a pool of connections to the store's database on each of
@@ -401,8 +408,8 @@ func (s *Store) ArchiveDB(ctx context.Context) (*sql.DB, error) {
 	if s.archiveDir == "" {
 		return nil, ErrNoArchive
 	}
-	var catalog string
-	if err := s.db.QueryRowContext(ctx, `SELECT current_database()`).Scan(&catalog); err != nil {
+	catalog, err := currentCatalog(ctx, s.db)
+	if err != nil {
 		return nil, fmt.Errorf("archive: %w", err)
 	}
 	return sql.OpenDB(archiveConnector{base: s.connector, store: s, catalog: catalog}), nil
