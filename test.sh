@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's test command: gofmt, go vet, every test, then each fuzz target briefly.
+# The project's test command: gofmt, go vet, every test, most again under the race
+# detector, then each fuzz target briefly.
 # FUZZTIME sets how long each fuzz target runs (default 10s; 0 skips fuzzing).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -33,6 +34,17 @@ go vet -tags mcptrail_bench_noaggregates ./analytics
 
 echo "== go test"
 go test -count=1 -timeout 20m ./...
+
+echo "== go test -race"
+# Data races show only under the race detector (a TLS configuration that two
+# listeners shared was found so): every package's tests again under it, but
+# for the three whose tests take minutes even without it: the CLI's end to
+# end, the store's and the recommender's (under it on 2 cores, by hand: the
+# store's 198 s and the recommender's 188 s, both clean; server's 58 s is
+# the longest kept).
+race=$(go list ./... | grep -v -x -e '.*/cmd/mcptrail' -e '.*/analytics' -e '.*/recommend')
+# shellcheck disable=SC2086 # one argument per package
+go test -race -count=1 -timeout 15m $race
 
 if [ "$FUZZTIME" != "0" ]; then
 	echo "== fuzz ($FUZZTIME per target)"
