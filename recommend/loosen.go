@@ -45,6 +45,11 @@ func accessOf(p *policy.Policy, tool string) access {
 		return access{level: accDenied}
 	}
 	a := access{level: accAllowed}
+	// In the evaluator's order (policy.Evaluator): the tool's own rule,
+	// then all_tools'; in each, require, then deny_if entry by entry. An
+	// approval entry decides every call that reaches it, so what comes
+	// after it (later entries, and all_tools' rule behind a tool's
+	// approval) refuses nothing and is no condition kept.
 	for _, rule := range []struct {
 		base string
 		r    *policy.ToolRule
@@ -52,22 +57,25 @@ func accessOf(p *policy.Policy, tool string) access {
 		if rule.r == nil {
 			continue
 		}
-		if hasApproval(rule.r) {
-			a.level = accApproval
-		}
-		if rule.r.Conditional() {
+		condition := func(key, text string) {
 			a.conditional = true
 			if a.conditions == nil {
 				a.conditions = map[string]string{}
 			}
+			a.conditions[key] = text
 		}
 		for _, c := range rule.r.Require {
-			a.conditions["require "+policy.ConditionKey(c)] = "require " + policy.ConditionText(c)
+			condition("require "+policy.ConditionKey(c), "require "+policy.ConditionText(c))
 		}
 		for _, d := range rule.r.DenyIf {
-			if !d.IsApproval() {
-				a.conditions["deny_if "+policy.ConditionsKey(d.Conditions)] = "deny_if " + policy.ConditionsText(d.Conditions)
+			if d.IsApproval() {
+				a.level = accApproval
+				break
 			}
+			condition("deny_if "+policy.ConditionsKey(d.Conditions), "deny_if "+policy.ConditionsText(d.Conditions))
+		}
+		if a.level == accApproval {
+			break
 		}
 		for _, l := range rule.r.Limits {
 			a.limits = append(a.limits, namedLimit{pointer: rule.base + "/limits/" + l.Counter, Limit: l})

@@ -270,3 +270,79 @@ func TestRespelledNumberIsALoosening(t *testing.T) {
 		assert.Equal(t, policy.Allowed, policy.NewEvaluator(prop).Evaluate(refused).Decision, "%s: the replay lets the refused call through", v)
 	}
 }
+
+// An approval entry decides every call that reaches it (the evaluator checks
+// a tool's own rule, then all_tools', each require first, then deny_if in
+// order): a condition behind it refuses nothing. Approval put ahead of an
+// all_tools condition, or ahead of a later deny_if entry, turns calls that
+// were denied into calls a person may approve: a condition removed.
+func TestLooseningApprovalAheadOfConditions(t *testing.T) {
+	cur := parsePolicy(t, `{"version": "1", "default": "deny",
+  "all_tools": {"require": [{"path": "args.env", "op": "eq", "value": "dev"}],
+                "deny_if": [{"conditions": [{"path": "args.force", "op": "eq", "value": true}], "on_deny": "never force"}]},
+  "tools": {
+    "delete_vm": {},
+    "stop_vm": {"deny_if": [{"conditions": [{"path": "args.vmid", "op": "lt", "value": 100}], "on_deny": "system VMs"},
+                           {"conditions": [], "on_deny": "Requires human approval."}]}
+  }}`)
+	prop := cur.Clone()
+	prop.Tools["delete_vm"] = &policy.ToolRule{DenyIf: []policy.DenyRule{{OnDeny: "Requires human approval."}}}
+	prop.Tools["stop_vm"].DenyIf = []policy.DenyRule{cur.Tools["stop_vm"].DenyIf[1], cur.Tools["stop_vm"].DenyIf[0]}
+
+	assert.ElementsMatch(t, []string{"condition removed: deny_if args.force eq true", "condition removed: require args.env eq \"dev\""},
+		recommend.Loosenings(cur, prop, "delete_vm"))
+	assert.Equal(t, []string{"condition removed: deny_if args.vmid lt 100"}, recommend.Loosenings(cur, prop, "stop_vm"))
+	assert.Equal(t, "approval", recommend.RuleText(prop, "delete_vm"))
+
+	// The evaluator agrees: what was denied now waits for approval.
+	for tool, args := range map[string]map[string]any{
+		"delete_vm": {"env": "dev", "force": true},
+		"stop_vm":   {"env": "dev", "vmid": 7},
+	} {
+		c := policy.Call{TS: now, Tool: tool, Grant: "g", Args: args}
+		assert.Equal(t, policy.Denied, policy.NewEvaluator(cur).Peek(c).Decision, tool)
+		assert.Equal(t, policy.ApprovalRequired, policy.NewEvaluator(prop).Peek(c).Decision, tool)
+	}
+}
+
+// The recommender's own approval keeps every all_tools condition: a rarely
+// used risky tool goes behind approval with all_tools' require and deny_if
+// copied ahead of it, so a call they deny is still denied, and the proposal
+// widens nothing.
+func TestApprovalKeepsAllToolsConditions(t *testing.T) {
+	store := storeEvents(t, func(add func(tool string, d audit.Decision, n int)) {
+		add("list_vms", audit.Allowed, 150)
+		add("delete_vm", audit.Allowed, 1)
+	})
+	cur := parsePolicy(t, `{"version": "1", "default": "deny",
+  "all_tools": {"require": [{"path": "args.env", "op": "eq", "value": "dev"}],
+                "deny_if": [{"conditions": [{"path": "args.force", "op": "eq", "value": true}], "on_deny": "never force"},
+                            {"conditions": [], "on_deny": "everything waits"},
+                            {"conditions": [{"path": "args.node", "op": "eq", "value": "pve9"}], "on_deny": "behind the approval"}]},
+  "tools": {"list_vms": {}, "delete_vm": {}}}`)
+	// all_tools' own approval puts every tool behind it: the recommender's
+	// proposal is judged against the same policy without it too.
+	noApproval := cur.Clone()
+	noApproval.AllTools.DenyIf = noApproval.AllTools.DenyIf[:1]
+	for name, cur := range map[string]*policy.Policy{"all_tools with an approval": cur, "all_tools without": noApproval} {
+		t.Run(name, func(t *testing.T) {
+			r, err := recommend.Recommend(context.Background(), store.DB(), recommend.Options{Server: "srv", Grant: "g", Now: now,
+				Params: recommend.DefaultParams(), Current: cur, Catalog: classes("list_vms", "delete_vm")})
+			require.NoError(t, err)
+			require.Equal(t, recommend.OpRequireApproval, findings(r, recommend.KindRiskyTool)["delete_vm"].Action.Op)
+			rule := r.Policy.Tools["delete_vm"]
+			require.NotNil(t, rule)
+			assert.Len(t, rule.Require, 1)
+			require.Len(t, rule.DenyIf, 2, "the force entry, then the approval; nothing behind all_tools' approval")
+			assert.Equal(t, "never force", rule.DenyIf[0].OnDeny)
+			assert.True(t, rule.DenyIf[1].IsApproval())
+			assert.Empty(t, findings(r, recommend.KindLoosening))
+			for _, args := range []map[string]any{{"env": "dev", "force": true}, {"env": "prod"}} {
+				c := policy.Call{TS: now, Tool: "delete_vm", Grant: "g", Args: args}
+				assert.Equal(t, policy.Denied, policy.NewEvaluator(r.Policy).Peek(c).Decision, args)
+			}
+			ok := policy.Call{TS: now, Tool: "delete_vm", Grant: "g", Args: map[string]any{"env": "dev"}}
+			assert.Equal(t, policy.ApprovalRequired, policy.NewEvaluator(r.Policy).Peek(ok).Decision)
+		})
+	}
+}

@@ -435,9 +435,7 @@ func (s *state) propose() *policy.Policy {
 				r = &policy.ToolRule{}
 				p.Tools[f.Tool] = r
 			}
-			if !hasApproval(r) {
-				r.DenyIf = append(r.DenyIf, policy.DenyRule{OnDeny: "Requires human approval."})
-			}
+			requireApproval(p, r)
 		case OpRateLimit:
 			if f.Action.Limit == nil {
 				continue
@@ -456,6 +454,36 @@ func (s *state) propose() *policy.Policy {
 
 func isEmptyRule(r *policy.ToolRule) bool {
 	return r == nil || (len(r.Require) == 0 && len(r.DenyIf) == 0 && len(r.Limits) == 0 && len(r.Extra) == 0)
+}
+
+// requireApproval puts tool rule r of p behind approval, unless it is
+// already. The evaluator checks a tool's own rule before all_tools', and an
+// approval entry decides every call that reaches it: all_tools' require and
+// deny_if (those before an approval of its own) would no longer refuse the
+// tool's calls, and the approval would let a call they deny wait for a
+// person instead. So they are copied into r ahead of the approval.
+func requireApproval(p *policy.Policy, r *policy.ToolRule) {
+	if hasApproval(r) {
+		return
+	}
+	if all := p.AllTools.Clone(); all != nil {
+		for _, c := range all.Require {
+			key := policy.ConditionKey(c)
+			if !slices.ContainsFunc(r.Require, func(k policy.Condition) bool { return policy.ConditionKey(k) == key }) {
+				r.Require = append(r.Require, c)
+			}
+		}
+		for _, d := range all.DenyIf {
+			if d.IsApproval() {
+				break
+			}
+			key := policy.ConditionsKey(d.Conditions)
+			if !slices.ContainsFunc(r.DenyIf, func(e policy.DenyRule) bool { return policy.ConditionsKey(e.Conditions) == key }) {
+				r.DenyIf = append(r.DenyIf, d)
+			}
+		}
+	}
+	r.DenyIf = append(r.DenyIf, policy.DenyRule{OnDeny: "Requires human approval."})
 }
 
 func hasApproval(r *policy.ToolRule) bool {
