@@ -96,7 +96,8 @@ const inOutput = " (in the "
 // "scope broadened (in the intercept output)"), sorted, without their figures, which move with the traffic
 // from run to run: what tells one widening of a tool from another. A
 // removed condition or limit keeps its text, which names the rule removed,
-// and a raised or broadened limit the current limit it widens.
+// a raised or broadened limit the current limit it widens, and a broadened
+// one the scope it is counted over instead.
 func WideningKinds(evidence map[string]any) []string {
 	var changes []string
 	switch c := evidence["changes"].(type) {
@@ -116,10 +117,19 @@ func WideningKinds(evidence map[string]any) []string {
 			// figure of the traffic: another removed is another widening.
 			kinds = append(kinds, c)
 			continue
-		case "limit raised", "scope broadened":
+		case "limit raised":
 			// The current limit before the arrow is a rule; the proposed
 			// one after it moves with the traffic.
 			kind, _, _ = strings.Cut(c, " → ")
+		case "scope broadened":
+			// So does its figure, but the scope it counts over is what the
+			// proposal widens to: per session accepted is not per agent.
+			before, after, _ := strings.Cut(c, " → ")
+			after, _, _ = strings.Cut(after, inOutput)
+			kind = before
+			if i := strings.LastIndex(after, " per "); i >= 0 {
+				kind += " → per " + after[i+len(" per "):]
+			}
 		}
 		if _, in, ok := strings.Cut(c, inOutput); ok {
 			kind += inOutput + in

@@ -251,6 +251,22 @@ func TestWideningKinds(t *testing.T) {
 		kinds := recommend.WideningKinds(map[string]any{"changes": tt.changes})
 		assert.Equal(t, tt.covered, recommend.WideningCovered(kinds, accepted), "%v", tt.changes)
 	}
+	// A broadened scope keeps the scope it is counted over instead, its
+	// figures aside: per session accepted does not accept per agent.
+	accepted = recommend.WideningKinds(map[string]any{"changes": []string{
+		"scope broadened: 10/minute per grant → 15/minute per session (in the intercept output)"}})
+	assert.Equal(t, []string{"scope broadened: 10/minute per grant → per session (in the intercept output)"}, accepted)
+	for _, tt := range []struct {
+		changes []string
+		covered bool
+	}{
+		{[]string{"scope broadened: 10/minute per grant → 900/day per session (in the intercept output)"}, true},
+		{[]string{"scope broadened: 10/minute per grant → 100000/day per agent (in the intercept output)"}, false},
+		{[]string{"scope broadened: 10/minute per grant → 15/minute per session"}, false},
+	} {
+		kinds := recommend.WideningKinds(map[string]any{"changes": tt.changes})
+		assert.Equal(t, tt.covered, recommend.WideningCovered(kinds, accepted), "%v", tt.changes)
+	}
 }
 
 // A deny_if value respelled from an integer to a float (1000000 → 1e6)
