@@ -71,8 +71,10 @@ func TestGolden(t *testing.T) {
 
 			wantCode := 0
 			if lines := readLines(t, filepath.Join(dir, "exit")); len(lines) > 0 {
-				wantCode, err = strconv.Atoi(lines[0])
+				// Its own err: the cases run in parallel.
+				n, err := strconv.Atoi(lines[0])
 				require.NoError(t, err)
+				wantCode = n
 			}
 			assert.Equal(t, wantCode, code, "exit code; stderr:\n%s", stderr)
 			for _, want := range readLines(t, filepath.Join(dir, "stderr")) {
