@@ -26,10 +26,7 @@ import (
 	"github.com/mcptrail/mcptrail/internal/mcptest"
 )
 
-func TestMain(m *testing.M) {
-	mcptest.ServeIfAsked()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { mcptest.Main(m) }
 
 // fixtureCommand re-executes this test binary as the fixture's stdio server,
 // with the SDK told to leave false hints out as other servers do.

@@ -10,6 +10,7 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -65,6 +66,14 @@ func ServeIfAsked() {
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// Main is a TestMain for a package whose tests start the fixture over
+// stdio by running their own test binary again: ServeIfAsked, then the
+// tests.
+func Main(m *testing.M) {
+	ServeIfAsked()
+	os.Exit(m.Run())
 }
 
 // HTTPHandler serves the fixture over streamable HTTP to requests whose
