@@ -129,6 +129,44 @@ func TestInterceptNegatedConditionRefusesMore(t *testing.T) {
 	}
 }
 
+// TestInterceptGivesBackQuota holds the Intercept output's limits to what
+// SPEC §4 says of Intercept's counting: a call its upstream answers with a
+// JSON-RPC error gives its quota back, a result marked isError does not. The
+// recommender's replay takes no quota for the first (here: Peek).
+func TestInterceptGivesBackQuota(t *testing.T) {
+	bin := interceptBin(t)
+	p := mustParse(t, `{"version": "1", "default": "deny",
+  "tools": {"get_status": {"limits": [{"counter": "status", "window": "hour", "max": 2, "scope": "grant"}]}}}`)
+	instanceLimits(p, "status")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	session := interceptSession(ctx, t, bin, p)
+	ev := NewEvaluator(p)
+	for i, tt := range []struct {
+		fail    string
+		allowed bool
+	}{
+		{"protocol", true}, {"protocol", true}, {"protocol", true},
+		{"result", true}, {"", true}, {"", false}, {"protocol", false},
+	} {
+		args := map[string]any{"fail": tt.fail}
+		c := Call{TS: time.Now(), Tool: "get_status", Grant: "g", Args: args}
+		v := ev.Peek(c)
+		if tt.fail != "protocol" {
+			v = ev.Evaluate(c)
+		}
+		assert.Equal(t, tt.allowed, v.Decision == Allowed, "call %d (%s): evaluator %s", i, tt.fail, v.Decision)
+		res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: "get_status", Arguments: args})
+		switch {
+		case tt.fail == "protocol" && tt.allowed:
+			require.Error(t, err, "call %d: the server's JSON-RPC error comes through", i)
+		default:
+			require.NoError(t, err, "call %d", i)
+			assert.Equal(t, tt.allowed, !refusedByIntercept(res), "call %d (%s): Intercept %q", i, tt.fail, contentText(res))
+		}
+	}
+}
+
 // interceptBin is the Intercept binary INTERCEPT_BIN names; the test is
 // skipped without one.
 func interceptBin(t *testing.T) string {

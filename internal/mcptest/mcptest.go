@@ -8,6 +8,8 @@ package mcptest
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"testing"
@@ -45,11 +47,23 @@ func Tools() []*mcp.Tool {
 	}
 }
 
-// NewServer is the fixture server.
+// NewServer is the fixture server. Its tools answer every call with an
+// empty result, but a call whose argument "fail" is "protocol" with a
+// JSON-RPC error, and one whose "fail" is "result" with a result marked
+// isError: a gateway may tell the two apart (Intercept gives back the
+// quota of the first).
 func NewServer() *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: Name, Version: "1"}, &mcp.ServerOptions{PageSize: PageSize})
 	for _, t := range Tools() {
-		s.AddTool(t, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		s.AddTool(t, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var args struct{ Fail string }
+			_ = json.Unmarshal(req.Params.Arguments, &args)
+			switch args.Fail {
+			case "protocol":
+				return nil, errors.New("the fixture fails this call")
+			case "result":
+				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "the fixture fails this call"}}}, nil
+			}
 			return &mcp.CallToolResult{}, nil
 		})
 	}
