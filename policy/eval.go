@@ -213,7 +213,7 @@ func compileCond(pointer string, c Condition) compiledCond {
 }
 
 // conditionValue is a condition's value as Intercept holds it once written
-// as YAML (yamlValue): an integer at the top an int64, every other number a
+// as YAML (valueNode): an integer at the top an int64, every other number a
 // float64. It matters where a value is compared as text: Intercept prints
 // an int's digits (1000000) and a float the shortest way (1e+06), so the
 // argument "1000000" equals the value 1000000 and "1e+06" does not.
@@ -244,7 +244,7 @@ func conditionValueOf(raw json.RawMessage) (any, error) {
 
 // numberValue is a number of a condition's value as Intercept holds it
 // once written as YAML: an int64 when it is an integer at the top, else a
-// float64. The Intercept output (yamlValue) and the evaluator
+// float64. The Intercept output (valueNode) and the evaluator
 // (conditionValue) both follow it, so that they compare alike.
 func numberValue(n json.Number, nested bool) any {
 	if i, err := n.Int64(); err == nil && !nested {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"gopkg.in/yaml.v3"
 )
@@ -434,44 +435,48 @@ func conditionNode(c Condition) (*yaml.Node, error) {
 		if !ok {
 			return nil, fmt.Errorf("invalid condition value: %w", ps.err(""))
 		}
-		var vn yaml.Node
-		if err := vn.Encode(yamlValue(v)); err != nil {
-			return nil, fmt.Errorf("condition value: %w", err)
-		}
-		addPair(n, "value", &vn)
+		addPair(n, "value", valueNode(v, false))
 	}
 	return n, nil
 }
 
-// yamlValue turns json.Numbers into ints or floats, so YAML writes numbers,
-// not strings. Inside an object or a list every number is a float:
-// Intercept compares such values as text (fmt's %v), where an argument's
-// number, decoded from JSON, prints as a float (1e+06) and a YAML int would
-// not (1000000), so the two would never be equal.
-func yamlValue(v any) any { return yamlValueIn(v, false) }
-
-func yamlValueIn(v any, nested bool) any {
+// valueNode is a condition value (readTree's) as a YAML node. Numbers
+// are written as numbers, not strings: an integer at the top as an int,
+// every other number as a float (floatNode). Inside an object or a list
+// every number is a float: Intercept compares such values as text (fmt's
+// %v), where an argument's number, decoded from JSON, prints as a float
+// (1e+06) and a YAML int would not (1000000), so the two would never be
+// equal. A float at the top is written so too: YAML writes float64 -0 as
+// "-0", which it reads back as the int 0, whose text is "0" where the
+// evaluator's is "-0". Strings are str's, double-quoted where they hold
+// a line break.
+func valueNode(v any, nested bool) *yaml.Node {
 	switch t := v.(type) {
+	case bool:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(t)}
+	case string:
+		return str(t)
 	case json.Number:
-		x := numberValue(t, nested)
-		if f, ok := x.(float64); ok && nested {
-			return floatNode(f)
+		switch x := numberValue(t, nested).(type) {
+		case int64:
+			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatInt(x, 10)}
+		case float64:
+			return floatNode(x)
 		}
-		return x
 	case []any:
-		out := make([]any, len(t))
-		for i, e := range t {
-			out[i] = yamlValueIn(e, true)
+		n := sequence()
+		for _, e := range t {
+			n.Content = append(n.Content, valueNode(e, true))
 		}
-		return out
+		return n
 	case map[string]any:
-		out := make(map[string]any, len(t))
-		for k, e := range t {
-			out[k] = yamlValueIn(e, true)
+		n := mapping()
+		for _, k := range slices.Sorted(maps.Keys(t)) {
+			n.Content = append(n.Content, str(k), valueNode(t[k], true))
 		}
-		return out
+		return n
 	}
-	return v
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}
 }
 
 // floatNode writes f so that YAML reads it back as a float: a whole number
@@ -498,7 +503,22 @@ func toolKey(name string) *yaml.Node {
 func mapping() *yaml.Node  { return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"} }
 func sequence() *yaml.Node { return &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"} }
 func str(s string) *yaml.Node {
-	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s}
+	n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s}
+	if hasBreaks(s) {
+		n.Style = yaml.DoubleQuotedStyle
+	}
+	return n
+}
+
+// hasBreaks reports whether s holds a line break or another control
+// character. YAML would write such a string as a literal block, which
+// drops a leading line break ("\nrm -rf /" read back as "rm -rf /": a
+// condition on another value, a hide or a tool of another name) and which,
+// with a tab, Intercept refuses to load; double-quoted, it is escaped.
+func hasBreaks(s string) bool {
+	return strings.ContainsFunc(s, func(r rune) bool {
+		return unicode.IsControl(r) || r == '\u2028' || r == '\u2029'
+	})
 }
 
 func addPair(m *yaml.Node, key string, v *yaml.Node) {

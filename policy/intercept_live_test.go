@@ -167,6 +167,37 @@ func TestInterceptGivesBackQuota(t *testing.T) {
 	}
 }
 
+// TestInterceptKeepsBreaksAndSignsLive is TestInterceptKeepsBreaksAndSigns
+// in the real Intercept: a value with a leading line break, a hide entry
+// with one, and -0.0 mean there what they mean to the evaluator.
+func TestInterceptKeepsBreaksAndSignsLive(t *testing.T) {
+	bin := interceptBin(t)
+	p := mustParse(t, `{"version": "1", "default": "allow", "hide": ["\ndelete_vm"],
+  "tools": {
+    "guest_exec": {"deny_if": [{"conditions": [{"path": "args.command", "op": "eq", "value": "\nrm -rf /"}], "on_deny": "no"}]},
+    "list_vms": {"deny_if": [{"conditions": [{"path": "args.n", "op": "eq", "value": -0.0}], "on_deny": "no"}]}
+  }}`)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	session := interceptSession(ctx, t, bin, p)
+	ev := NewEvaluator(p)
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"delete_vm", nil},
+		{"guest_exec", map[string]any{"command": "\nrm -rf /"}},
+		{"guest_exec", map[string]any{"command": "rm -rf /"}},
+		{"list_vms", map[string]any{"n": "-0"}},
+		{"list_vms", map[string]any{"n": "0"}},
+	} {
+		v := ev.Evaluate(Call{TS: time.Now(), Tool: c.tool, Grant: "g", Args: c.args})
+		res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: c.tool, Arguments: c.args})
+		require.NoError(t, err)
+		assert.Equal(t, v.Decision != Allowed, refusedByIntercept(res), "%s %q: evaluator %s, Intercept %q", c.tool, c.args, v.Decision, contentText(res))
+	}
+}
+
 // interceptBin is the Intercept binary INTERCEPT_BIN names; the test is
 // skipped without one.
 func interceptBin(t *testing.T) string {

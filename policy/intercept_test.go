@@ -559,3 +559,33 @@ func TestInterceptBinary(t *testing.T) {
 		assert.Contains(t, string(msg), "Policy file is valid.", name)
 	}
 }
+
+// Names and values with line breaks or other control characters come back
+// from the YAML as they were: YAML would write them as literal blocks,
+// which drop a leading line break (a condition on another value, a hide or
+// a tool of another name: wider at the gateway) and, with a tab, make a
+// file Intercept refuses. And a float's sign survives: -0.0 read back as
+// the int 0 compares as the text "0" where the evaluator's is "-0".
+func TestInterceptKeepsBreaksAndSigns(t *testing.T) {
+	p := mustParse(t, `{"version": "1", "default": "deny", "hide": ["\ndelete_vm", "\t\nx", "a\u2028b"],
+  "tools": {
+    "\nlist_vms": {"deny_if": [{"conditions": [{"path": "args.command", "op": "eq", "value": "\nrm -rf /"}], "on_deny": "no\nnever"}]},
+    "get_status": {"require": [{"path": "args.node", "op": "in", "value": ["\npve1", "pve2\r", {"k": "\u0085v"}, "5", "true", "null", "~", "0x1", "1e6", "", 7, 7.5, true, null]}]},
+    "zero": {"deny_if": [{"conditions": [{"path": "args.n", "op": "eq", "value": -0.0}]}]}
+  }}`)
+	out, err := Intercept(p, InterceptOptions{})
+	require.NoError(t, err)
+	require.Empty(t, out.Dropped)
+	cfg := checkIntercept(t, out.YAML)
+	assert.ElementsMatch(t, p.Hide, cfg.Hide)
+	assert.Contains(t, cfg.Tools, "\nlist_vms")
+	assert.NotContains(t, cfg.Tools, "list_vms")
+	rule := cfg.Tools["\nlist_vms"].Rules[0]
+	assert.Equal(t, "\nrm -rf /", rule.Conditions[0].Value)
+	assert.Equal(t, "no\nnever", rule.OnDeny)
+	assert.Equal(t, []any{"\npve1", "pve2\r", map[string]any{"k": "\u0085v"}, "5", "true", "null", "~", "0x1", "1e6", "", 7.0, 7.5, true, nil},
+		cfg.Tools["get_status"].Rules[0].Conditions[0].Value)
+	zero := cfg.Tools["zero"].Rules[0].Conditions[0].Value
+	require.IsType(t, float64(0), zero, "%s", out.YAML)
+	assert.Equal(t, "-0", fmt.Sprint(zero), "Intercept's text of it")
+}
