@@ -10,6 +10,24 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// A syntax error inside an argument's value names where it is, not the
+// characters it found: a rejection's detail is stored and shown, and no
+// argument value may be (SPEC §1).
+func TestSyntaxErrorsQuoteNoArgument(t *testing.T) {
+	for _, line := range []string{
+		`{"ts":"2026-11-03T09:00:00Z","server":"s","tool":"t","decision":"allowed","args":{"password":"hunt\qSECRET"}}`,
+		`{"ts":"2026-11-03T09:00:00Z","server":"s","tool":"t","decision":"allowed","args":{"password":QSECRET}}`,
+	} {
+		_, err := Decode([]byte(line), Options{})
+		var rej *Rejection
+		require.ErrorAs(t, err, &rej)
+		assert.Equal(t, ReasonMalformedJSON, rej.Reason)
+		assert.Contains(t, rej.Detail, "at byte")
+		assert.NotContains(t, rej.Detail, "q", line)
+		assert.NotContains(t, rej.Detail, "Q", line)
+	}
+}
+
 func TestDecodeRejections(t *testing.T) {
 	const ok = `"ts":"2026-11-03T09:00:00Z","server":"proxmox-mcp","tool":"get_vm_status"`
 	long := strings.Repeat("x", 1025)

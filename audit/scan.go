@@ -8,7 +8,6 @@ package audit
 // targets hold it to that.
 
 import (
-	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -82,7 +81,9 @@ func scanString(s string, i int) (end int, esc bool, err error) {
 				}
 				j += 6
 			default:
-				return 0, false, syntaxError(j, "invalid escape "+strconv.Quote(s[j:j+2]))
+				// The escape is not quoted: it may be inside an argument's
+				// value, which no message may hold (SPEC §1).
+				return 0, false, syntaxError(j, "invalid escape")
 			}
 		default:
 			return 0, false, syntaxError(j, "control character in string (escape it)")
@@ -163,7 +164,7 @@ func scanValue(s string, i, depth int) (int, error) {
 	case c == '-' || '0' <= c && c <= '9':
 		return scanNumber(s, i)
 	}
-	return 0, syntaxError(i, "unexpected character "+strconv.QuoteRune(rune(s[i])))
+	return 0, syntaxError(i, "unexpected character") // not quoted, as an invalid escape
 }
 
 func scanArray(s string, i, depth int) (int, error) {

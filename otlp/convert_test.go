@@ -438,6 +438,31 @@ func TestRejectedRecordsKeepNoArgumentValue(t *testing.T) {
 	}
 }
 
+// Malformed OTLP/JSON is refused with protojson's message, which quotes the
+// token it could not read: a log body or an attribute value written as a
+// bare string, which may hold a tool call's arguments. The message keeps
+// where and what went wrong, and a field's name, not the value.
+func TestMalformedJSONQuotesNoValue(t *testing.T) {
+	const secret = "ghp_SECRET"
+	for _, doc := range []string{
+		`{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"1764900000000000000","body":"tools/call vm_exec {\"password\":\"` + secret + `\"}"}]}]}]}`,
+		`{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"attributes":[{"key":"gen_ai.tool.call.arguments","value":"{\"password\":\"` + secret + `\"}"}]}]}]}]}`,
+		`{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"attributes":[{"key":"x","value":{"boolValue":"` + secret + `"}}]}]}]}]}`,
+	} {
+		_, err := Decode([]byte(doc), JSON, Logs, Options{})
+		if err == nil {
+			t.Fatalf("%s: decoded", doc)
+		}
+		if msg := err.Error(); strings.Contains(msg, secret) || !strings.Contains(msg, "malformed JSON") || !strings.Contains(msg, `"…"`) {
+			t.Errorf("%s: %s", doc, msg)
+		}
+	}
+	_, err := Decode([]byte(`{"resourceLogs":[{"resource":{},"resource":{}}]}`), JSON, Logs, Options{})
+	if err == nil || !strings.Contains(err.Error(), `field "resource"`) {
+		t.Errorf("a field's name is kept: %v", err)
+	}
+}
+
 // A gateway that writes no decision attribute still tells a refusal its
 // own way, and a refused call read as allowed would count as use: a span
 // Archestra's tool policy blocked (mcp.blocked, its reason, status ERROR)

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 
 	collogs "go.opentelemetry.io/proto/otlp/collector/logs/v1"
@@ -77,9 +78,34 @@ func unmarshal(data []byte, enc Encoding, m proto.Message) error {
 		return err
 	}
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(fixed, m); err != nil {
-		return fmt.Errorf("otlp: malformed JSON: %w", err)
+		return fmt.Errorf("otlp: malformed JSON: %s", withoutValues(err.Error()))
 	}
 	return nil
+}
+
+// quotedToken is a quoted token in protojson's messages: `unexpected
+// token "…"`, `invalid value for bool field boolValue: "…"`.
+var quotedToken = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// withoutValues is a protojson message with each value it quotes replaced
+// by "…": the message becomes a dead letter's detail and the receiver's
+// answer, and the value may be a tool call's argument (a log body or an
+// attribute written as a bare string), which neither may hold (SPEC §1).
+// A field's name, quoted after "field ", is the schema's and kept.
+func withoutValues(msg string) string {
+	var b strings.Builder
+	last := 0
+	for _, m := range quotedToken.FindAllStringIndex(msg, -1) {
+		b.WriteString(msg[last:m[0]])
+		if strings.HasSuffix(msg[:m[0]], "field ") {
+			b.WriteString(msg[m[0]:m[1]])
+		} else {
+			b.WriteString(`"…"`)
+		}
+		last = m[1]
+	}
+	b.WriteString(msg[last:])
+	return b.String()
 }
 
 // maxIDKey is the length of the longest OTLP/JSON member that holds a trace
