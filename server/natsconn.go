@@ -286,7 +286,7 @@ func connectExternal(ctx context.Context, rawURL string, a Auth, log *slog.Logge
 	select {
 	case r := <-ch:
 		if r.err != nil {
-			return nil, fmt.Errorf("connect to NATS at %s (nats.url): %w: check that the server is running and reachable, and the credentials", redact.URL(rawURL), r.err)
+			return nil, fmt.Errorf("connect to NATS at %s (nats.url): %w: check that the server is running and reachable, and the credentials", redact.URL(rawURL), redact.Error(r.err, rawURL))
 		}
 		log.Info("connected to NATS", "server", redact.URL(r.nc.ConnectedUrl()), "cluster", r.nc.ConnectedClusterName())
 		return r.nc, nil

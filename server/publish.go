@@ -107,7 +107,7 @@ func Publish(ctx context.Context, opts PublishOptions, next func() (audit.Event,
 		}))
 	nc, err := nats.Connect(opts.URL, natsOpts...)
 	if err != nil {
-		return PublishStats{}, fmt.Errorf("connect to NATS at %s: %w", redact.URL(opts.URL), err)
+		return PublishStats{}, fmt.Errorf("connect to NATS at %s: %w", redact.URL(opts.URL), redact.Error(err, opts.URL))
 	}
 	defer nc.Close()
 

@@ -35,7 +35,7 @@ func (a *app) dispatchShards(ctx context.Context, req api.Request) error {
 	}
 	shards, err := c.Discover(ctx)
 	if err != nil {
-		return fmt.Errorf("--nats %s: %w", redact.URL(a.shardsURL), err)
+		return fmt.Errorf("--nats %s: %w", redact.URL(a.shardsURL), redact.Error(err, a.shardsURL))
 	}
 	silent, err := c.Silent(ctx, a.cfg.NATS.Stream, a.cfg.NATS.Subject, shards)
 	if err != nil {
@@ -198,7 +198,7 @@ func (a *app) shardConn() (*nats.Conn, error) {
 		nats.CustomInboxPrefix(server.OperatorInboxPrefix))
 	nc, err := nats.Connect(a.shardsURL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("--nats %s: %w", redact.URL(a.shardsURL), err)
+		return nil, fmt.Errorf("--nats %s: %w", redact.URL(a.shardsURL), redact.Error(err, a.shardsURL))
 	}
 	return nc, nil
 }

@@ -96,7 +96,7 @@ func (a *app) publishError(url string, err error) error {
 		return fmt.Errorf("publish to %s: %w: give a gateway user with --nats-user and --nats-password-file "+
 			"(the embedded server's default gateway is %s, its password in %s)", redact.URL(url), err, server.DefaultGatewayUser, a.gatewayPasswordFile())
 	}
-	return fmt.Errorf("publish to %s: %w", redact.URL(url), err)
+	return fmt.Errorf("publish to %s: %w", redact.URL(url), redact.Error(err, url))
 }
 
 // printPublished reports what Publish achieved.
