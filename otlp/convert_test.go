@@ -448,12 +448,18 @@ func TestMalformedJSONQuotesNoValue(t *testing.T) {
 		`{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"1764900000000000000","body":"tools/call vm_exec {\"password\":\"` + secret + `\"}"}]}]}]}`,
 		`{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"attributes":[{"key":"gen_ai.tool.call.arguments","value":"{\"password\":\"` + secret + `\"}"}]}]}]}]}`,
 		`{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"attributes":[{"key":"x","value":{"boolValue":"` + secret + `"}}]}]}]}]}`,
+		// Tokens protojson writes without quotes.
+		`{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"body":` + secret + `}]}]}]}`,
+		`{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"body":{"stringValue":"a"} ` + secret + `}]}]}]}`,
+		`{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"body":1234` + secret[4:] + `}]}]}]}`,
+		`{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"attributes":[{"key":"x","value":{"boolValue":7777}}]}]}]}]}`,
 	} {
 		_, err := Decode([]byte(doc), JSON, Logs, Options{})
 		if err == nil {
 			t.Fatalf("%s: decoded", doc)
 		}
-		if msg := err.Error(); strings.Contains(msg, secret) || !strings.Contains(msg, "malformed JSON") || !strings.Contains(msg, `"…"`) {
+		if msg := err.Error(); strings.Contains(msg, secret) || strings.Contains(msg, "7777") || strings.Contains(msg, secret[4:]) ||
+			!strings.Contains(msg, "malformed JSON") || !strings.Contains(msg, "…") || !strings.Contains(msg, "(line 1:") {
 			t.Errorf("%s: %s", doc, msg)
 		}
 	}

@@ -87,11 +87,22 @@ func unmarshal(data []byte, enc Encoding, m proto.Message) error {
 // token "…"`, `invalid value for bool field boolValue: "…"`.
 var quotedToken = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 
+// unquotedValues are the places where protojson writes a token it could
+// not read without quotes, up to the message's end: `unexpected token
+// 12345678`, `invalid value SECRET` (a bare word), `invalid value for bool
+// field boolValue: 7777`.
+var unquotedValues = []*regexp.Regexp{
+	regexp.MustCompile(`(unexpected token ).+$`),
+	regexp.MustCompile(`(invalid value )(?:[^f]|f[^o]|fo[^r]|for[^ ]).*$`),
+	regexp.MustCompile(`(field [^\s:]+: )[^"].*$`),
+}
+
 // withoutValues is a protojson message with each value it quotes replaced
 // by "…": the message becomes a dead letter's detail and the receiver's
 // answer, and the value may be a tool call's argument (a log body or an
 // attribute written as a bare string), which neither may hold (SPEC §1).
-// A field's name, quoted after "field ", is the schema's and kept.
+// A field's name, quoted after "field ", is the schema's and kept, and so is
+// where the token was (line:column).
 func withoutValues(msg string) string {
 	var b strings.Builder
 	last := 0
@@ -105,7 +116,11 @@ func withoutValues(msg string) string {
 		last = m[1]
 	}
 	b.WriteString(msg[last:])
-	return b.String()
+	out := b.String()
+	for _, re := range unquotedValues {
+		out = re.ReplaceAllString(out, "${1}…")
+	}
+	return out
 }
 
 // maxIDKey is the length of the longest OTLP/JSON member that holds a trace
