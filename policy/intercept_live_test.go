@@ -41,12 +41,9 @@ const livePolicy = `{"version": "1", "default": "deny", "hide": ["create_snapsho
 // what the gateway would do: the limits' counting included (which calls
 // consume quota, when a limit starts refusing).
 func TestInterceptEnforcesAsEvaluated(t *testing.T) {
-	bin := interceptBin(t)
 	p := mustParse(t, livePolicy)
 	instanceLimits(p, "all", "status")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	session := interceptSession(ctx, t, bin, p)
+	ctx, session := interceptSession(t, p)
 
 	var listed []string
 	for tool, err := range session.Tools(ctx, nil) {
@@ -104,13 +101,10 @@ func TestInterceptEnforcesAsEvaluated(t *testing.T) {
 // output refuses a call without it that policy.json lets through, and never
 // lets through one that policy.json refuses.
 func TestInterceptNegatedConditionRefusesMore(t *testing.T) {
-	bin := interceptBin(t)
 	p := mustParse(t, `{"version": "1", "default": "deny",
   "all_tools": {"deny_if": [{"conditions": [{"path": "args.force", "op": "eq", "value": true}], "on_deny": "never force"}]},
   "tools": {"list_vms": {}}}`)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	session := interceptSession(ctx, t, bin, p)
+	ctx, session := interceptSession(t, p)
 	ev := NewEvaluator(p)
 	for _, tt := range []struct {
 		args                   map[string]any
@@ -134,13 +128,10 @@ func TestInterceptNegatedConditionRefusesMore(t *testing.T) {
 // JSON-RPC error gives its quota back, a result marked isError does not. The
 // recommender's replay takes no quota for the first (here: Peek).
 func TestInterceptGivesBackQuota(t *testing.T) {
-	bin := interceptBin(t)
 	p := mustParse(t, `{"version": "1", "default": "deny",
   "tools": {"get_status": {"limits": [{"counter": "status", "window": "hour", "max": 2, "scope": "grant"}]}}}`)
 	instanceLimits(p, "status")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	session := interceptSession(ctx, t, bin, p)
+	ctx, session := interceptSession(t, p)
 	ev := NewEvaluator(p)
 	for i, tt := range []struct {
 		fail    string
@@ -171,15 +162,12 @@ func TestInterceptGivesBackQuota(t *testing.T) {
 // in the real Intercept: a value with a leading line break, a hide entry
 // with one, and -0.0 mean there what they mean to the evaluator.
 func TestInterceptKeepsBreaksAndSignsLive(t *testing.T) {
-	bin := interceptBin(t)
 	p := mustParse(t, `{"version": "1", "default": "allow", "hide": ["\ndelete_vm"],
   "tools": {
     "guest_exec": {"deny_if": [{"conditions": [{"path": "args.command", "op": "eq", "value": "\nrm -rf /"}], "on_deny": "no"}]},
     "list_vms": {"deny_if": [{"conditions": [{"path": "args.n", "op": "eq", "value": -0.0}], "on_deny": "no"}]}
   }}`)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	session := interceptSession(ctx, t, bin, p)
+	ctx, session := interceptSession(t, p)
 	ev := NewEvaluator(p)
 	for _, c := range []struct {
 		tool string
@@ -198,21 +186,18 @@ func TestInterceptKeepsBreaksAndSignsLive(t *testing.T) {
 	}
 }
 
-// interceptBin is the Intercept binary INTERCEPT_BIN names; the test is
-// skipped without one.
-func interceptBin(t *testing.T) string {
+// interceptSession starts Intercept (the binary INTERCEPT_BIN names; the
+// test is skipped without one) enforcing p's Intercept YAML (every rule
+// carried over) in front of mcptest's server, this test binary run again,
+// and connects to it; ctx bounds the test's calls.
+func interceptSession(t *testing.T, p *Policy) (ctx context.Context, session *mcp.ClientSession) {
+	t.Helper()
 	bin := os.Getenv("INTERCEPT_BIN")
 	if bin == "" {
 		t.Skip("INTERCEPT_BIN is not set: no Intercept binary to run")
 	}
-	return bin
-}
-
-// interceptSession starts Intercept enforcing p's Intercept YAML (every
-// rule carried over) in front of mcptest's server, this test binary run
-// again, and connects to it.
-func interceptSession(ctx context.Context, t *testing.T, bin string, p *Policy) *mcp.ClientSession {
-	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
 	out, err := Intercept(p, InterceptOptions{})
 	require.NoError(t, err)
 	require.Empty(t, out.Dropped, "every rule is carried over")
@@ -225,10 +210,10 @@ func interceptSession(ctx context.Context, t *testing.T, bin string, p *Policy) 
 	cmd.Env = append(os.Environ(), "HOME="+dir, mcptest.EnvServe+"=stdio")
 	cmd.Stderr = os.Stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "mcptrail-test", Version: "1"}, nil)
-	session, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	session, err = client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = session.Close() })
-	return session
+	return ctx, session
 }
 
 // refusedByIntercept tells a result Intercept's policy refused.
