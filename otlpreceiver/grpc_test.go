@@ -37,6 +37,19 @@ func grpcClient(t *testing.T, rc *Receiver) coltrace.TraceServiceClient {
 	return coltrace.NewTraceServiceClient(conn)
 }
 
+// grpcReceiver is a receiver of o, with the test's token and subject,
+// served over gRPC; a trace client of it; and the test batch as an export
+// request.
+func grpcReceiver(t *testing.T, o Options) (*Receiver, coltrace.TraceServiceClient, *coltrace.ExportTraceServiceRequest) {
+	t.Helper()
+	o.Token, o.Subject = token, "mcp.audit."
+	rc, err := New(o)
+	require.NoError(t, err)
+	req, err := otlp.UnmarshalTraces(batch(t), otlp.Protobuf)
+	require.NoError(t, err)
+	return rc, grpcClient(t, rc), req
+}
+
 func bearer(tok string) context.Context {
 	return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok)
 }
@@ -58,13 +71,9 @@ func retryDelayOf(err error) time.Duration {
 func TestGRPCAnswersToRetry(t *testing.T) {
 	js := jetStream(t)
 	var ready atomic.Bool
-	rc, err := New(Options{Token: token, APIToken: "api-token-0123456789ab", JS: js, Subject: "mcp.audit.", Ready: ready.Load})
-	require.NoError(t, err)
-	client := grpcClient(t, rc)
-	req, err := otlp.UnmarshalTraces(batch(t), otlp.Protobuf)
-	require.NoError(t, err)
+	_, client, req := grpcReceiver(t, Options{APIToken: "api-token-0123456789ab", JS: js, Ready: ready.Load})
 
-	_, err = client.Export(bearer(token), req)
+	_, err := client.Export(bearer(token), req)
 	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
 	assert.Equal(t, 5*time.Second, retryDelayOf(err))
 
@@ -86,13 +95,9 @@ func TestGRPCAnswersToRetry(t *testing.T) {
 func TestGRPCTooManyRequestsAtOnce(t *testing.T) {
 	js := jetStream(t)
 	auditStream(t, js)
-	rc, err := New(Options{Token: token, JS: js, Subject: "mcp.audit.", Concurrency: 1})
-	require.NoError(t, err)
-	client := grpcClient(t, rc)
-	req, err := otlp.UnmarshalTraces(batch(t), otlp.Protobuf)
-	require.NoError(t, err)
+	rc, client, req := grpcReceiver(t, Options{JS: js, Concurrency: 1})
 	rc.slots <- struct{}{} // a request under way
-	_, err = client.Export(bearer(token), req)
+	_, err := client.Export(bearer(token), req)
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
 	assert.Equal(t, 5*time.Second, retryDelayOf(err))
 	<-rc.slots
@@ -107,17 +112,13 @@ func TestGRPCTooManyRequestsAtOnce(t *testing.T) {
 func TestGRPCTokenBeforeTheMessage(t *testing.T) {
 	js := jetStream(t)
 	auditStream(t, js)
-	rc, err := New(Options{Token: token, JS: js, Subject: "mcp.audit.", MaxRequestBytes: 512})
-	require.NoError(t, err)
-	client := grpcClient(t, rc)
-	big, err := otlp.UnmarshalTraces(batch(t), otlp.Protobuf)
-	require.NoError(t, err)
+	_, client, big := grpcReceiver(t, Options{JS: js, MaxRequestBytes: 512})
 	big.ResourceSpans[0].ScopeSpans[0].Spans[0].Name = strings.Repeat("x", 4096)
 	for name, ctx := range map[string]context.Context{"no token": context.Background(), "another token": bearer("not-the-token-0123456789")} {
 		_, err := client.Export(ctx, big)
 		assert.Equal(t, codes.Unauthenticated, status.Code(err), "%s: %v", name, err)
 	}
-	_, err = client.Export(bearer(token), big)
+	_, err := client.Export(bearer(token), big)
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "with the token the size is what refuses it: %v", err)
 }
 
@@ -125,11 +126,7 @@ func TestGRPCTokenBeforeTheMessage(t *testing.T) {
 // as the client saw it, DEADLINE_EXCEEDED, not as the stream's fault.
 func TestGRPCCallEndingBeforeTheStreamAcknowledged(t *testing.T) {
 	js := jetStream(t)
-	rc, err := New(Options{Token: token, JS: js, Subject: "mcp.audit.", Ready: func() bool { return true }})
-	require.NoError(t, err)
-	client := grpcClient(t, rc)
-	req, err := otlp.UnmarshalTraces(batch(t), otlp.Protobuf)
-	require.NoError(t, err)
+	rc, client, req := grpcReceiver(t, Options{JS: js, Ready: func() bool { return true }})
 	// No stream, but a subscriber that never answers: the publish waits
 	// for an acknowledgement until the call's deadline.
 	sub, err := js.Conn().SubscribeSync("mcp.audit.>")
