@@ -48,19 +48,53 @@ func BenchmarkAppend(b *testing.B) {
 
 // BenchmarkCollectCalls measures what keeping the aggregates costs a batch
 // in Go beside DuckDB's insert (collectCalls: the calls sorted per session,
-// their runs, tool days and tool day use), for one batch of ingest's size.
+// their runs, tool days and tool day use), for one batch of ingest's size:
+// "shuffled", generated traffic whose calls come in no order; "file", the
+// third batch of bench/ingest.sh's file as `ingest` stages it (its
+// sessions' calls in time order, a call's session often the one before's).
 func BenchmarkCollectCalls(b *testing.B) {
-	evs, err := runtraffic.Generate(7, 122880, 36*time.Hour, time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), false)
+	shuffled, err := runtraffic.Generate(7, 122880, 36*time.Hour, time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), false)
 	if err != nil {
 		b.Fatal(err)
 	}
-	st := newStaging(len(evs))
-	st.Add(evs, nil)
-	defer st.Release()
-	b.ReportAllocs()
-	for b.Loop() {
-		collectCalls(st.cols)
+	for _, c := range []struct {
+		name string
+		evs  []audit.Event
+	}{{"shuffled", shuffled}, {"file", ingestFileBatches(b, 3)[2]}} {
+		b.Run(c.name, func(b *testing.B) {
+			st := newStaging(len(c.evs))
+			st.Add(c.evs, nil)
+			defer st.Release()
+			b.ReportAllocs()
+			for b.Loop() {
+				collectCalls(st.cols)
+			}
+		})
 	}
+}
+
+// ingestFileBatches is the first n batches of bench/ingest.sh's file
+// (`simulate --count 1000000 --seed 1`) as `ingest` reads them.
+func ingestFileBatches(b *testing.B, n int) [][]audit.Event {
+	const size = ingest.FileBatchLines
+	var evs []audit.Event
+	enough := errors.New("enough batches")
+	_, err := simulate.Generate(context.Background(), simulate.Options{Seed: 1, Count: 1_000_000, Now: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)},
+		func(e audit.Event) error {
+			if len(evs) == n*size {
+				return enough
+			}
+			evs = append(evs, e)
+			return nil
+		})
+	if !errors.Is(err, enough) {
+		b.Fatal(err)
+	}
+	batches := make([][]audit.Event, n)
+	for i := range batches {
+		batches[i] = evs[i*size : (i+1)*size]
+	}
+	return batches
 }
 
 // BenchmarkStagingAdd stages one batch of ingest's size as the file source
@@ -91,33 +125,20 @@ func BenchmarkStagingAdd(b *testing.B) {
 // it continues. Each run is rolled back, so that every run does the same.
 func BenchmarkBatchUpkeep(b *testing.B) {
 	ctx := context.Background()
-	const size = ingest.FileBatchLines
-	var evs []audit.Event
-	enough := errors.New("three batches")
-	_, err := simulate.Generate(ctx, simulate.Options{Seed: 1, Count: 1_000_000, Now: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)},
-		func(e audit.Event) error {
-			if len(evs) == 3*size {
-				return enough
-			}
-			evs = append(evs, e)
-			return nil
-		})
-	if !errors.Is(err, enough) {
-		b.Fatal(err)
-	}
+	batches := ingestFileBatches(b, 3)
 	s, err := Open(ctx, filepath.Join(b.TempDir(), "b.duckdb"), Options{IngestThreads: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	for _, batch := range [][]audit.Event{evs[:size], evs[size : 2*size]} {
+	for _, batch := range batches[:2] {
 		if _, err := s.Append(ctx, ingest.Batch{Events: batch}); err != nil {
 			b.Fatal(err)
 		}
 	}
 	// The third batch's calls stored without their aggregates.
-	st := newStaging(size)
-	st.Add(evs[2*size:], nil)
+	st := newStaging(len(batches[2]))
+	st.Add(batches[2], nil)
 	defer st.Release()
 	calls := collectCalls(st.cols)
 	now := time.Now().UTC()
@@ -134,7 +155,7 @@ func BenchmarkBatchUpkeep(b *testing.B) {
 	release()
 	for b.Loop() {
 		exec("BEGIN TRANSACTION")
-		if err := recordBatchAggregates(ctx, s.wconn, &s.tails, calls, now); err != nil {
+		if err := recordBatchAggregates(ctx, s.wconn, &s.tails, &s.upkeepBuffers, calls, now); err != nil {
 			b.Fatal(err)
 		}
 		exec("ROLLBACK")

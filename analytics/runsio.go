@@ -105,8 +105,8 @@ func lookupAllTails(ctx context.Context, v *arrowViews, b *batchCalls) (map[int3
 // it continues the session's stored last call; first is the earliest of
 // those calls.
 func addSessionsView(v *arrowViews, b *batchCalls) (name string, first int64, err error) {
-	mem := memory.DefaultAllocator
-	ib, sc := array.NewInt32Builder(mem), newSessionCols()
+	mem := v.allocator()
+	ib, sc := array.NewInt32Builder(mem), newSessionCols(mem)
 	tb, ab, mb := array.NewStringBuilder(mem), array.NewStringBuilder(mem), array.NewInt64Builder(mem)
 	first = math.MaxInt64
 	for si, s := range b.sessions {
@@ -158,9 +158,9 @@ func scanTails(ctx context.Context, v *arrowViews, text string, each func(i int3
 // storeFastRuns inserts the Go path's runs and replaces its sessions' tails
 // (stored: those lookupTails found).
 func storeFastRuns(ctx context.Context, v *arrowViews, b *batchCalls, runs []fastRun, tails []runTail, stored map[int32]storedTail) error {
-	mem := memory.DefaultAllocator
+	mem := v.allocator()
 	if len(runs) > 0 {
-		sc, prev, tb, ab := newSessionCols(), newBeforeCols(), array.NewStringBuilder(mem), array.NewStringBuilder(mem)
+		sc, prev, tb, ab := newSessionCols(mem), newBeforeCols(mem), array.NewStringBuilder(mem), array.NewStringBuilder(mem)
 		gapsb := array.NewListBuilder(mem, arrow.PrimitiveTypes.Int64)
 		gapb := gapsb.ValueBuilder().(*array.Int64Builder)
 		eb, leb, t0b, t1b := array.NewInt64Builder(mem), array.NewBooleanBuilder(mem), array.NewInt64Builder(mem), array.NewInt64Builder(mem)
@@ -204,7 +204,7 @@ FROM `+names[0]); err != nil {
 	if len(tails) == 0 {
 		return nil
 	}
-	sc, a, bb := newSessionCols(), newBeforeCols(), array.NewInt64Builder(mem)
+	sc, a, bb := newSessionCols(mem), newBeforeCols(mem), array.NewInt64Builder(mem)
 	lub, ltb, lab := array.NewTimestampBuilder(mem, tsType), array.NewStringBuilder(mem), array.NewStringBuilder(mem)
 	for _, t := range tails {
 		sc.add(b.sessions[t.sessionIndex])
@@ -251,7 +251,7 @@ FROM `+names[1]); err != nil {
 // recordSlowRuns runs recordRuns for the sessions slow of b, among the
 // calls that where selects.
 func recordSlowRuns(ctx context.Context, v *arrowViews, b *batchCalls, slow []int32, where string, args ...any) error {
-	sc := newSessionCols()
+	sc := newSessionCols(v.allocator())
 	for _, si := range slow {
 		sc.add(b.sessions[si])
 	}
@@ -297,8 +297,7 @@ func sessionsFilter(b *batchCalls, slow []int32) string {
 // sessionCols are a record's columns of sessions: server, grant and key.
 type sessionCols struct{ server, grant, key *array.StringBuilder }
 
-func newSessionCols() sessionCols {
-	mem := memory.DefaultAllocator
+func newSessionCols(mem memory.Allocator) sessionCols {
 	return sessionCols{array.NewStringBuilder(mem), array.NewStringBuilder(mem), array.NewStringBuilder(mem)}
 }
 
@@ -324,8 +323,7 @@ type beforeCols struct {
 	ts   *array.TimestampBuilder
 }
 
-func newBeforeCols() beforeCols {
-	mem := memory.DefaultAllocator
+func newBeforeCols(mem memory.Allocator) beforeCols {
 	return beforeCols{array.NewStringBuilder(mem), array.NewUint64Builder(mem), array.NewTimestampBuilder(mem, tsType)}
 }
 
@@ -362,10 +360,21 @@ var tsType = &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}
 // drops them all in one statement: a batch's upkeep registers several, for
 // its tool days, tool day use and runs.
 type arrowViews struct {
-	ctx        context.Context
-	conn       *sql.Conn
+	ctx  context.Context
+	conn *sql.Conn
+	// mem builds the records: the store's pool for a batch's upkeep, Go's
+	// allocator when nil.
+	mem        memory.Allocator
 	names      []string
 	unregister []func()
+}
+
+// allocator is the allocator of v's records.
+func (v *arrowViews) allocator() memory.Allocator {
+	if v.mem == nil {
+		return memory.DefaultAllocator
+	}
+	return v.mem
 }
 
 // add makes the builders' columns, in schema's order, copies views named
@@ -419,8 +428,8 @@ func (v *arrowViews) close() {
 // its last cut (the run its first new call continues), sorted; the calls
 // that where selects (the batch's own) are left out.
 func openRunCalls(ctx context.Context, v *arrowViews, b *batchCalls, continuing []int32, tails map[int32]storedTail, where string, args ...any) (map[int32][]runCall, error) {
-	mem := memory.DefaultAllocator
-	ib, sc, bb := array.NewInt32Builder(mem), newSessionCols(), array.NewInt64Builder(mem)
+	mem := v.allocator()
+	ib, sc, bb := array.NewInt32Builder(mem), newSessionCols(mem), array.NewInt64Builder(mem)
 	floor := tails[continuing[0]].bMS
 	for _, si := range continuing {
 		ib.Append(si)
@@ -465,7 +474,8 @@ func dropOpenRuns(ctx context.Context, v *arrowViews, b *batchCalls, extended []
 	if len(extended) == 0 {
 		return nil
 	}
-	sc, tb := newSessionCols(), array.NewInt64Builder(memory.DefaultAllocator)
+	mem := v.allocator()
+	sc, tb := newSessionCols(mem), array.NewInt64Builder(mem)
 	floor := int64(math.MaxInt64)
 	for _, si := range extended {
 		sc.add(b.sessions[si])

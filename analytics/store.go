@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	duckdb "github.com/duckdb/duckdb-go/v2"
 
 	"github.com/mcptrail/mcptrail/ingest"
@@ -100,6 +101,8 @@ type Store struct {
 	// tails are the keys of the sessions with a row in run_tails (guarded by
 	// mu, like the write connection).
 	tails tailKeys
+	// upkeepBuffers build the records of each batch's aggregates.
+	upkeepBuffers bufferPool
 	// deleted are the days whose calls only the archive holds (guarded by mu).
 	deleted deletedDays
 
@@ -446,7 +449,7 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 				err = recordRuns(ctx, conn, &s.tails, "ingested_at = ?", now)
 			}
 		default:
-			err = recordBatchAggregates(ctx, conn, &s.tails, collected(), now)
+			err = recordBatchAggregates(ctx, conn, &s.tails, &s.upkeepBuffers, collected(), now)
 		}
 		if err != nil {
 			return res, fmt.Errorf("append: %w", err)
@@ -478,9 +481,9 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 // recordBatchAggregates keeps tool_days, tool_day_use and the runs for a
 // batch whose staged calls, b, are all stored (at ingested_at now), from
 // b's figures counted in Go, on conn inside the batch's transaction.
-func recordBatchAggregates(ctx context.Context, conn *sql.Conn, tails *tailKeys, b *batchCalls, now time.Time) error {
+func recordBatchAggregates(ctx context.Context, conn *sql.Conn, tails *tailKeys, mem memory.Allocator, b *batchCalls, now time.Time) error {
 	// The Arrow records of the three are dropped in one statement.
-	v := &arrowViews{ctx: ctx, conn: conn}
+	v := &arrowViews{ctx: ctx, conn: conn, mem: mem}
 	defer v.close()
 	if err := recordBatchToolDays(v, b.days); err != nil {
 		return err

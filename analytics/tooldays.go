@@ -8,7 +8,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
 // tool_days holds, per server, grant ('' for calls without one), tool and
@@ -106,7 +105,7 @@ func recordBatchToolDays(v *arrowViews, days map[toolDayKey]*toolDay) error {
 	if len(days) == 0 {
 		return nil
 	}
-	mem := memory.DefaultAllocator
+	mem := v.allocator()
 	sb, gb, tb, db := array.NewStringBuilder(mem), array.NewStringBuilder(mem), array.NewStringBuilder(mem), array.NewInt64Builder(mem)
 	fb, fab, lab, lrb := array.NewTimestampBuilder(mem, tsType), array.NewTimestampBuilder(mem, tsType), array.NewTimestampBuilder(mem, tsType), array.NewTimestampBuilder(mem, tsType)
 	optional := func(b *array.TimestampBuilder, set bool, us int64) {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sync/errgroup"
 )
@@ -233,7 +232,7 @@ func appendToolDayUse(v *arrowViews, uses map[toolDayKey]*DayUse) error {
 	if len(uses) == 0 {
 		return nil
 	}
-	mem := memory.DefaultAllocator
+	mem := v.allocator()
 	strs := [3]*array.StringBuilder{array.NewStringBuilder(mem), array.NewStringBuilder(mem), array.NewStringBuilder(mem)}
 	var ints [9]*array.Int64Builder
 	for i := range ints {
