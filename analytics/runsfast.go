@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"hash/maphash"
 	"slices"
+	"strings"
 )
 
 // The runs of a batch are found in Go, from the staged columns, for every
@@ -33,7 +34,8 @@ type runCall struct {
 	ms, us  int64 // epoch milliseconds (truncated, as DuckDB's epoch_ms) and microseconds
 	args    argsRef
 	err     bool
-	allowed bool // the gateway allowed it (for tool_day_use's sets)
+	allowed bool  // the gateway allowed it (for tool_day_use's sets)
+	day     int32 // its tool day's index in collectCalls' list of them
 }
 
 // argsRef is where a call's arguments (their hash, args_hash) are: at or
@@ -137,26 +139,29 @@ func collectCalls(c *columns) *batchCalls {
 	sgIDs := map[clusterKey]int32{}
 	sg := int32(-1) // the previous call's server and grant, which most calls share
 	sessionSG := []int32{}
-	days := map[dayKey]*toolDay{}
+	days := map[dayKey]int32{} // index in dayList
 	// Each tool's last tool day: a tool's next call is mostly of the same
 	// server, grant and day (the staged chunks are of one server and
 	// grant), which spares days its lookup.
 	type lastDay struct {
 		key dayKey
-		d   *toolDay
+		at  int32 // in dayList
 	}
 	var lastDays []lastDay
+	var dayList []*toolDay
 	// First each call's session (-1: no tool) and tool, then each call in
 	// its session's place: one copy of the calls, not two.
 	of := make([]int32, 0, c.n)
 	toolOf := make([]int32, 0, c.n)
+	dayOf := make([]int32, 0, c.n)
 	var counts []int
+	prevName, prevTool := "", int32(-1)
 	for _, ch := range c.chunks {
 		s := &ch.strs
 		for j := range ch.n {
 			name := s[colTool].value(j)
 			if name == "" {
-				of, toolOf = append(of, -1), append(toolOf, -1)
+				of, toolOf, dayOf = append(of, -1), append(toolOf, -1), append(dayOf, -1)
 				continue
 			}
 			if k := (clusterKey{server: s[colServer].value(j), grant: s[colGrant].value(j)}); sg < 0 || serverGrants[sg] != k {
@@ -182,27 +187,37 @@ func collectCalls(c *columns) *batchCalls {
 			}
 			if !found {
 				i = next
-				b.sessions = append(b.sessions, runSession{server: serverGrants[sg].server, grant: serverGrants[sg].grant, key: key})
+				// The key copied out of the staged column: the upkeep
+				// reads it thrice more (the sessions', runs' and tails'
+				// records), each a cache miss in the batch's ~70 MB.
+				b.sessions = append(b.sessions, runSession{server: serverGrants[sg].server, grant: serverGrants[sg].grant, key: strings.Clone(key)})
 				sessionSG = append(sessionSG, sg)
 				counts = append(counts, 0)
 			}
 			counts[i]++
-			tool := b.toolID(name)
+			// A call's tool is often the one before's in its chunk: a
+			// comparison of bytes already read spares the map's hashing.
+			if name != prevName {
+				prevName, prevTool = name, b.toolID(name)
+			}
+			tool := prevTool
 			of, toolOf = append(of, i), append(toolOf, tool)
 			dk := dayKey{serverGrant: sg, tool: tool, day: ch.ts[j] / 1000 / dayMillis}
 			if int(tool) == len(lastDays) {
-				lastDays = append(lastDays, lastDay{})
+				lastDays = append(lastDays, lastDay{at: -1})
 			}
 			last := &lastDays[tool]
-			if last.d == nil || last.key != dk {
-				d := days[dk]
-				if d == nil {
-					d = &toolDay{first: ch.ts[j]}
-					days[dk] = d
+			if last.at < 0 || last.key != dk {
+				at, ok := days[dk]
+				if !ok {
+					at = int32(len(dayList))
+					dayList = append(dayList, &toolDay{first: ch.ts[j]})
+					days[dk] = at
 				}
-				*last = lastDay{key: dk, d: d}
+				*last = lastDay{key: dk, at: at}
 			}
-			d := last.d
+			dayOf = append(dayOf, last.at)
+			d := dayList[last.at]
 			decision := s[colDecision].value(j)
 			d.add(ch.ts[j], decision == "allowed")
 			d.use.add(countCall(decision, s[colSession].value(j) != "", s[colAgent].value(j) != "", ch.ts[j]))
@@ -214,6 +229,7 @@ func collectCalls(c *columns) *batchCalls {
 	}
 	b.calls = make([]runCall, b.starts[len(b.sessions)])
 	next := slices.Clone(b.starts[:len(b.sessions)])
+	unsorted := make([]bool, len(b.sessions))
 	k := 0
 	for ci, ch := range c.chunks {
 		s := &ch.strs
@@ -229,32 +245,38 @@ func collectCalls(c *columns) *batchCalls {
 				args = argsRef(ci)<<32 | argsRef(j)
 			}
 			us := ch.ts[j]
-			b.calls[next[i]] = runCall{session: i, ms: us / 1000, us: us, tool: tool, args: args, err: s[colStatus].value(j) == "error",
-				allowed: s[colDecision].value(j) == "allowed"}
+			at := next[i]
+			b.calls[at] = runCall{session: i, ms: us / 1000, us: us, tool: tool, args: args, err: s[colStatus].value(j) == "error",
+				allowed: s[colDecision].value(j) == "allowed", day: dayOf[k-1]}
+			if at > b.starts[i] && b.calls[at-1].ms >= us/1000 {
+				unsorted[i] = true
+			}
 			next[i]++
 		}
 	}
-	// Each session's calls come mostly in time order already.
+	// Each session's calls come mostly in time order already: a session
+	// whose milliseconds only rise is in compareCalls' order as it is.
 	for i := range b.sessions {
-		slices.SortFunc(b.calls[b.starts[i]:b.starts[i+1]], b.compareCalls)
+		if unsorted[i] {
+			slices.SortFunc(b.calls[b.starts[i]:b.starts[i+1]], b.compareCalls)
+		}
 	}
-	b.addSessionSets(days, sessionSG)
+	b.addSessionSets(dayList)
 	b.days = make(map[toolDayKey]*toolDay, len(days))
-	for dk, d := range days {
+	for dk, at := range days {
 		sg := serverGrants[dk.serverGrant]
-		b.days[toolDayKey{server: sg.server, grant: sg.grant, tool: b.tools[dk.tool], day: dk.day}] = d
+		b.days[toolDayKey{server: sg.server, grant: sg.grant, tool: b.tools[dk.tool], day: dk.day}] = dayList[at]
 	}
 	b.findRuns()
 	return b
 }
 
 // addSessionSets adds each session to the sets of the tools and days of
-// its calls (days' use, by sessionSG's server and grant of each session):
-// once per session, tool and day, not per call.
-func (b *batchCalls) addSessionSets(days map[dayKey]*toolDay, sessionSG []int32) {
+// its calls (dayList's use, by each call's day): once per session, tool
+// and day, not per call.
+func (b *batchCalls) addSessionSets(dayList []*toolDay) {
 	type usedOn struct {
-		tool    int32
-		day     int64
+		day     int32
 		allowed bool // the session's calls of the tool that day hold an allowed one
 	}
 	var seen []usedOn
@@ -265,18 +287,17 @@ func (b *batchCalls) addSessionSets(days map[dayKey]*toolDay, sessionSG []int32)
 		seen = seen[:0]
 	calls:
 		for _, c := range b.calls[b.starts[i]:b.starts[i+1]] {
-			day := c.ms / dayMillis
 			for k := range seen {
-				if seen[k].day == day && seen[k].tool == c.tool {
+				if seen[k].day == c.day {
 					seen[k].allowed = seen[k].allowed || c.allowed
 					continue calls
 				}
 			}
-			seen = append(seen, usedOn{tool: c.tool, day: day, allowed: c.allowed})
+			seen = append(seen, usedOn{day: c.day, allowed: c.allowed})
 		}
 		h := SessionHash(rs.key)
 		for _, s := range seen {
-			u := &days[dayKey{serverGrant: sessionSG[i], tool: s.tool, day: s.day}].use
+			u := &dayList[s.day].use
 			u.Sessions = append(u.Sessions, h)
 			if s.allowed {
 				u.AllowedSessions = append(u.AllowedSessions, h)
