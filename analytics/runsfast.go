@@ -34,8 +34,13 @@ type runCall struct {
 	ms, us  int64 // epoch milliseconds (truncated, as DuckDB's epoch_ms) and microseconds
 	args    argsRef
 	err     bool
-	allowed bool  // the gateway allowed it (for tool_day_use's sets)
-	day     int32 // its tool day's index in collectCalls' list of them
+	allowed bool // the gateway allowed it (for tool_day_use's sets)
+	// argsAsBefore: the call before it in its session is of the same
+	// tool with the same arguments (sameArgs), found by collectCalls
+	// while that call's arguments were still in the cache; only for the
+	// sessions whose calls it did not sort (batchCalls.resorted).
+	argsAsBefore bool
+	day          int32 // its tool day's index in collectCalls' list of them
 }
 
 // argsRef is where a call's arguments (their hash, args_hash) are: at or
@@ -61,6 +66,9 @@ type batchCalls struct {
 	runStarts []int
 	tails     []runTail
 	tied      []bool
+	// resorted marks the sessions whose calls collectCalls sorted: their
+	// calls' argsAsBefore do not hold.
+	resorted []bool
 	// days are the batch's tool days (toolDay.add), for tool_days, each
 	// with its tool_day_use row.
 	days map[toolDayKey]*toolDay
@@ -229,7 +237,7 @@ func collectCalls(c *columns) *batchCalls {
 	}
 	b.calls = make([]runCall, b.starts[len(b.sessions)])
 	next := slices.Clone(b.starts[:len(b.sessions)])
-	unsorted := make([]bool, len(b.sessions))
+	b.resorted = make([]bool, len(b.sessions))
 	k := 0
 	for ci, ch := range c.chunks {
 		s := &ch.strs
@@ -246,18 +254,27 @@ func collectCalls(c *columns) *batchCalls {
 			}
 			us := ch.ts[j]
 			at := next[i]
-			b.calls[at] = runCall{session: i, ms: us / 1000, us: us, tool: tool, args: args, err: s[colStatus].value(j) == "error",
+			c := runCall{session: i, ms: us / 1000, us: us, tool: tool, args: args, err: s[colStatus].value(j) == "error",
 				allowed: s[colDecision].value(j) == "allowed", day: dayOf[k-1]}
-			if at > b.starts[i] && b.calls[at-1].ms >= us/1000 {
-				unsorted[i] = true
+			if at > b.starts[i] {
+				// The session's call before, mostly a few rows back, its
+				// arguments still in the cache (findRuns would read both
+				// from anywhere in the batch).
+				switch p := &b.calls[at-1]; {
+				case p.ms >= c.ms:
+					b.resorted[i] = true
+				case p.tool == c.tool:
+					c.argsAsBefore = b.sameArgs(c.args, p.args)
+				}
 			}
+			b.calls[at] = c
 			next[i]++
 		}
 	}
 	// Each session's calls come mostly in time order already: a session
 	// whose milliseconds only rise is in compareCalls' order as it is.
 	for i := range b.sessions {
-		if unsorted[i] {
+		if b.resorted[i] {
 			slices.SortFunc(b.calls[b.starts[i]:b.starts[i+1]], b.compareCalls)
 		}
 	}
@@ -427,7 +444,7 @@ func recordBatchRuns(v *arrowViews, keys *tailKeys, b *batchCalls, where string,
 			var t runTail
 			var tied bool
 			before := len(runs)
-			runs, t, tied = b.sessionRuns(runs, si, calls, callBefore{set: tail.aSet, th: tail.aTH, us: tail.aUS})
+			runs, t, tied = b.sessionRuns(runs, si, calls, callBefore{set: tail.aSet, th: tail.aTH, us: tail.aUS}, false)
 			if tied || len(open[si]) == 0 || open[si][0].ms != tail.bMS {
 				runs = runs[:before]
 				slow = append(slow, si)
@@ -460,7 +477,7 @@ func (b *batchCalls) findRuns() {
 	b.runStarts = make([]int, len(b.sessions)+1)
 	for si := range b.sessions {
 		b.runStarts[si] = len(b.runs)
-		b.runs, b.tails[si], b.tied[si] = b.sessionRuns(b.runs, int32(si), b.calls[b.starts[si]:b.starts[si+1]], callBefore{})
+		b.runs, b.tails[si], b.tied[si] = b.sessionRuns(b.runs, int32(si), b.calls[b.starts[si]:b.starts[si+1]], callBefore{}, !b.resorted[si])
 	}
 	b.runStarts[len(b.sessions)] = len(b.runs)
 }
@@ -476,8 +493,9 @@ type callBefore struct {
 // sessionRuns appends to runs the runs of one session's calls (sorted,
 // before them the call before), and returns the session's new tail and
 // whether two of its calls share a millisecond (then the result is not
-// DuckDB's: the caller takes the SQL path).
-func (b *batchCalls) sessionRuns(runs []fastRun, si int32, calls []runCall, before callBefore) ([]fastRun, runTail, bool) {
+// DuckDB's: the caller takes the SQL path). With marked, the calls' own
+// argsAsBefore tell whether each has its call before's arguments.
+func (b *batchCalls) sessionRuns(runs []fastRun, si int32, calls []runCall, before callBefore, marked bool) ([]fastRun, runTail, bool) {
 	gap := RunsMaxGap.Milliseconds()
 	t := runTail{sessionIndex: si}
 	tied := false
@@ -486,7 +504,8 @@ func (b *batchCalls) sessionRuns(runs []fastRun, si int32, calls []runCall, befo
 		if i > 0 && c.ms == calls[i-1].ms {
 			tied = true
 		}
-		cont := i > 0 && c.tool == calls[i-1].tool && c.ms-calls[i-1].ms <= gap && b.sameArgs(c.args, calls[i-1].args)
+		cont := i > 0 && c.tool == calls[i-1].tool && c.ms-calls[i-1].ms <= gap &&
+			(marked && c.argsAsBefore || !marked && b.sameArgs(c.args, calls[i-1].args))
 		if cont {
 			if open == nil {
 				p := calls[i-1]
