@@ -10,8 +10,13 @@
 # BASE=DB starts every run from a copy of DB instead of an empty database
 # (the history the aggregates are kept beside: its sessions' tails), and
 # FILE=JSONL sets the events (later than DB's, for new calls).
+# REV=<git revision> also runs, in every pair, the plain build of that
+# revision (its aggregates kept), and prints the working tree's wall and CPU
+# time against it: a change to the upkeep, side by side with the code
+# before it in the same pairs (the cost above moves more between runs).
 #   PAIRS=6 EVENTS=1000000 bench/aggregates.sh
 #   BASE=big.duckdb FILE=later.jsonl PAIRS=3 bench/aggregates.sh
+#   REV=HEAD~3 PAIRS=16 bench/aggregates.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EVENTS="${EVENTS:-1000000}"
@@ -21,6 +26,11 @@ mkdir -p "$OUT"
 
 go build -o "$OUT/mcptrail" ./cmd/mcptrail
 go build -tags mcptrail_bench_noaggregates -o "$OUT/mcptrail-noaggregates" ./cmd/mcptrail
+REV="${REV:-}"
+if [ -n "$REV" ]; then
+	source bench/base.sh
+	REV=$(build_base "$REV" "$(realpath "$OUT")/mcptrail-rev")
+fi
 BASE="${BASE:-}"
 FILE="${FILE:-$OUT/events-$EVENTS.jsonl}"
 if [ ! -s "$FILE" ]; then
@@ -37,16 +47,25 @@ run() {
 	awk '{printf "%s %.2f %d\n", $1, $2 + $3, $4 / 1024}' "$OUT/time.$1"
 }
 
-with_wall=() with_cpu=() without_wall=() without_cpu=()
+with_wall=() with_cpu=() without_wall=() without_cpu=() rev_wall=() rev_cpu=()
+sides="with without"
+[ -n "$REV" ] && sides="with without rev"
 for pair in $(seq "$PAIRS"); do
-	order="with without"
-	[ $((pair % 2)) -eq 0 ] && order="without with"
+	order="$sides"
+	[ $((pair % 2)) -eq 0 ] && order=$(echo "$sides" | awk '{for (i = NF; i > 0; i--) printf "%s%s", $i, (i > 1 ? " " : "")}')
 	for side in $order; do
 		bin="$OUT/mcptrail"
 		[ "$side" = without ] && bin="$OUT/mcptrail-noaggregates"
+		[ "$side" = rev ] && bin="$OUT/mcptrail-rev"
 		read -r wall cpu rss < <(run "$side" "$bin")
-		printf 'pair %d %-7s aggregates: %6.2fs  cpu %6.2fs  rss %4d MiB\n' "$pair" "$side" "$wall" "$cpu" "$rss"
-		if [ "$side" = with ]; then with_wall+=("$wall") with_cpu+=("$cpu"); else without_wall+=("$wall") without_cpu+=("$cpu"); fi
+		label="$side aggregates:"
+		[ "$side" = rev ] && label="$REV (with):"
+		printf 'pair %d %-20s %6.2fs  cpu %6.2fs  rss %4d MiB\n' "$pair" "$label" "$wall" "$cpu" "$rss"
+		case "$side" in
+		with) with_wall+=("$wall") with_cpu+=("$cpu") ;;
+		without) without_wall+=("$wall") without_cpu+=("$cpu") ;;
+		rev) rev_wall+=("$wall") rev_cpu+=("$cpu") ;;
+		esac
 	done
 done
 # The databases must differ by the aggregates alone.
@@ -66,3 +85,12 @@ awk -v mw="$mw" -v nw="$nw" -v mc="$mc" -v nc="$nc" -v pw="$pw" -v pc="$pc" 'BEG
 	printf "medians: with %.2fs (cpu %.2fs), without %.2fs (cpu %.2fs): the aggregates cost %+.1f%% wall, %+.1f%% cpu (goal: <= 10%%)\n",
 		mw, mc, nw, nc, (mw / nw - 1) * 100, (mc / nc - 1) * 100
 	printf "median of the pairs'"'"' own ratios: %+.1f%% wall, %+.1f%% cpu\n", (pw - 1) * 100, (pc - 1) * 100 }'
+if [ -n "$REV" ]; then
+	rw=$(printf '%s\n' "${rev_wall[@]}" | median) rc=$(printf '%s\n' "${rev_cpu[@]}" | median)
+	qw=$(for i in "${!with_wall[@]}"; do awk -v a="${with_wall[$i]}" -v b="${rev_wall[$i]}" 'BEGIN{print a / b}'; done | median)
+	qc=$(for i in "${!with_cpu[@]}"; do awk -v a="${with_cpu[$i]}" -v b="${rev_cpu[$i]}" 'BEGIN{print a / b}'; done | median)
+	lower=$(for i in "${!with_cpu[@]}"; do awk -v a="${with_cpu[$i]}" -v b="${rev_cpu[$i]}" 'BEGIN{if (a < b) print 1}'; done | wc -l)
+	awk -v rev="$REV" -v mw="$mw" -v mc="$mc" -v rw="$rw" -v rc="$rc" -v qw="$qw" -v qc="$qc" -v lower="$lower" -v n="${#with_cpu[@]}" 'BEGIN{
+		printf "with aggregates against %s: medians %.2fs against %.2fs, cpu %.2fs against %.2fs; the pairs'"'"' own ratios %.3f wall, %.3f cpu; cpu lower in %d of %d\n",
+			rev, mw, rw, mc, rc, qw, qc, lower, n }'
+fi
