@@ -2,12 +2,14 @@ package analytics
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mcptrail/mcptrail/audit"
 	"github.com/mcptrail/mcptrail/internal/runtraffic"
 )
 
@@ -67,4 +69,45 @@ func TestCollectCallsTellsSessionsApartWhenTheirHashesCollide(t *testing.T) {
 	assert.Equal(t, want.runs, got.runs)
 	assert.Equal(t, want.tails, got.tails)
 	assert.Equal(t, want.days, got.days)
+}
+
+// collectCalls leaves unsorted the sessions whose calls arrived in rising
+// milliseconds, and finds their runs from whether each call has the call
+// before's arguments as it laid the calls out: the calls must be in
+// compareCalls' order all the same, and the runs, tails and ties those of
+// comparing every call's arguments with the call before's.
+func TestCollectCallsMatchesAFullSortAndComparison(t *testing.T) {
+	shuffled, err := runtraffic.Generate(5, 20000, 6*time.Hour, time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), false)
+	require.NoError(t, err)
+	inOrder := slices.Clone(shuffled)
+	slices.SortStableFunc(inOrder, func(a, b audit.Event) int { return a.TS.Compare(b.TS) })
+	for name, evs := range map[string][]audit.Event{"shuffled": shuffled, "in time order": inOrder} {
+		t.Run(name, func(t *testing.T) {
+			st := newStaging(len(evs))
+			st.Add(evs, nil)
+			defer st.Release()
+			b := collectCalls(st.cols)
+			var runs []fastRun
+			resorted := 0
+			for si := range b.sessions {
+				calls := b.calls[b.starts[si]:b.starts[si+1]]
+				require.True(t, slices.IsSortedFunc(calls, b.compareCalls), "session %d in compareCalls' order", si)
+				var tail runTail
+				var tied bool
+				runs, tail, tied = b.sessionRuns(runs, int32(si), calls, callBefore{}, false)
+				assert.Equal(t, tail, b.tails[si], "session %d's tail", si)
+				assert.Equal(t, tied, b.tied[si], "session %d's tie", si)
+				if b.resorted[si] {
+					resorted++
+				}
+			}
+			assert.Equal(t, runs, b.runs)
+			t.Logf("%d sessions, %d sorted, %d runs", len(b.sessions), resorted, len(runs))
+			assert.NotEmpty(t, runs)
+			assert.Less(t, resorted, len(b.sessions), "some sessions' calls arrived in order")
+			if name == "shuffled" {
+				assert.Positive(t, resorted, "some sessions' calls had to be sorted")
+			}
+		})
+	}
 }
