@@ -66,8 +66,10 @@ func BenchmarkCollectCalls(b *testing.B) {
 			st.Add(c.evs, nil)
 			defer st.Release()
 			b.ReportAllocs()
+			var x callScratch // kept from batch to batch, as the store does
 			for b.Loop() {
-				collectCalls(st.cols)
+				collectCalls(st.cols, &x)
+				x.release()
 			}
 		})
 	}
@@ -140,7 +142,7 @@ func BenchmarkBatchUpkeep(b *testing.B) {
 	st := newStaging(len(batches[2]))
 	st.Add(batches[2], nil)
 	defer st.Release()
-	calls := collectCalls(st.cols)
+	calls := collectCalls(st.cols, nil)
 	now := time.Now().UTC()
 	exec := func(q string, args ...any) {
 		if _, err := s.wconn.ExecContext(ctx, q, args...); err != nil {

@@ -63,6 +63,7 @@ type batchCalls struct {
 	calls     []runCall
 	starts    []int
 	runs      []fastRun
+	gaps      []int64 // the runs' gaps, each run's a slice of it
 	runStarts []int
 	tails     []runTail
 	tied      []bool
@@ -128,9 +129,30 @@ type dayKey struct {
 	day               int64
 }
 
+// callScratch is the memory collectCalls lays a batch's calls and runs out
+// in, which the store keeps from batch to batch (guarded by its mu, as the
+// batch is): ~7 MB a batch of ingest's size that Go would otherwise
+// allocate, zero and collect every batch, touching fresh pages. The
+// batchCalls built in it lives until the next collectCalls with the same
+// scratch.
+type callScratch struct {
+	of, toolOf, dayOf []int32
+	calls             []runCall
+	runs              []fastRun
+	gaps              []int64
+}
+
+// release drops what the last batch's runs point to (the staged columns'
+// strings), so that a store between batches holds none of them.
+func (x *callScratch) release() { clear(x.runs) }
+
 // collectCalls gathers the staged calls of tools, sorts them and finds
-// their runs (findRuns), and counts their tool days and tool day use.
-func collectCalls(c *columns) *batchCalls {
+// their runs (findRuns), and counts their tool days and tool day use, in
+// x's memory (nil: fresh memory).
+func collectCalls(c *columns, x *callScratch) *batchCalls {
+	if x == nil {
+		x = new(callScratch)
+	}
 	b := &batchCalls{cols: c, toolIDs: map[string]int32{}}
 	// Sessions are found by their server and grant's index in
 	// serverGrants and their key: one string to hash a call, not three,
@@ -159,9 +181,7 @@ func collectCalls(c *columns) *batchCalls {
 	var dayList []*toolDay
 	// First each call's session (-1: no tool) and tool, then each call in
 	// its session's place: one copy of the calls, not two.
-	of := make([]int32, 0, c.n)
-	toolOf := make([]int32, 0, c.n)
-	dayOf := make([]int32, 0, c.n)
+	of, toolOf, dayOf := x.of[:0], x.toolOf[:0], x.dayOf[:0]
 	var counts []int
 	prevName, prevTool := "", int32(-1)
 	for _, ch := range c.chunks {
@@ -231,11 +251,15 @@ func collectCalls(c *columns) *batchCalls {
 			d.use.add(countCall(decision, s[colSession].value(j) != "", s[colAgent].value(j) != "", ch.ts[j]))
 		}
 	}
+	x.of, x.toolOf, x.dayOf = of, toolOf, dayOf
 	b.starts = make([]int, len(b.sessions)+1)
 	for i, n := range counts {
 		b.starts[i+1] = b.starts[i] + n
 	}
-	b.calls = make([]runCall, b.starts[len(b.sessions)])
+	// Every call is written below: the scratch needs no zeroing.
+	n := b.starts[len(b.sessions)]
+	x.calls = slices.Grow(x.calls[:0], n)
+	b.calls = x.calls[:n]
 	next := slices.Clone(b.starts[:len(b.sessions)])
 	b.resorted = make([]bool, len(b.sessions))
 	k := 0
@@ -284,7 +308,9 @@ func collectCalls(c *columns) *batchCalls {
 		sg := serverGrants[dk.serverGrant]
 		b.days[toolDayKey{server: sg.server, grant: sg.grant, tool: b.tools[dk.tool], day: dk.day}] = dayList[at]
 	}
+	b.runs, b.gaps = x.runs[:0], x.gaps[:0]
 	b.findRuns()
+	x.runs, x.gaps = b.runs, b.gaps
 	return b
 }
 
@@ -403,8 +429,8 @@ func recordBatchRuns(v *arrowViews, keys *tailKeys, b *batchCalls, where string,
 			keys.add(pk)
 		}
 	}()
-	var runs []fastRun
-	var newTails []runTail
+	runs := make([]fastRun, 0, len(b.runs))
+	newTails := make([]runTail, 0, len(b.sessions))
 	var slow, continuing, extended []int32
 	for si := range b.sessions {
 		calls := b.calls[b.starts[si]:b.starts[si+1]]
@@ -499,7 +525,15 @@ func (b *batchCalls) sessionRuns(runs []fastRun, si int32, calls []runCall, befo
 	gap := RunsMaxGap.Milliseconds()
 	t := runTail{sessionIndex: si}
 	tied := false
-	var open *fastRun
+	// The open run, if opened; its gaps are the tail of b.gaps from
+	// gaps0 on (one arena a batch, not a slice a run).
+	var open fastRun
+	opened, gaps0 := false, 0
+	closeRun := func() {
+		open.gaps = b.gaps[gaps0:len(b.gaps):len(b.gaps)]
+		runs = append(runs, open)
+		opened = false
+	}
 	for i, c := range calls {
 		if i > 0 && c.ms == calls[i-1].ms {
 			tied = true
@@ -507,9 +541,10 @@ func (b *batchCalls) sessionRuns(runs []fastRun, si int32, calls []runCall, befo
 		cont := i > 0 && c.tool == calls[i-1].tool && c.ms-calls[i-1].ms <= gap &&
 			(marked && c.argsAsBefore || !marked && b.sameArgs(c.args, calls[i-1].args))
 		if cont {
-			if open == nil {
+			if !opened {
 				p := calls[i-1]
-				open = &fastRun{session: si, tool: b.tools[p.tool], args: b.argsOf(p.args), t0: p.ms, first: p.us, errors: b2i(p.err), atStart: i == 1}
+				opened, gaps0 = true, len(b.gaps)
+				open = fastRun{session: si, tool: b.tools[p.tool], args: b.argsOf(p.args), t0: p.ms, first: p.us, errors: b2i(p.err), atStart: i == 1}
 				switch {
 				case i > 1:
 					open.prevTool, open.prevUS, open.prevSet = b.tools[calls[i-2].tool], calls[i-2].us, true
@@ -517,14 +552,13 @@ func (b *batchCalls) sessionRuns(runs []fastRun, si int32, calls []runCall, befo
 					open.prevTH, open.prevUS, open.prevSet = before.th, before.us, true
 				}
 			}
-			open.gaps = append(open.gaps, c.ms-calls[i-1].ms)
+			b.gaps = append(b.gaps, c.ms-calls[i-1].ms)
 			open.errors += b2i(c.err)
 			open.lastErr, open.t1, open.lastU = c.err, c.ms, c.us
 			continue
 		}
-		if open != nil {
-			runs = append(runs, *open)
-			open = nil
+		if opened {
+			closeRun()
 		}
 		// Not continuing the call before, a millisecond or more later
 		// (else the session is tied): a cut.
@@ -536,8 +570,8 @@ func (b *batchCalls) sessionRuns(runs []fastRun, si int32, calls []runCall, befo
 			t.aUS, t.aTH, t.aSet = before.us, before.th, true
 		}
 	}
-	if open != nil {
-		runs = append(runs, *open)
+	if opened {
+		closeRun()
 	}
 	last := calls[len(calls)-1]
 	t.lastUS, t.lastTool, t.lastArgs = last.us, b.tools[last.tool], b.argsOf(last.args)

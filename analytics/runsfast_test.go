@@ -55,20 +55,54 @@ func TestCollectCallsTellsSessionsApartWhenTheirHashesCollide(t *testing.T) {
 	st := newStaging(len(evs))
 	st.Add(evs, nil)
 	defer st.Release()
-	want := collectCalls(st.cols)
+	want := collectCalls(st.cols, nil)
 	require.Greater(t, len(want.sessions), 100)
 
 	real := sessionKeyHash
 	defer func() { sessionKeyHash = real }()
 	sessionKeyHash = func(string) uint64 { return 42 }
-	got := collectCalls(st.cols)
+	assertSameCollection(t, want, collectCalls(st.cols, nil))
+}
 
+// assertSameCollection holds two collections of one batch's calls equal.
+func assertSameCollection(t *testing.T, want, got *batchCalls) {
+	t.Helper()
 	assert.Equal(t, want.sessions, got.sessions)
 	assert.Equal(t, want.starts, got.starts)
 	assert.Equal(t, want.calls, got.calls)
+	assert.Equal(t, want.resorted, got.resorted)
 	assert.Equal(t, want.runs, got.runs)
+	assert.Equal(t, want.runStarts, got.runStarts)
 	assert.Equal(t, want.tails, got.tails)
+	assert.Equal(t, want.tied, got.tied)
 	assert.Equal(t, want.days, got.days)
+}
+
+// The store lays every batch's calls out in the same scratch: a batch
+// collected after a larger one is collected as into fresh memory, and once
+// released the scratch's runs point nowhere (no staged strings kept alive
+// between batches).
+func TestCollectCallsInAReusedScratch(t *testing.T) {
+	staged := func(seed int64, n int) *staging {
+		evs, err := runtraffic.Generate(seed, n, 6*time.Hour, time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), false)
+		require.NoError(t, err)
+		st := newStaging(len(evs))
+		st.Add(evs, nil)
+		t.Cleanup(st.Release)
+		return st
+	}
+	large, small := staged(3, 20000), staged(4, 5000)
+	var x callScratch
+	collectCalls(large.cols, &x)
+	x.release()
+	got := collectCalls(small.cols, &x)
+	want := collectCalls(small.cols, nil)
+	require.NotEmpty(t, want.runs)
+	assertSameCollection(t, want, got)
+	x.release()
+	for i, r := range x.runs[:cap(x.runs)] {
+		require.Zero(t, r, "run %d of the released scratch", i)
+	}
 }
 
 // collectCalls leaves unsorted the sessions whose calls arrived in rising
@@ -86,7 +120,7 @@ func TestCollectCallsMatchesAFullSortAndComparison(t *testing.T) {
 			st := newStaging(len(evs))
 			st.Add(evs, nil)
 			defer st.Release()
-			b := collectCalls(st.cols)
+			b := collectCalls(st.cols, nil)
 			var runs []fastRun
 			resorted := 0
 			for si := range b.sessions {

@@ -101,8 +101,11 @@ type Store struct {
 	// tails are the keys of the sessions with a row in run_tails (guarded by
 	// mu, like the write connection).
 	tails tailKeys
-	// upkeepBuffers build the records of each batch's aggregates.
+	// upkeepBuffers build the records of each batch's aggregates;
+	// callScratch holds the batch's calls and runs as collectCalls finds
+	// them.
 	upkeepBuffers bufferPool
+	callScratch   callScratch
 	// deleted are the days whose calls only the archive holds (guarded by mu).
 	deleted deletedDays
 
@@ -394,7 +397,7 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 		var sorted chan *batchCalls
 		if !derived && keepAggregates {
 			sorted = make(chan *batchCalls, 1)
-			go func() { sorted <- collectCalls(st.cols) }()
+			go func() { sorted <- collectCalls(st.cols, &s.callScratch) }()
 		}
 		var calls *batchCalls
 		collected := func() *batchCalls {
@@ -403,7 +406,11 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 			}
 			return calls
 		}
-		defer collected()
+		defer func() {
+			if collected() != nil {
+				s.callScratch.release()
+			}
+		}()
 		if derived {
 			if err := deriveSessions(ctx, conn, st.derive, st.lo, st.hi, s.sessionGap); err != nil {
 				return res, err
