@@ -194,13 +194,10 @@ func (s *Store) RestoreDay(ctx context.Context, server string, day time.Time, fi
 		if err != nil {
 			return 0, err
 		}
-		// The day's tool days are counted again from its calls, not
-		// merged: while the day was deleted they kept calls the archive
-		// does not hold (an id stored twice keeps one copy there).
-		if _, err := conn.ExecContext(ctx, `DELETE FROM tool_days WHERE server = ? AND day = ?`, server, dayNumber(day)); err != nil {
-			return 0, err
-		}
-		if err := recordToolDays(ctx, conn, dayWhere(server, day)); err != nil {
+		// The day's tool days and use are counted again from its calls,
+		// not merged: while the day was deleted they kept calls the
+		// archive does not hold (an id stored twice keeps one copy there).
+		if _, err := conn.ExecContext(ctx, `DELETE FROM tool_days_before WHERE server = ? AND day = ?`, server, dayNumber(day)); err != nil {
 			return 0, err
 		}
 		if err := recountToolDayUse(ctx, conn, server, day); err != nil {

@@ -71,7 +71,7 @@ func TestConvertStorageCopiesEveryTableIntoTheNewFormat(t *testing.T) {
 	tables, err := tablesOf(ctx, conn, "a")
 	require.NoError(t, err)
 	assert.Contains(t, tables, "call_runs")
-	assert.Contains(t, tables, "tool_days")
+	assert.Contains(t, tables, "tool_days_before")
 	var rows int64
 	for _, tb := range tables {
 		if tb == "schema_migrations" {

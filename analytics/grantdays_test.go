@@ -133,21 +133,17 @@ func TestMigrationCountsGrantDaysOfListedDays(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	today := now.Truncate(24 * time.Hour)
 	path := filepath.Join(t.TempDir(), "old.duckdb")
-	all := migrations
-	migrations = migrations[:11]
-	s, err := Open(ctx, path, Options{})
-	migrations = all
-	require.NoError(t, err)
+	s := openAtVersion(t, path, 11)
 	// Version 11's Append and Recluster, through stand-ins of the tables
 	// they lack (the list under its later name, its days then moved to the
 	// old one).
-	_, err = s.DB().Exec(grantDaysSchema + countedDaysTable + peaksClusteredSchema)
+	_, err := s.DB().Exec(grantDaysSchema + countedDaysTable + peaksClusteredSchema + toolDaysStandIn)
 	require.NoError(t, err)
 	_, err = s.Append(ctx, ingest.Batch{Events: grantDayEvents(2000, today.Add(-4*24*time.Hour))})
 	require.NoError(t, err)
 	_, err = s.Recluster(ctx, now)
 	require.NoError(t, err)
-	_, err = s.DB().Exec(`INSERT INTO session_peaks_days SELECT day FROM counted_days; DROP TABLE counted_days; DROP TABLE grant_days; DROP TABLE peaks_clustered;
+	_, err = s.DB().Exec(toolDaysTable + `INSERT INTO session_peaks_days SELECT day FROM counted_days; DROP TABLE counted_days; DROP TABLE grant_days; DROP TABLE peaks_clustered;
 		DELETE FROM session_peaks_days WHERE day = (SELECT max(day) FROM session_peaks_days)`)
 	require.NoError(t, err)
 	require.Equal(t, 3, count(t, s, `SELECT count(*) FROM session_peaks_days`))

@@ -229,6 +229,16 @@ ALTER TABLE findings ADD COLUMN changes VARCHAR;
 ALTER TABLE suppressions ADD COLUMN covers VARCHAR;
 `, nil},
 	{16, "session peaks by counted sessions", "", recountUncountedSessions},
+	// tool_days' times kept in tool_day_use's rows, the table's rows
+	// until then in tool_days_before, tool_days a view of both (a
+	// tool_day_use this build's migration 10 created has the columns).
+	{17, "tool days in tool day use", `
+ALTER TABLE tool_day_use ADD COLUMN IF NOT EXISTS first_call TIMESTAMPTZ;
+ALTER TABLE tool_day_use ADD COLUMN IF NOT EXISTS first_allowed TIMESTAMPTZ;
+ALTER TABLE tool_day_use ADD COLUMN IF NOT EXISTS last_refused TIMESTAMPTZ;
+ALTER TABLE tool_days RENAME TO tool_days_before;
+` + toolDaysViewSQL + `;
+`, nil},
 }
 
 // recountUncountedSessions counts again the counted days of session_peaks

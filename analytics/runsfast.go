@@ -70,8 +70,7 @@ type batchCalls struct {
 	// resorted marks the sessions whose calls collectCalls sorted: their
 	// calls' argsAsBefore do not hold.
 	resorted []bool
-	// days are the batch's tool days (toolDay.add), for tool_days, each
-	// with its tool_day_use row.
+	// days are the batch's tool days, each with its tool_day_use row.
 	days map[toolDayKey]*toolDay
 	// cols are the staged columns the calls' arguments are read from;
 	// tools the calls' tools, each once (toolIDs finds them); storedArgs
@@ -239,7 +238,7 @@ func collectCalls(c *columns, x *callScratch) *batchCalls {
 				at, ok := days[dk]
 				if !ok {
 					at = int32(len(dayList))
-					dayList = append(dayList, &toolDay{first: ch.ts[j]})
+					dayList = append(dayList, &toolDay{})
 					days[dk] = at
 				}
 				*last = lastDay{key: dk, at: at}
@@ -247,7 +246,7 @@ func collectCalls(c *columns, x *callScratch) *batchCalls {
 			dayOf = append(dayOf, last.at)
 			d := dayList[last.at]
 			decision := s[colDecision].value(j)
-			d.add(ch.ts[j], decision == "allowed")
+			d.use.times.call(ch.ts[j], decision == "allowed")
 			d.use.add(countCall(decision, s[colSession].value(j) != "", s[colAgent].value(j) != "", ch.ts[j]))
 		}
 	}

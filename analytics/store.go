@@ -448,10 +448,7 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 		case derived || int(n) != st.n:
 			// Sessions decided in SQL, or calls stored already: the
 			// staged calls are not the batch's.
-			err = recordToolDays(ctx, conn, "ingested_at = ?", now)
-			if err == nil {
-				err = recordToolDayUse(ctx, conn, "ingested_at = ?", now)
-			}
+			err = recordToolDayUse(ctx, conn, "ingested_at = ?", now)
 			if err == nil {
 				err = recordRuns(ctx, conn, &s.tails, "ingested_at = ?", now)
 			}
@@ -485,16 +482,14 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 	return res, nil
 }
 
-// recordBatchAggregates keeps tool_days, tool_day_use and the runs for a
-// batch whose staged calls, b, are all stored (at ingested_at now), from
-// b's figures counted in Go, on conn inside the batch's transaction.
+// recordBatchAggregates keeps tool_day_use (and with it tool_days) and the
+// runs for a batch whose staged calls, b, are all stored (at ingested_at
+// now), from b's figures counted in Go, on conn inside the batch's
+// transaction.
 func recordBatchAggregates(ctx context.Context, conn *sql.Conn, tails *tailKeys, mem memory.Allocator, b *batchCalls, now time.Time) error {
-	// The Arrow records of the three are dropped in one statement.
+	// The Arrow records of both are dropped in one statement.
 	v := &arrowViews{ctx: ctx, conn: conn, mem: mem}
 	defer v.close()
-	if err := recordBatchToolDays(v, b.days); err != nil {
-		return err
-	}
 	if err := appendToolDayUse(v, b.useOfDays()); err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,8 +19,8 @@ import (
 // batches (a day's calls spread over them, some sent twice, or each once)
 // equals the one built from a single batch and the one computed from the
 // stored calls at once, as the migration backfills it. Batches whose
-// calls are all new count their tool days in Go (recordBatchToolDays),
-// the others in SQL. Once with three grants, once with more than a
+// calls are all new count their tool days in Go (collectCalls), the
+// others in SQL (recordToolDayUse). Once with three grants, once with more than a
 // batch's staging keeps apart (maxKeys), whose calls share chunks.
 func TestToolDaysIncremental(t *testing.T) {
 	few := []string{"", "ops", "ci"}
@@ -63,10 +64,20 @@ func checkToolDaysIncremental(t *testing.T, grants []string) {
 	many := inBatches(t, evs, true)
 	assert.Equal(t, want, read(many, rows), "some calls sent twice")
 
-	_, err = many.wconn.ExecContext(ctx, `DELETE FROM tool_days`)
+	// Recluster merges each sealed day's tool_day_use rows into one, and
+	// with them their times.
+	const repeated = `SELECT count(*) FROM (SELECT 1 FROM tool_day_use GROUP BY server, "grant", tool, day HAVING count(*) > 1)`
+	if len(grants) < maxKeys {
+		require.Positive(t, count(t, many, repeated), "keys with a row per batch")
+	}
+	_, err = many.recluster(ctx, base.AddDate(0, 1, 0), 0, ReclusterMaxCalls)
 	require.NoError(t, err)
-	_, err = many.wconn.ExecContext(ctx, toolDaysSQL("true"))
+	require.Zero(t, count(t, many, repeated), "a row per key once reclustered")
+	assert.Equal(t, want, read(many, rows), "once reclustered")
+
+	_, err = many.wconn.ExecContext(ctx, `DELETE FROM tool_day_use`)
 	require.NoError(t, err)
+	require.NoError(t, recordToolDayUse(ctx, many.wconn, "true"))
 	assert.Equal(t, want, read(many, rows), "from the stored calls at once")
 
 	assert.Equal(t, count(t, one, `SELECT count(DISTINCT (coalesce("grant", ''), tool, epoch_ms(ts) // 86400000)) FROM calls WHERE tool IS NOT NULL`),
@@ -90,4 +101,55 @@ func inBatches(t *testing.T, evs []audit.Event, redeliver bool) *Store {
 		require.NoError(t, err)
 	}
 	return s
+}
+
+// A database of schema 16 keeps tool_days as a table of its own; migration
+// 17 keeps its rows beside tool_day_use's (tool_days_before) and makes
+// tool_days a view of both: the view holds the table's rows, a day only
+// the table has (one that tool_day_use does not cover), and, once later
+// calls are stored, what a database that stored every call gives.
+func TestMigrationKeepsToolDaysInToolDayUse(t *testing.T) {
+	ctx := context.Background()
+	base := time.Date(2026, 11, 1, 20, 0, 0, 0, time.UTC)
+	var evs []audit.Event
+	decisions := []audit.Decision{audit.Allowed, audit.Denied, audit.Allowed, audit.RateLimited}
+	for i := range 2000 {
+		evs = append(evs, audit.Event{ID: fmt.Sprintf("e-%d", i), TS: base.Add(time.Duration(i*173) * time.Second), Server: "pve",
+			Tool: fmt.Sprintf("tool_%d", i%5), Decision: decisions[i%len(decisions)], Grant: []string{"", "ops"}[i%2]})
+	}
+	before, later := evs[:1200], evs[1200:]
+	const rows = `SELECT string_agg(concat_ws('|', server, "grant", tool, day, first_call, first_allowed, last_allowed, last_refused), ',' ORDER BY server, "grant", tool, day) FROM tool_days`
+
+	// The older build's database: tool_days a table, tool_day_use without
+	// the times.
+	path := filepath.Join(t.TempDir(), "old.duckdb")
+	old := openAtVersion(t, path, 16)
+	_, err := old.DB().Exec(toolDaysStandIn)
+	require.NoError(t, err)
+	_, err = old.Append(ctx, ingest.Batch{Events: before})
+	require.NoError(t, err)
+	_, err = old.DB().Exec(toolDaysTable + `ALTER TABLE tool_day_use DROP COLUMN first_call; ALTER TABLE tool_day_use DROP COLUMN first_allowed;
+ALTER TABLE tool_day_use DROP COLUMN last_refused`)
+	require.NoError(t, err)
+	// Its first day counted in tool_days alone, as a day the retention had
+	// deleted before tool_day_use was counted.
+	firstDay, _ := ToolDay(base)
+	_, err = old.DB().Exec(`DELETE FROM tool_day_use WHERE day = ?`, firstDay)
+	require.NoError(t, err)
+	tableRows := readString(t, old, rows)
+	require.Positive(t, count(t, old, fmt.Sprintf(`SELECT count(*) FROM tool_days WHERE day = %d`, firstDay)))
+	require.NoError(t, old.Close())
+
+	s, err := Open(ctx, path, Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	assert.Equal(t, tableRows, readString(t, s, rows), "the table's rows, through the view")
+	assert.Equal(t, "VIEW", readString(t, s, `SELECT table_type FROM information_schema.tables WHERE table_name = 'tool_days'`))
+	_, err = s.Append(ctx, ingest.Batch{Events: later})
+	require.NoError(t, err)
+
+	whole := openTemp(t)
+	_, err = whole.Append(ctx, ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	assert.Equal(t, readString(t, whole, rows), readString(t, s, rows), "with later calls, what every call stored gives")
 }

@@ -19,8 +19,9 @@ import (
 // tool_day_use holds, per server, grant (empty for calls without one), tool
 // and UTC day with a call, what the recommender's tool usage counts of the
 // day's calls: calls by decision, those whose session the event carries
-// and those with an agent, the last allowed call, and the day's sessions
-// and sessions with an allowed call as sets: sessions holds the
+// and those with an agent, its first call, first and last allowed call and
+// last refused call (what the view tool_days reads, migration 17), and the
+// day's sessions and sessions with an allowed call as sets: sessions holds the
 // SessionHash of each session key, sorted, 8 bytes each, little-endian;
 // allowed_sessions one bit per session of sessions, in its order (bit i%8
 // of byte i/8), set for those with an allowed call. A window's usage then reads a
@@ -53,7 +54,10 @@ CREATE TABLE tool_day_use (
 	with_agent       BIGINT NOT NULL,
 	last_allowed     TIMESTAMPTZ,
 	sessions         BLOB NOT NULL,
-	allowed_sessions BLOB NOT NULL
+	allowed_sessions BLOB NOT NULL,
+	first_call       TIMESTAMPTZ,
+	first_allowed    TIMESTAMPTZ,
+	last_refused     TIMESTAMPTZ
 );
 CREATE TABLE tool_day_use_from (day BIGINT NOT NULL);
 INSERT INTO tool_day_use_from
@@ -86,6 +90,38 @@ func (c *UseCounts) add(o UseCounts) {
 	c.LastAllowed = max(c.LastAllowed, o.LastAllowed)
 }
 
+// dayTimes are the times of a tool day that tool_days reads from its
+// tool_day_use rows besides last_allowed (UseCounts.LastAllowed): its
+// first call, first allowed call and last refused call (not allowed), in
+// microseconds since the epoch, 0 when none.
+type dayTimes struct {
+	firstCall, firstAllowed, lastRefused int64
+}
+
+// call counts a call at us.
+func (t *dayTimes) call(us int64, allowed bool) {
+	t.firstCall = earliest(t.firstCall, us)
+	if allowed {
+		t.firstAllowed = earliest(t.firstAllowed, us)
+	} else {
+		t.lastRefused = max(t.lastRefused, us)
+	}
+}
+
+func (t *dayTimes) add(o dayTimes) {
+	t.firstCall = earliest(t.firstCall, o.firstCall)
+	t.firstAllowed = earliest(t.firstAllowed, o.firstAllowed)
+	t.lastRefused = max(t.lastRefused, o.lastRefused)
+}
+
+// earliest is the earlier of two times, 0 (none) the later of all.
+func earliest(a, b int64) int64 {
+	if a == 0 || b != 0 && b < a {
+		return b
+	}
+	return a
+}
+
 // DayUse is a tool_day_use row's figures: one day's, or, summed with Add,
 // several rows'.
 type DayUse struct {
@@ -93,6 +129,9 @@ type DayUse struct {
 	// Sessions and AllowedSessions are sets of SessionHash, sorted and
 	// distinct once Normalize has run.
 	Sessions, AllowedSessions []uint64
+	// times are kept for tool_days: set as tool_day_use's rows are
+	// counted, not as WindowUse reads them.
+	times dayTimes
 }
 
 // count adds calls of one session key, "" for calls without one.
@@ -111,6 +150,7 @@ func (u *DayUse) count(key string, c UseCounts) {
 // Add adds another row's figures (its sets not yet normalized is fine).
 func (u *DayUse) Add(o *DayUse) {
 	u.add(o.UseCounts)
+	u.times.add(o.times)
 	u.Sessions = append(u.Sessions, o.Sessions...)
 	u.AllowedSessions = append(u.AllowedSessions, o.AllowedSessions...)
 }
@@ -149,22 +189,29 @@ func countCall(decision string, ownSession, agent bool, us int64) UseCounts {
 }
 
 // useGroupsSQL counts the calls of tools that where selects per server,
-// grant, tool, day and session key, in readUseGroups' columns.
-func useGroupsSQL(where string) string {
+// grant, tool, day and session key, in readUseGroups' columns: with times,
+// then their dayTimes too.
+func useGroupsSQL(where string, times bool) string {
+	timesColumns := ""
+	if times {
+		timesColumns = `,
+       epoch_us(min(ts)), coalesce(epoch_us(min(ts) FILTER (decision = 'allowed')), 0),
+       coalesce(epoch_us(max(ts) FILTER (decision <> 'allowed')), 0)`
+	}
 	return `
 SELECT server, coalesce("grant", ''), tool, epoch_ms(ts) // 86400000, ` + SessionKey + `,
        count(*), count(*) FILTER (decision = 'allowed'), count(*) FILTER (decision = 'denied'),
        count(*) FILTER (decision = 'hidden'), count(*) FILTER (decision = 'rate_limited'),
        count(*) FILTER (decision = 'approval_required'), count(*) FILTER (session_source = 'event'),
-       count(*) FILTER (agent IS NOT NULL), coalesce(epoch_us(max(ts) FILTER (decision = 'allowed')), 0)
+       count(*) FILTER (agent IS NOT NULL), coalesce(epoch_us(max(ts) FILTER (decision = 'allowed')), 0)` + timesColumns + `
 FROM calls WHERE tool IS NOT NULL AND (` + where + `)
 GROUP BY ALL`
 }
 
 // readUseGroups counts into uses the calls of tools that where (with args)
-// selects.
-func readUseGroups(ctx context.Context, q execQuerier, uses map[toolDayKey]*DayUse, where string, args ...any) error {
-	rows, err := q.QueryContext(ctx, useGroupsSQL(where), args...)
+// selects, and with times their dayTimes.
+func readUseGroups(ctx context.Context, q execQuerier, uses map[toolDayKey]*DayUse, times bool, where string, args ...any) error {
+	rows, err := q.QueryContext(ctx, useGroupsSQL(where, times), args...)
 	if err != nil {
 		return fmt.Errorf("tool day use: %w", err)
 	}
@@ -173,8 +220,13 @@ func readUseGroups(ctx context.Context, q execQuerier, uses map[toolDayKey]*DayU
 		var k toolDayKey
 		var key string
 		var c UseCounts
-		if err := rows.Scan(&k.server, &k.grant, &k.tool, &k.day, &key, &c.Calls, &c.Allowed, &c.Denied, &c.Hidden,
-			&c.RateLimited, &c.Approval, &c.WithSession, &c.WithAgent, &c.LastAllowed); err != nil {
+		var t dayTimes
+		dest := []any{&k.server, &k.grant, &k.tool, &k.day, &key, &c.Calls, &c.Allowed, &c.Denied, &c.Hidden,
+			&c.RateLimited, &c.Approval, &c.WithSession, &c.WithAgent, &c.LastAllowed}
+		if times {
+			dest = append(dest, &t.firstCall, &t.firstAllowed, &t.lastRefused)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return fmt.Errorf("tool day use: %w", err)
 		}
 		u := uses[k]
@@ -183,6 +235,7 @@ func readUseGroups(ctx context.Context, q execQuerier, uses map[toolDayKey]*DayU
 			uses[k] = u
 		}
 		u.count(key, c)
+		u.times.add(t)
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("tool day use: %w", err)
@@ -194,7 +247,7 @@ func readUseGroups(ctx context.Context, q execQuerier, uses map[toolDayKey]*DayU
 // (with args) selects, on conn inside the caller's transaction.
 func recordToolDayUse(ctx context.Context, conn *sql.Conn, where string, args ...any) error {
 	uses := map[toolDayKey]*DayUse{}
-	if err := readUseGroups(ctx, conn, uses, where, args...); err != nil {
+	if err := readUseGroups(ctx, conn, uses, true, where, args...); err != nil {
 		return err
 	}
 	v := &arrowViews{ctx: ctx, conn: conn}
@@ -238,7 +291,11 @@ func appendToolDayUse(v *arrowViews, uses map[toolDayKey]*DayUse) error {
 	for i := range ints {
 		ints[i] = array.NewInt64Builder(mem)
 	}
-	last := array.NewTimestampBuilder(mem, tsType)
+	// last_allowed, then first_call, first_allowed and last_refused.
+	var times [4]*array.TimestampBuilder
+	for i := range times {
+		times[i] = array.NewTimestampBuilder(mem, tsType)
+	}
 	blobs := [2]*array.BinaryBuilder{array.NewBinaryBuilder(mem, arrow.BinaryTypes.Binary), array.NewBinaryBuilder(mem, arrow.BinaryTypes.Binary)}
 	for k, u := range uses {
 		u.Normalize()
@@ -248,10 +305,12 @@ func appendToolDayUse(v *arrowViews, uses map[toolDayKey]*DayUse) error {
 		for i, v := range []int64{k.day, u.Calls, u.Allowed, u.Denied, u.Hidden, u.RateLimited, u.Approval, u.WithSession, u.WithAgent} {
 			ints[i].Append(v)
 		}
-		if u.LastAllowed != 0 {
-			last.Append(arrow.Timestamp(u.LastAllowed))
-		} else {
-			last.AppendNull()
+		for i, us := range []int64{u.LastAllowed, u.times.firstCall, u.times.firstAllowed, u.times.lastRefused} {
+			if us != 0 {
+				times[i].Append(arrow.Timestamp(us))
+			} else {
+				times[i].AppendNull()
+			}
 		}
 		blobs[0].Append(packSessions(u.Sessions))
 		blobs[1].Append(packAllowed(u.Sessions, u.AllowedSessions))
@@ -263,8 +322,10 @@ func appendToolDayUse(v *arrowViews, uses map[toolDayKey]*DayUse) error {
 		builders = append(builders, ints[i])
 	}
 	fields = append(fields, arrow.Field{Name: "last_allowed", Type: tsType, Nullable: true},
-		arrow.Field{Name: "sessions", Type: arrow.BinaryTypes.Binary}, arrow.Field{Name: "allowed_sessions", Type: arrow.BinaryTypes.Binary})
-	builders = append(builders, last, blobs[0], blobs[1])
+		arrow.Field{Name: "sessions", Type: arrow.BinaryTypes.Binary}, arrow.Field{Name: "allowed_sessions", Type: arrow.BinaryTypes.Binary},
+		arrow.Field{Name: "first_call", Type: tsType, Nullable: true}, arrow.Field{Name: "first_allowed", Type: tsType, Nullable: true},
+		arrow.Field{Name: "last_refused", Type: tsType, Nullable: true})
+	builders = append(builders, times[0], blobs[0], blobs[1], times[1], times[2], times[3])
 	names, err := v.add(arrow.NewSchema(fields, nil), "tool_day_use_new", 1, builders...)
 	if err != nil {
 		return err
@@ -283,7 +344,7 @@ func compactToolDayUse(ctx context.Context, conn *sql.Conn, from, to time.Time) 
 	const repeated = `day BETWEEN $d0 AND $d1 AND (server, "grant", tool, day) IN (
 	SELECT (server, "grant", tool, day) FROM tool_day_use WHERE day BETWEEN $d0 AND $d1 GROUP BY ALL HAVING count(*) > 1)`
 	args := []any{sql.Named("d0", d0), sql.Named("d1", d1)}
-	rows, err := conn.QueryContext(ctx, `SELECT server, "grant", tool, day, `+dayUseColumns+` FROM tool_day_use WHERE `+repeated, args...)
+	rows, err := conn.QueryContext(ctx, `SELECT server, "grant", tool, day, `+dayUseColumns+`, `+dayTimesColumns+` FROM tool_day_use WHERE `+repeated, args...)
 	if err != nil {
 		return fmt.Errorf("compact tool day use: %w", err)
 	}
@@ -291,7 +352,7 @@ func compactToolDayUse(ctx context.Context, conn *sql.Conn, from, to time.Time) 
 	for rows.Next() {
 		var k toolDayKey
 		u := &DayUse{}
-		if err := scanDayUse(rows, u, &k.server, &k.grant, &k.tool, &k.day); err != nil {
+		if err := scanDayUse(rows, u, []any{&k.server, &k.grant, &k.tool, &k.day}, &u.times.firstCall, &u.times.firstAllowed, &u.times.lastRefused); err != nil {
 			rows.Close()
 			return err
 		}
@@ -320,11 +381,17 @@ func compactToolDayUse(ctx context.Context, conn *sql.Conn, from, to time.Time) 
 const dayUseColumns = `calls, allowed, denied, hidden, rate_limited, approval, with_session, with_agent,
        coalesce(epoch_us(last_allowed), 0), sessions, allowed_sessions`
 
-// scanDayUse reads dayUseColumns into u, after the columns given first.
-func scanDayUse(rows *sql.Rows, u *DayUse, first ...any) error {
+// dayTimesColumns are the rest of a tool_day_use row, which only tool_days
+// reads: the first call, first allowed call and last refused call (0 for
+// none, as every row before migration 17 has).
+const dayTimesColumns = `coalesce(epoch_us(first_call), 0), coalesce(epoch_us(first_allowed), 0), coalesce(epoch_us(last_refused), 0)`
+
+// scanDayUse reads dayUseColumns into u, after the columns given first
+// and before those given after.
+func scanDayUse(rows *sql.Rows, u *DayUse, first []any, after ...any) error {
 	var sessions, allowed []byte
-	if err := rows.Scan(append(first, &u.Calls, &u.Allowed, &u.Denied, &u.Hidden, &u.RateLimited, &u.Approval,
-		&u.WithSession, &u.WithAgent, &u.LastAllowed, &sessions, &allowed)...); err != nil {
+	if err := rows.Scan(slices.Concat(first, []any{&u.Calls, &u.Allowed, &u.Denied, &u.Hidden, &u.RateLimited, &u.Approval,
+		&u.WithSession, &u.WithAgent, &u.LastAllowed, &sessions, &allowed}, after)...); err != nil {
 		return fmt.Errorf("tool day use: %w", err)
 	}
 	u.setSessions(sessions, allowed)
@@ -501,7 +568,7 @@ WHERE `+scope+` AND day >= ? AND day < ?`, slices.Concat(scopeArgs, []any{r[0], 
 	default:
 		where, args = ` AND ((ts > ? AND ts < ?) OR (ts >= ? AND ts <= ?))`, []any{from, firstEnd, lastStart, to}
 	}
-	eg.Go(func() error { return readUseGroups(ctx, q, edges, scope+where, append(scopeArgs, args...)...) })
+	eg.Go(func() error { return readUseGroups(ctx, q, edges, false, scope+where, append(scopeArgs, args...)...) })
 	if err := eg.Wait(); err != nil {
 		return nil, fmt.Errorf("window use: %w", err)
 	}

@@ -135,7 +135,7 @@ func TestToolDayUseIncremental(t *testing.T) {
 	for stored.Next() {
 		var k key
 		u := &DayUse{}
-		require.NoError(t, scanDayUse(stored, u, &k.server, &k.grant, &k.tool, &k.day))
+		require.NoError(t, scanDayUse(stored, u, []any{&k.server, &k.grant, &k.tool, &k.day}))
 		got := map[uint64]bool{}
 		for _, h := range u.Sessions {
 			got[h] = true
@@ -194,27 +194,44 @@ func TestMigrationFillsToolDayUse(t *testing.T) {
 	assert.Equal(t, want, got)
 }
 
-// openBefore opens path as it was before migration n+1: only the first n
-// migrations applied, with tool_day_use, session_peaks and the counted days
-// as stand-ins, for this build's Append keeps them (dropStandIn drops them
-// before migrations 10, 11 and 13 add them).
+// openBefore opens path as it was before migration n+1 (6 to 9): only
+// the first n migrations applied, with tool_day_use, session_peaks, the
+// counted days and the view tool_days as stand-ins, for this build's Append
+// keeps them (dropStandIn drops them before migrations 10, 11, 13 and 17
+// add them, tool_days a table again).
 func openBefore(t *testing.T, path string, n int) *Store {
+	t.Helper()
+	s := openAtVersion(t, path, n)
+	_, err := s.DB().Exec(toolDayUseSchema + sessionPeaksSchema + countedDaysTable + toolDaysStandIn)
+	require.NoError(t, err)
+	return s
+}
+
+// openAtVersion opens path with only the first n migrations applied.
+func openAtVersion(t *testing.T, path string, n int) *Store {
 	t.Helper()
 	all := migrations
 	migrations = migrations[:n]
 	s, err := Open(context.Background(), path, Options{})
 	migrations = all
 	require.NoError(t, err)
-	_, err = s.DB().Exec(toolDayUseSchema + sessionPeaksSchema + countedDaysTable)
-	require.NoError(t, err)
 	return s
 }
 
 func dropStandIn(t *testing.T, s *Store) {
 	t.Helper()
-	_, err := s.DB().Exec(`DROP TABLE tool_day_use; DROP TABLE tool_day_use_from; DROP TABLE session_peaks; DROP TABLE session_peaks_days; DROP TABLE counted_days`)
+	_, err := s.DB().Exec(toolDaysTable + `DROP TABLE tool_day_use; DROP TABLE tool_day_use_from; DROP TABLE session_peaks; DROP TABLE session_peaks_days; DROP TABLE counted_days`)
 	require.NoError(t, err)
 }
+
+// toolDaysStandIn makes tool_days the view through which this build keeps
+// it, in a database of a schema before migration 17; toolDaysTable turns it
+// back into the table, with the view's rows, as an older build kept it.
+const (
+	toolDaysStandIn = `ALTER TABLE tool_days RENAME TO tool_days_before;` + toolDaysViewSQL + `;`
+	toolDaysTable   = `CREATE TABLE tool_days_table AS SELECT * FROM tool_days; DROP VIEW tool_days; DROP TABLE tool_days_before;
+ALTER TABLE tool_days_table RENAME TO tool_days;`
+)
 
 // TestWindowUseBeforeItsFirstDay: in a database migrated after the
 // retention had deleted some days (their calls only in the archive, so
