@@ -68,8 +68,7 @@ func BenchmarkCollectCalls(b *testing.B) {
 			b.ReportAllocs()
 			var x callScratch // kept from batch to batch, as the store does
 			for b.Loop() {
-				collectCalls(st.cols, &x)
-				x.release()
+				x.release(collectCalls(st.cols, &x))
 			}
 		})
 	}

@@ -141,9 +141,14 @@ type callScratch struct {
 	gaps              []int64
 }
 
-// release drops what the last batch's runs point to (the staged columns'
-// strings), so that a store between batches holds none of them.
-func (x *callScratch) release() { clear(x.runs) }
+// release takes back b's gaps (grown by the runs of the sessions that
+// continue across the batch's start, after collectCalls) and drops what
+// its runs point to (the staged columns' strings), so that a store between
+// batches holds none of them. b was collected in x.
+func (x *callScratch) release(b *batchCalls) {
+	x.gaps = b.gaps
+	clear(x.runs)
+}
 
 // collectCalls gathers the staged calls of tools, sorts them and finds
 // their runs (findRuns), and counts their tool days and tool day use, in

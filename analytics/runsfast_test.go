@@ -93,13 +93,12 @@ func TestCollectCallsInAReusedScratch(t *testing.T) {
 	}
 	large, small := staged(3, 20000), staged(4, 5000)
 	var x callScratch
-	collectCalls(large.cols, &x)
-	x.release()
+	x.release(collectCalls(large.cols, &x))
 	got := collectCalls(small.cols, &x)
 	want := collectCalls(small.cols, nil)
 	require.NotEmpty(t, want.runs)
 	assertSameCollection(t, want, got)
-	x.release()
+	x.release(got)
 	for i, r := range x.runs[:cap(x.runs)] {
 		require.Zero(t, r, "run %d of the released scratch", i)
 	}

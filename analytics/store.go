@@ -407,8 +407,8 @@ func (s *Store) Append(ctx context.Context, b ingest.Batch) (ingest.Result, erro
 			return calls
 		}
 		defer func() {
-			if collected() != nil {
-				s.callScratch.release()
+			if c := collected(); c != nil {
+				s.callScratch.release(c)
 			}
 		}()
 		if derived {

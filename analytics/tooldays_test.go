@@ -153,3 +153,28 @@ ALTER TABLE tool_day_use DROP COLUMN last_refused`)
 	require.NoError(t, err)
 	assert.Equal(t, readString(t, whole, rows), readString(t, s, rows), "with later calls, what every call stored gives")
 }
+
+// A call at the epoch or before it is a time like any other: tool_days
+// holds its day's first and last calls whether a batch's calls are counted
+// in Go, in SQL (a batch with a call stored before) or merged once the day
+// is sealed.
+func TestToolDaysAtAndBeforeTheEpoch(t *testing.T) {
+	ctx := context.Background()
+	epoch := time.Unix(0, 0).UTC()
+	call := func(id string, at time.Time, d audit.Decision) audit.Event {
+		return audit.Event{ID: id, TS: at, Server: "pve", Tool: "get_vm_status", Decision: d}
+	}
+	s := openTemp(t)
+	_, err := s.Append(ctx, ingest.Batch{Events: []audit.Event{call("a", epoch, audit.Allowed), call("b", epoch.Add(-time.Hour), audit.Denied)}})
+	require.NoError(t, err)
+	checkToolDays(t, s, "counted in Go")
+	_, err = s.Append(ctx, ingest.Batch{Events: []audit.Event{call("a", epoch, audit.Allowed),
+		call("c", epoch.Add(-2*time.Hour), audit.Allowed), call("d", epoch.Add(30*time.Minute), audit.Allowed), call("e", epoch.Add(time.Hour), audit.Denied)}})
+	require.NoError(t, err)
+	checkToolDays(t, s, "counted in SQL")
+	require.NoError(t, compactToolDayUse(ctx, s.wconn, epoch.Add(-48*time.Hour), epoch.Add(48*time.Hour)))
+	require.Equal(t, 1, count(t, s, `SELECT count(*) FROM tool_day_use`), "the day's rows merged")
+	checkToolDays(t, s, "merged")
+	assert.Equal(t, "1969-12-31 22:00:00+00|1969-12-31 22:00:00+00|1970-01-01 00:30:00+00|1970-01-01 01:00:00+00",
+		readString(t, s, `SELECT concat_ws('|', first_call, first_allowed, last_allowed, last_refused) FROM tool_days`))
+}

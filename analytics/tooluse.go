@@ -91,35 +91,67 @@ func (c *UseCounts) add(o UseCounts) {
 }
 
 // dayTimes are the times of a tool day that tool_days reads from its
-// tool_day_use rows besides last_allowed (UseCounts.LastAllowed): its
-// first call, first allowed call and last refused call (not allowed), in
-// microseconds since the epoch, 0 when none.
+// tool_day_use rows: its first call, first and last allowed call and last
+// refused call (not allowed). Unlike UseCounts.LastAllowed (0 for none,
+// what WindowUse reads), each says whether it is set: a call may be at the
+// epoch or before it.
 type dayTimes struct {
-	firstCall, firstAllowed, lastRefused int64
+	firstCall, firstAllowed, lastAllowed, lastRefused instant
 }
 
 // call counts a call at us.
 func (t *dayTimes) call(us int64, allowed bool) {
-	t.firstCall = earliest(t.firstCall, us)
+	at := instant{us: us, set: true}
+	t.firstCall = t.firstCall.earliest(at)
 	if allowed {
-		t.firstAllowed = earliest(t.firstAllowed, us)
+		t.firstAllowed = t.firstAllowed.earliest(at)
+		t.lastAllowed = t.lastAllowed.latest(at)
 	} else {
-		t.lastRefused = max(t.lastRefused, us)
+		t.lastRefused = t.lastRefused.latest(at)
 	}
 }
 
 func (t *dayTimes) add(o dayTimes) {
-	t.firstCall = earliest(t.firstCall, o.firstCall)
-	t.firstAllowed = earliest(t.firstAllowed, o.firstAllowed)
-	t.lastRefused = max(t.lastRefused, o.lastRefused)
+	t.firstCall = t.firstCall.earliest(o.firstCall)
+	t.firstAllowed = t.firstAllowed.earliest(o.firstAllowed)
+	t.lastAllowed = t.lastAllowed.latest(o.lastAllowed)
+	t.lastRefused = t.lastRefused.latest(o.lastRefused)
 }
 
-// earliest is the earlier of two times, 0 (none) the later of all.
-func earliest(a, b int64) int64 {
-	if a == 0 || b != 0 && b < a {
+// instant is a time in microseconds since the epoch, if set; it scans
+// a BIGINT or NULL (unset).
+type instant struct {
+	us  int64
+	set bool
+}
+
+// earliest is the earlier of a and b, either if only one is set.
+func (a instant) earliest(b instant) instant {
+	if !a.set || b.set && b.us < a.us {
 		return b
 	}
 	return a
+}
+
+// latest is the later of a and b, either if only one is set.
+func (a instant) latest(b instant) instant {
+	if !a.set || b.set && b.us > a.us {
+		return b
+	}
+	return a
+}
+
+// Scan implements sql.Scanner.
+func (a *instant) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*a = instant{}
+	case int64:
+		*a = instant{us: v, set: true}
+	default:
+		return fmt.Errorf("a time in microseconds: unexpected %T", src)
+	}
+	return nil
 }
 
 // DayUse is a tool_day_use row's figures: one day's, or, summed with Add,
@@ -195,8 +227,8 @@ func useGroupsSQL(where string, times bool) string {
 	timesColumns := ""
 	if times {
 		timesColumns = `,
-       epoch_us(min(ts)), coalesce(epoch_us(min(ts) FILTER (decision = 'allowed')), 0),
-       coalesce(epoch_us(max(ts) FILTER (decision <> 'allowed')), 0)`
+       epoch_us(min(ts)), epoch_us(min(ts) FILTER (decision = 'allowed')),
+       epoch_us(max(ts) FILTER (decision = 'allowed')), epoch_us(max(ts) FILTER (decision <> 'allowed'))`
 	}
 	return `
 SELECT server, coalesce("grant", ''), tool, epoch_ms(ts) // 86400000, ` + SessionKey + `,
@@ -224,7 +256,7 @@ func readUseGroups(ctx context.Context, q execQuerier, uses map[toolDayKey]*DayU
 		dest := []any{&k.server, &k.grant, &k.tool, &k.day, &key, &c.Calls, &c.Allowed, &c.Denied, &c.Hidden,
 			&c.RateLimited, &c.Approval, &c.WithSession, &c.WithAgent, &c.LastAllowed}
 		if times {
-			dest = append(dest, &t.firstCall, &t.firstAllowed, &t.lastRefused)
+			dest = append(dest, &t.firstCall, &t.firstAllowed, &t.lastAllowed, &t.lastRefused)
 		}
 		if err := rows.Scan(dest...); err != nil {
 			return fmt.Errorf("tool day use: %w", err)
@@ -291,7 +323,8 @@ func appendToolDayUse(v *arrowViews, uses map[toolDayKey]*DayUse) error {
 	for i := range ints {
 		ints[i] = array.NewInt64Builder(mem)
 	}
-	// last_allowed, then first_call, first_allowed and last_refused.
+	// last_allowed, then first_call, first_allowed and last_refused: the
+	// row's times (dayTimes), every row appended has them.
 	var times [4]*array.TimestampBuilder
 	for i := range times {
 		times[i] = array.NewTimestampBuilder(mem, tsType)
@@ -305,9 +338,9 @@ func appendToolDayUse(v *arrowViews, uses map[toolDayKey]*DayUse) error {
 		for i, v := range []int64{k.day, u.Calls, u.Allowed, u.Denied, u.Hidden, u.RateLimited, u.Approval, u.WithSession, u.WithAgent} {
 			ints[i].Append(v)
 		}
-		for i, us := range []int64{u.LastAllowed, u.times.firstCall, u.times.firstAllowed, u.times.lastRefused} {
-			if us != 0 {
-				times[i].Append(arrow.Timestamp(us))
+		for i, at := range []instant{u.times.lastAllowed, u.times.firstCall, u.times.firstAllowed, u.times.lastRefused} {
+			if at.set {
+				times[i].Append(arrow.Timestamp(at.us))
 			} else {
 				times[i].AppendNull()
 			}
@@ -352,7 +385,7 @@ func compactToolDayUse(ctx context.Context, conn *sql.Conn, from, to time.Time) 
 	for rows.Next() {
 		var k toolDayKey
 		u := &DayUse{}
-		if err := scanDayUse(rows, u, []any{&k.server, &k.grant, &k.tool, &k.day}, &u.times.firstCall, &u.times.firstAllowed, &u.times.lastRefused); err != nil {
+		if err := scanDayUse(rows, u, []any{&k.server, &k.grant, &k.tool, &k.day}, &u.times.firstCall, &u.times.firstAllowed, &u.times.lastAllowed, &u.times.lastRefused); err != nil {
 			rows.Close()
 			return err
 		}
@@ -381,10 +414,11 @@ func compactToolDayUse(ctx context.Context, conn *sql.Conn, from, to time.Time) 
 const dayUseColumns = `calls, allowed, denied, hidden, rate_limited, approval, with_session, with_agent,
        coalesce(epoch_us(last_allowed), 0), sessions, allowed_sessions`
 
-// dayTimesColumns are the rest of a tool_day_use row, which only tool_days
-// reads: the first call, first allowed call and last refused call (0 for
-// none, as every row before migration 17 has).
-const dayTimesColumns = `coalesce(epoch_us(first_call), 0), coalesce(epoch_us(first_allowed), 0), coalesce(epoch_us(last_refused), 0)`
+// dayTimesColumns are a tool_day_use row's times (dayTimes), which only
+// tool_days reads: the first call, first and last allowed call and last
+// refused call, NULL for none (a row stored before migration 17 has only
+// its last_allowed).
+const dayTimesColumns = `epoch_us(first_call), epoch_us(first_allowed), epoch_us(last_allowed), epoch_us(last_refused)`
 
 // scanDayUse reads dayUseColumns into u, after the columns given first
 // and before those given after.
