@@ -201,7 +201,11 @@ CREATE TABLE tool_days (
 	last_refused  TIMESTAMPTZ,
 	PRIMARY KEY (server, "grant", tool, day)
 );
-` + toolDaysSQL("true") + `;
+INSERT INTO tool_days
+SELECT server, coalesce("grant", ''), tool, epoch_ms(ts) // 86400000, min(ts),
+       min(ts) FILTER (decision = 'allowed'), max(ts) FILTER (decision = 'allowed'), max(ts) FILTER (decision <> 'allowed')
+FROM calls WHERE tool IS NOT NULL
+GROUP BY ALL;
 `, nil},
 	{7, "call runs", runsSchema, func(ctx context.Context, conn *sql.Conn) error {
 		return recordRuns(ctx, conn, nil, "true")

@@ -70,8 +70,8 @@ type batchCalls struct {
 	// resorted marks the sessions whose calls collectCalls sorted: their
 	// calls' argsAsBefore do not hold.
 	resorted []bool
-	// days are the batch's tool days, each with its tool_day_use row.
-	days map[toolDayKey]*toolDay
+	// days are the batch's tool days: their tool_day_use rows.
+	days map[toolDayKey]*DayUse
 	// cols are the staged columns the calls' arguments are read from;
 	// tools the calls' tools, each once (toolIDs finds them); storedArgs
 	// the arguments of stored calls read back (openRunCalls).
@@ -182,7 +182,7 @@ func collectCalls(c *columns, x *callScratch) *batchCalls {
 		at  int32 // in dayList
 	}
 	var lastDays []lastDay
-	var dayList []*toolDay
+	var dayList []*DayUse // a tool day's row found with it: one map lookup a call
 	// First each call's session (-1: no tool) and tool, then each call in
 	// its session's place: one copy of the calls, not two.
 	of, toolOf, dayOf := x.of[:0], x.toolOf[:0], x.dayOf[:0]
@@ -243,7 +243,7 @@ func collectCalls(c *columns, x *callScratch) *batchCalls {
 				at, ok := days[dk]
 				if !ok {
 					at = int32(len(dayList))
-					dayList = append(dayList, &toolDay{})
+					dayList = append(dayList, &DayUse{})
 					days[dk] = at
 				}
 				*last = lastDay{key: dk, at: at}
@@ -251,8 +251,8 @@ func collectCalls(c *columns, x *callScratch) *batchCalls {
 			dayOf = append(dayOf, last.at)
 			d := dayList[last.at]
 			decision := s[colDecision].value(j)
-			d.use.times.call(ch.ts[j], decision == "allowed")
-			d.use.add(countCall(decision, s[colSession].value(j) != "", s[colAgent].value(j) != "", ch.ts[j]))
+			d.times.call(ch.ts[j], decision == "allowed")
+			d.add(countCall(decision, s[colSession].value(j) != "", s[colAgent].value(j) != "", ch.ts[j]))
 		}
 	}
 	x.of, x.toolOf, x.dayOf = of, toolOf, dayOf
@@ -307,7 +307,7 @@ func collectCalls(c *columns, x *callScratch) *batchCalls {
 		}
 	}
 	b.addSessionSets(dayList)
-	b.days = make(map[toolDayKey]*toolDay, len(days))
+	b.days = make(map[toolDayKey]*DayUse, len(days))
 	for dk, at := range days {
 		sg := serverGrants[dk.serverGrant]
 		b.days[toolDayKey{server: sg.server, grant: sg.grant, tool: b.tools[dk.tool], day: dk.day}] = dayList[at]
@@ -319,9 +319,9 @@ func collectCalls(c *columns, x *callScratch) *batchCalls {
 }
 
 // addSessionSets adds each session to the sets of the tools and days of
-// its calls (dayList's use, by each call's day): once per session, tool
+// its calls (dayList's rows, by each call's day): once per session, tool
 // and day, not per call.
-func (b *batchCalls) addSessionSets(dayList []*toolDay) {
+func (b *batchCalls) addSessionSets(dayList []*DayUse) {
 	type usedOn struct {
 		day     int32
 		allowed bool // the session's calls of the tool that day hold an allowed one
@@ -344,7 +344,7 @@ func (b *batchCalls) addSessionSets(dayList []*toolDay) {
 		}
 		h := SessionHash(rs.key)
 		for _, s := range seen {
-			u := &dayList[s.day].use
+			u := dayList[s.day]
 			u.Sessions = append(u.Sessions, h)
 			if s.allowed {
 				u.AllowedSessions = append(u.AllowedSessions, h)

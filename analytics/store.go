@@ -490,7 +490,7 @@ func recordBatchAggregates(ctx context.Context, conn *sql.Conn, tails *tailKeys,
 	// The Arrow records of both are dropped in one statement.
 	v := &arrowViews{ctx: ctx, conn: conn, mem: mem}
 	defer v.close()
-	if err := appendToolDayUse(v, b.useOfDays()); err != nil {
+	if err := appendToolDayUse(v, b.days); err != nil {
 		return err
 	}
 	return recordBatchRuns(v, tails, b, "ingested_at = ?", now)

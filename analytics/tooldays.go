@@ -28,28 +28,6 @@ FROM (SELECT server, "grant", tool, day, first_call, first_allowed, last_allowed
       SELECT server, "grant", tool, day, first_call, first_allowed, last_allowed, last_refused FROM tool_days_before)
 GROUP BY server, "grant", tool, day`
 
-// toolDaysSQL records the calls that where selects into the tool_days
-// table (migration 6, before it became a view).
-func toolDaysSQL(where string) string {
-	return mergeToolDaysSQL(`
-SELECT server, coalesce("grant", ''), tool, epoch_ms(ts) // 86400000, min(ts),
-       min(ts) FILTER (decision = 'allowed'), max(ts) FILTER (decision = 'allowed'), max(ts) FILTER (decision <> 'allowed')
-FROM calls WHERE tool IS NOT NULL AND (` + where + `)
-GROUP BY ALL`)
-}
-
-// mergeToolDaysSQL merges the rows rows selects (tool_days' columns) into
-// the tool_days table.
-func mergeToolDaysSQL(rows string) string {
-	return `
-INSERT INTO tool_days` + rows + `
-ON CONFLICT DO UPDATE SET
-	first_call = least(tool_days.first_call, excluded.first_call),
-	first_allowed = least(tool_days.first_allowed, excluded.first_allowed),
-	last_allowed = greatest(tool_days.last_allowed, excluded.last_allowed),
-	last_refused = greatest(tool_days.last_refused, excluded.last_refused)`
-}
-
 // ToolDay is the tool_days day holding t (its day column) and the day's
 // start: a reader of a tool's history takes the calls from start on and
 // tool_days for the days before day.
@@ -69,10 +47,4 @@ func DayStart(day int64) time.Time { return time.UnixMilli(day * dayMillis).UTC(
 type toolDayKey struct {
 	server, grant, tool string
 	day                 int64
-}
-
-// toolDay is a tool day of a staged batch: its tool_day_use row (found
-// with the tool day: one map lookup a call).
-type toolDay struct {
-	use DayUse
 }

@@ -297,15 +297,6 @@ func recountToolDayUse(ctx context.Context, conn *sql.Conn, server string, day t
 	return recordToolDayUse(ctx, conn, dayWhere(server, day))
 }
 
-// useOfDays is the batch's tool_day_use rows.
-func (b *batchCalls) useOfDays() map[toolDayKey]*DayUse {
-	uses := make(map[toolDayKey]*DayUse, len(b.days))
-	for k, d := range b.days {
-		uses[k] = &d.use
-	}
-	return uses
-}
-
 // appendToolDayUse adds uses (a batch's, or whole days counted from their
 // calls) to tool_day_use as rows of their own, through an Arrow view (a
 // statement with a parameter per value took ~0.1 s a batch to bind): a
