@@ -79,17 +79,22 @@ mw=$(printf '%s\n' "${with_wall[@]}" | median) mc=$(printf '%s\n' "${with_cpu[@]
 nw=$(printf '%s\n' "${without_wall[@]}" | median) nc=$(printf '%s\n' "${without_cpu[@]}" | median)
 # Each pair's own ratio too: its two runs share the host's hour, so their
 # median moves less with the load than the ratio of the two medians does.
-pw=$(for i in "${!with_wall[@]}"; do awk -v a="${with_wall[$i]}" -v b="${without_wall[$i]}" 'BEGIN{print a / b}'; done | median)
-pc=$(for i in "${!with_cpu[@]}"; do awk -v a="${with_cpu[$i]}" -v b="${without_cpu[$i]}" 'BEGIN{print a / b}'; done | median)
+# pair_ratios A B prints A[i] / B[i] for each pair i (A and B: arrays' names).
+pair_ratios() {
+	local -n a="$1" b="$2"
+	for i in "${!a[@]}"; do awk -v a="${a[$i]}" -v b="${b[$i]}" 'BEGIN{print a / b}'; done
+}
+pw=$(pair_ratios with_wall without_wall | median)
+pc=$(pair_ratios with_cpu without_cpu | median)
 awk -v mw="$mw" -v nw="$nw" -v mc="$mc" -v nc="$nc" -v pw="$pw" -v pc="$pc" 'BEGIN{
 	printf "medians: with %.2fs (cpu %.2fs), without %.2fs (cpu %.2fs): the aggregates cost %+.1f%% wall, %+.1f%% cpu (goal: <= 10%%)\n",
 		mw, mc, nw, nc, (mw / nw - 1) * 100, (mc / nc - 1) * 100
 	printf "median of the pairs'"'"' own ratios: %+.1f%% wall, %+.1f%% cpu\n", (pw - 1) * 100, (pc - 1) * 100 }'
 if [ -n "$REV" ]; then
 	rw=$(printf '%s\n' "${rev_wall[@]}" | median) rc=$(printf '%s\n' "${rev_cpu[@]}" | median)
-	qw=$(for i in "${!with_wall[@]}"; do awk -v a="${with_wall[$i]}" -v b="${rev_wall[$i]}" 'BEGIN{print a / b}'; done | median)
-	qc=$(for i in "${!with_cpu[@]}"; do awk -v a="${with_cpu[$i]}" -v b="${rev_cpu[$i]}" 'BEGIN{print a / b}'; done | median)
-	lower=$(for i in "${!with_cpu[@]}"; do awk -v a="${with_cpu[$i]}" -v b="${rev_cpu[$i]}" 'BEGIN{if (a < b) print 1}'; done | wc -l)
+	qw=$(pair_ratios with_wall rev_wall | median)
+	qc=$(pair_ratios with_cpu rev_cpu | median)
+	lower=$(pair_ratios with_cpu rev_cpu | awk '$1 < 1' | wc -l)
 	awk -v rev="$REV" -v mw="$mw" -v mc="$mc" -v rw="$rw" -v rc="$rc" -v qw="$qw" -v qc="$qc" -v lower="$lower" -v n="${#with_cpu[@]}" 'BEGIN{
 		printf "with aggregates against %s: medians %.2fs against %.2fs, cpu %.2fs against %.2fs; the pairs'"'"' own ratios %.3f wall, %.3f cpu; cpu lower in %d of %d\n",
 			rev, mw, rw, mc, rc, qw, qc, lower, n }'
