@@ -5,6 +5,8 @@ import (
 	"hash/maphash"
 	"slices"
 	"strings"
+
+	"github.com/mcptrail/mcptrail/internal/duckhash"
 )
 
 // The runs of a batch are found in Go, from the staged columns, for every
@@ -20,6 +22,10 @@ import (
 
 // runSession is a session's key: its server, grant and session key.
 type runSession struct{ server, grant, key string }
+
+// pk is the session's key in run_tails: hash(server, g, sk), as the SQL
+// path's sessionHash.
+func (s runSession) pk() uint64 { return duckhash.Strings(s.server, s.grant, s.key) }
 
 // runCall is one call of a tool in a staged batch. It holds no pointers:
 // its tool and arguments are indexes (batchCalls.tools, argsRef), so that
@@ -380,7 +386,7 @@ func (b *batchCalls) sameArgs(x, y argsRef) bool {
 // storedTail is what run_tails says of a session the batch touches.
 type storedTail struct {
 	lastMS, lastUS int64
-	lastTH         uint64
+	lastTH, lastHH uint64
 	continues      bool // the batch's first call continues the stored last call
 	bMS, aUS       int64
 	aTH            uint64
@@ -487,7 +493,7 @@ func recordBatchRuns(v *arrowViews, keys *tailKeys, b *batchCalls, where string,
 			return err
 		}
 	}
-	if err := storeFastRuns(ctx, v, b, runs, newTails, tails); err != nil {
+	if err := storeFastRuns(ctx, v, b, runs, newTails, tails, pks); err != nil {
 		return err
 	}
 	if len(slow) == 0 {

@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/mcptrail/mcptrail/internal/duckhash"
 )
 
 // The DuckDB side of runsfast.go: the stored tails it starts from, the
@@ -25,112 +26,88 @@ import (
 // scan of the whole table, for the sessions whose key tailKeys holds.
 const recentTails = 24 * time.Hour
 
-// tailColumns are a stored tail's columns in storedTail's order, for the
-// session f whose tail t is: whether the session's first new call
-// continues the stored last call among them.
-var tailColumns = `epoch_ms(t.last_ts), epoch_us(t.last_ts), t.last_th,
-	       t.b_ms, coalesce(epoch_us(t.a_ts), 0), coalesce(t.a_th, 0), t.a_ts IS NOT NULL,
-	       coalesce(f.args IS NOT NULL AND hash(f.tool) = t.last_th AND hash(f.args) = t.last_hh
-	                AND f.ms - epoch_ms(t.last_ts) <= ` + strconv.FormatInt(RunsMaxGap.Milliseconds(), 10) + `, false)`
+// tailColumns are a stored tail's columns (run_tails t) in storedTail's
+// order.
+const tailColumns = `epoch_ms(t.last_ts), epoch_us(t.last_ts), t.last_th, t.last_hh,
+	       t.b_ms, coalesce(epoch_us(t.a_ts), 0), coalesce(t.a_th, 0), t.a_ts IS NOT NULL`
 
 // lookupTails reads run_tails for the batch's sessions, and whether each
 // session's first new call continues its stored last call; with every
-// session's key (pk, by session index). The recent tails come first; the
-// sessions without one whose key keys holds are looked up in the whole
-// table. The sessions are kept for it in the temporary table
-// run_batch_sessions (i, pk and their first call's keys).
+// session's key (pk, by session index), computed in Go as the SQL path's
+// hash() computes it. The sessions looked up are those whose key keys may
+// hold (all of them while the store does not keep the keys, when the
+// table is small enough to be joined whole); once it keeps them, the
+// recent tails come first, and the whole table is read for the sessions
+// not found among them alone.
 func lookupTails(ctx context.Context, v *arrowViews, keys *tailKeys, b *batchCalls) (map[int32]storedTail, []uint64, error) {
-	if len(b.sessions) == 0 {
-		return map[int32]storedTail{}, nil, nil
+	out := map[int32]storedTail{}
+	pks := make([]uint64, len(b.sessions))
+	for si, s := range b.sessions {
+		pks[si] = s.pk()
+	}
+	if len(pks) == 0 {
+		return out, pks, nil
 	}
 	kept, err := keys.use(ctx, v.conn)
 	if err != nil {
 		return nil, nil, err
 	}
-	if !kept {
-		out, err := lookupAllTails(ctx, v, b)
-		return out, nil, err
+	mem := v.allocator()
+	ib, kb := array.NewInt32Builder(mem), array.NewUint64Builder(mem)
+	first := int64(math.MaxInt64)
+	for si, pk := range pks {
+		if keys.has(pk) {
+			ib.Append(int32(si))
+			kb.Append(pk)
+			first = min(first, b.calls[b.starts[si]].ms)
+		}
 	}
-	sessions, first, err := addSessionsView(v, b)
+	asked := ib.Len()
+	if asked == 0 {
+		ib.Release()
+		kb.Release()
+		return out, pks, nil
+	}
+	schema := arrow.NewSchema([]arrow.Field{{Name: "i", Type: arrow.PrimitiveTypes.Int32}, {Name: "pk", Type: arrow.PrimitiveTypes.Uint64}}, nil)
+	names, err := v.add(schema, "run_sessions", 1, ib, kb)
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, err := v.conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE run_batch_sessions AS
-	SELECT i, hash(server, g, sk) AS pk, tool, args, ms FROM `+sessions); err != nil {
-		return nil, nil, fmt.Errorf("record runs: sessions: %w", err)
+	each := func(si int32, t storedTail) {
+		t.continues = b.continuesStored(si, t)
+		out[si] = t
 	}
-	pks := make([]uint64, 0, len(b.sessions))
-	if err := scanKeys(ctx, v.conn, `SELECT pk FROM run_batch_sessions ORDER BY i`, func(pk uint64) { pks = append(pks, pk) }); err != nil {
+	query := `SELECT f.i, ` + tailColumns + ` FROM ` + names[0] + ` f JOIN run_tails t ON t.pk = f.pk`
+	if !kept {
+		return out, pks, scanTails(ctx, v, query, each)
+	}
+	if err := scanTails(ctx, v, query+` WHERE t.last_ts >= ?`, each, time.UnixMilli(first).Add(-recentTails).UTC()); err != nil {
 		return nil, nil, err
 	}
-	out := map[int32]storedTail{}
-	each := func(i int32, t storedTail) { out[i] = t }
-	if err := scanTails(ctx, v, `SELECT f.i, `+tailColumns+` FROM run_batch_sessions f
-	JOIN (SELECT * FROM run_tails WHERE last_ts >= ?) t ON t.pk = f.pk`, each, time.UnixMilli(first).Add(-recentTails).UTC()); err != nil {
-		return nil, nil, err
+	if len(out) == asked {
+		return out, pks, nil
 	}
-	var older []int32
+	ib, kb = array.NewInt32Builder(mem), array.NewUint64Builder(mem)
 	for si, pk := range pks {
 		if _, ok := out[int32(si)]; !ok && keys.has(pk) {
-			older = append(older, int32(si))
+			ib.Append(int32(si))
+			kb.Append(pk)
 		}
 	}
-	if len(older) > 0 {
-		in := make([]string, len(older))
-		for j, si := range older {
-			in[j] = strconv.Itoa(int(si))
-		}
-		if err := scanTails(ctx, v, `SELECT f.i, `+tailColumns+` FROM run_batch_sessions f JOIN run_tails t ON t.pk = f.pk
-		WHERE f.i IN (`+strings.Join(in, ", ")+`)`, each); err != nil {
-			return nil, nil, err
-		}
+	if names, err = v.add(schema, "run_sessions_older", 1, ib, kb); err != nil {
+		return nil, nil, err
 	}
-	return out, pks, nil
+	err = scanTails(ctx, v, `SELECT f.i, `+tailColumns+` FROM `+names[0]+` f JOIN run_tails t ON t.pk = f.pk`, each)
+	return out, pks, err
 }
 
-// lookupAllTails is lookupTails by one scan of run_tails, for a small one.
-func lookupAllTails(ctx context.Context, v *arrowViews, b *batchCalls) (map[int32]storedTail, error) {
-	sessions, _, err := addSessionsView(v, b)
-	if err != nil {
-		return nil, err
-	}
-	out := map[int32]storedTail{}
-	err = scanTails(ctx, v, `SELECT f.i, `+tailColumns+` FROM `+sessions+` f JOIN run_tails t ON t.pk = hash(f.server, f.g, f.sk)`,
-		func(i int32, t storedTail) { out[i] = t })
-	return out, err
-}
-
-// addSessionsView registers the batch's sessions (i, server, g, sk) with
-// their first call's tool, arguments and millisecond, which tell whether
-// it continues the session's stored last call; first is the earliest of
-// those calls.
-func addSessionsView(v *arrowViews, b *batchCalls) (name string, first int64, err error) {
-	mem := v.allocator()
-	ib, sc := array.NewInt32Builder(mem), newSessionCols(mem)
-	tb, ab, mb := array.NewStringBuilder(mem), array.NewStringBuilder(mem), array.NewInt64Builder(mem)
-	first = math.MaxInt64
-	for si, s := range b.sessions {
-		c := b.calls[b.starts[si]]
-		ib.Append(int32(si))
-		sc.add(s)
-		tb.Append(b.tools[c.tool])
-		if c.args == noArgs {
-			ab.AppendNull()
-		} else {
-			ab.Append(b.argsOf(c.args))
-		}
-		mb.Append(c.ms)
-		first = min(first, c.ms)
-	}
-	schema := arrow.NewSchema(slices.Concat([]arrow.Field{{Name: "i", Type: arrow.PrimitiveTypes.Int32}}, sc.fields(), []arrow.Field{
-		{Name: "tool", Type: arrow.BinaryTypes.String}, {Name: "args", Type: arrow.BinaryTypes.String, Nullable: true},
-		{Name: "ms", Type: arrow.PrimitiveTypes.Int64},
-	}), nil)
-	names, err := v.add(schema, "run_sessions", 1, slices.Concat([]array.Builder{ib}, sc.builders(), []array.Builder{tb, ab, mb})...)
-	if err != nil {
-		return "", 0, err
-	}
-	return names[0], first, nil
+// continuesStored tells whether session si's first call in the batch
+// continues its stored last call t, as a run's calls continue each other:
+// the same tool and the same arguments (some) within RunsMaxGap.
+func (b *batchCalls) continuesStored(si int32, t storedTail) bool {
+	c := b.calls[b.starts[si]]
+	return c.args != noArgs && c.ms-t.lastMS <= RunsMaxGap.Milliseconds() &&
+		duckhash.String(b.tools[c.tool]) == t.lastTH && duckhash.String(b.argsOf(c.args)) == t.lastHH
 }
 
 // scanTails runs a query of session index and tailColumns, and hands each
@@ -144,7 +121,7 @@ func scanTails(ctx context.Context, v *arrowViews, text string, each func(i int3
 	for rows.Next() {
 		var i int32
 		var t storedTail
-		if err := rows.Scan(&i, &t.lastMS, &t.lastUS, &t.lastTH, &t.bMS, &t.aUS, &t.aTH, &t.aSet, &t.continues); err != nil {
+		if err := rows.Scan(&i, &t.lastMS, &t.lastUS, &t.lastTH, &t.lastHH, &t.bMS, &t.aUS, &t.aTH, &t.aSet); err != nil {
 			return fmt.Errorf("record runs: stored tails: %w", err)
 		}
 		each(i, t)
@@ -156,22 +133,31 @@ func scanTails(ctx context.Context, v *arrowViews, text string, each func(i int3
 }
 
 // storeFastRuns inserts the Go path's runs and replaces its sessions' tails
-// (stored: those lookupTails found).
-func storeFastRuns(ctx context.Context, v *arrowViews, b *batchCalls, runs []fastRun, tails []runTail, stored map[int32]storedTail) error {
+// (stored: those lookupTails found; pks: every session's key). The hashes
+// the tables hold are computed here, in Go, so that no string crosses
+// into DuckDB but a run's server and grant.
+func storeFastRuns(ctx context.Context, v *arrowViews, b *batchCalls, runs []fastRun, tails []runTail, stored map[int32]storedTail, pks []uint64) error {
 	mem := v.allocator()
 	if len(runs) > 0 {
-		sc, prev, tb, ab := newSessionCols(mem), newBeforeCols(mem), array.NewStringBuilder(mem), array.NewStringBuilder(mem)
+		sb, gb := array.NewStringBuilder(mem), array.NewStringBuilder(mem)
+		skb, thb, hhb, prev := array.NewUint64Builder(mem), array.NewUint64Builder(mem), array.NewUint64Builder(mem), newBeforeCols(mem)
 		gapsb := array.NewListBuilder(mem, arrow.PrimitiveTypes.Int64)
 		gapb := gapsb.ValueBuilder().(*array.Int64Builder)
 		eb, leb, t0b, t1b := array.NewInt64Builder(mem), array.NewBooleanBuilder(mem), array.NewInt64Builder(mem), array.NewInt64Builder(mem)
 		fb, lb := array.NewTimestampBuilder(mem, tsType), array.NewTimestampBuilder(mem, tsType)
+		mb := array.NewFloat64Builder(mem)
+		var sorted []int64
 		for _, r := range runs {
-			sc.add(b.sessions[r.session])
+			s := b.sessions[r.session]
+			sb.Append(s.server)
+			gb.Append(s.grant)
+			skb.Append(duckhash.String(s.key))
+			thb.Append(duckhash.String(r.tool))
+			hhb.Append(duckhash.String(r.args))
 			prev.add(r.prevSet, r.prevTool, r.prevTH, r.prevUS)
-			tb.Append(r.tool)
-			ab.Append(r.args)
 			gapsb.Append(true)
 			gapb.AppendValues(r.gaps, nil)
+			mb.Append(medianGap(r.gaps, &sorted))
 			eb.Append(r.errors)
 			leb.Append(r.lastErr)
 			t0b.Append(r.t0)
@@ -179,23 +165,25 @@ func storeFastRuns(ctx context.Context, v *arrowViews, b *batchCalls, runs []fas
 			fb.Append(arrow.Timestamp(r.first))
 			lb.Append(arrow.Timestamp(r.lastU))
 		}
-		schema := arrow.NewSchema(slices.Concat(sc.fields(), prev.fields("prev"), []arrow.Field{
-			{Name: "tool", Type: arrow.BinaryTypes.String}, {Name: "args", Type: arrow.BinaryTypes.String},
-			{Name: "gaps", Type: arrow.ListOf(arrow.PrimitiveTypes.Int64)},
+		schema := arrow.NewSchema(slices.Concat([]arrow.Field{
+			{Name: "server", Type: arrow.BinaryTypes.String}, {Name: "g", Type: arrow.BinaryTypes.String},
+			{Name: "skh", Type: arrow.PrimitiveTypes.Uint64}, {Name: "th", Type: arrow.PrimitiveTypes.Uint64}, {Name: "hh", Type: arrow.PrimitiveTypes.Uint64},
+		}, prev.fields("prev"), []arrow.Field{
+			{Name: "gaps", Type: arrow.ListOf(arrow.PrimitiveTypes.Int64)}, {Name: "median_gap", Type: arrow.PrimitiveTypes.Float64},
 			{Name: "errors", Type: arrow.PrimitiveTypes.Int64}, {Name: "last_err", Type: arrow.FixedWidthTypes.Boolean},
 			{Name: "t0", Type: arrow.PrimitiveTypes.Int64}, {Name: "t1", Type: arrow.PrimitiveTypes.Int64},
 			{Name: "first_ts", Type: tsType}, {Name: "last_ts", Type: tsType},
 		}), nil)
-		names, err := v.add(schema, "run_found", 1, slices.Concat(sc.builders(), prev.builders(), []array.Builder{tb, ab, gapsb, eb, leb, t0b, t1b, fb, lb})...)
+		names, err := v.add(schema, "run_found", 1, slices.Concat([]array.Builder{sb, gb, skb, thb, hhb}, prev.builders(), []array.Builder{gapsb, mb, eb, leb, t0b, t1b, fb, lb})...)
 		if err != nil {
 			return err
 		}
 		// The figures by the same aggregates as insertRunsSQL's, over the
-		// gaps in order.
+		// gaps in order; the median computed as DuckDB's (medianGap).
 		if _, err := v.conn.ExecContext(ctx, `INSERT INTO call_runs
-SELECT server, g, hash(sk), hash(tool), hash(args), CASE WHEN prev_tool IS NULL THEN prev_th ELSE hash(prev_tool) END, prev_ts,
+SELECT server, g, skh, th, hh, prev_th, prev_ts,
        len(gaps) + 1, (t1 - t0) / 1000.0, coalesce(list_avg(gaps), 0) / 1000.0,
-       coalesce(list_aggregate(gaps, 'stddev_pop'), 0) / 1000.0, coalesce(list_aggregate(gaps, 'median'), 0) / 1000.0,
+       coalesce(list_aggregate(gaps, 'stddev_pop'), 0) / 1000.0, median_gap / 1000.0,
        errors, last_err, t0, t1, first_ts, last_ts
 FROM `+names[0]); err != nil {
 			return fmt.Errorf("record runs: store runs: %w", err)
@@ -204,25 +192,26 @@ FROM `+names[0]); err != nil {
 	if len(tails) == 0 {
 		return nil
 	}
-	sc, a, bb := newSessionCols(mem), newBeforeCols(mem), array.NewInt64Builder(mem)
-	lub, ltb, lab := array.NewTimestampBuilder(mem, tsType), array.NewStringBuilder(mem), array.NewStringBuilder(mem)
+	pkb, bb, a := array.NewUint64Builder(mem), array.NewInt64Builder(mem), newBeforeCols(mem)
+	lub, ltb, lab := array.NewTimestampBuilder(mem, tsType), array.NewUint64Builder(mem), array.NewUint64Builder(mem)
 	for _, t := range tails {
-		sc.add(b.sessions[t.sessionIndex])
-		a.add(t.aSet, t.aTool, t.aTH, t.aUS)
+		pkb.Append(pks[t.sessionIndex])
 		bb.Append(t.bMS)
+		a.add(t.aSet, t.aTool, t.aTH, t.aUS)
 		lub.Append(arrow.Timestamp(t.lastUS))
-		ltb.Append(t.lastTool)
+		ltb.Append(duckhash.String(t.lastTool))
 		if t.lastArgs == "" {
-			lab.AppendNull()
+			lab.Append(duckhash.Null)
 		} else {
-			lab.Append(t.lastArgs)
+			lab.Append(duckhash.String(t.lastArgs))
 		}
 	}
-	schema := arrow.NewSchema(slices.Concat(sc.fields(), a.fields("a"), []arrow.Field{
-		{Name: "b_ms", Type: arrow.PrimitiveTypes.Int64}, {Name: "last_ts", Type: tsType},
-		{Name: "last_tool", Type: arrow.BinaryTypes.String}, {Name: "last_args", Type: arrow.BinaryTypes.String, Nullable: true},
+	schema := arrow.NewSchema(slices.Concat([]arrow.Field{
+		{Name: "pk", Type: arrow.PrimitiveTypes.Uint64}, {Name: "b_ms", Type: arrow.PrimitiveTypes.Int64},
+	}, a.fields("a"), []arrow.Field{
+		{Name: "last_ts", Type: tsType}, {Name: "last_th", Type: arrow.PrimitiveTypes.Uint64}, {Name: "last_hh", Type: arrow.PrimitiveTypes.Uint64},
 	}), nil)
-	names, err := v.add(schema, "run_tails_new", 2, slices.Concat(sc.builders(), a.builders(), []array.Builder{bb, lub, ltb, lab})...)
+	names, err := v.add(schema, "run_tails_new", 2, slices.Concat([]array.Builder{pkb, bb}, a.builders(), []array.Builder{lub, ltb, lab})...)
 	if err != nil {
 		return err
 	}
@@ -235,17 +224,36 @@ FROM `+names[0]); err != nil {
 		}
 	}
 	if replaced {
-		if _, err := v.conn.ExecContext(ctx, `DELETE FROM run_tails WHERE last_ts >= ? AND pk IN (SELECT hash(server, g, sk) FROM `+names[0]+`)`,
+		if _, err := v.conn.ExecContext(ctx, `DELETE FROM run_tails WHERE last_ts >= ? AND pk IN (SELECT pk FROM `+names[0]+`)`,
 			time.UnixMicro(oldest).UTC()); err != nil {
 			return fmt.Errorf("record runs: tails: %w", err)
 		}
 	}
-	if _, err := v.conn.ExecContext(ctx, `INSERT INTO run_tails
-SELECT hash(server, g, sk), b_ms, a_ts, CASE WHEN a_tool IS NULL THEN a_th ELSE hash(a_tool) END, last_ts, hash(last_tool), hash(last_args)
-FROM `+names[1]); err != nil {
+	if _, err := v.conn.ExecContext(ctx, `INSERT INTO run_tails SELECT pk, b_ms, a_ts, a_th, last_ts, last_th, last_hh FROM `+names[1]); err != nil {
 		return fmt.Errorf("record runs: tails: %w", err)
 	}
 	return nil
+}
+
+// medianGap is median() of a run's gaps as DuckDB computes it over
+// BIGINT, 0 without any: the middle gap, or of the two middle ones the
+// lower plus half their difference (exact in doubles for gaps under 2^53
+// ms, so that one rounding remains, as in DuckDB's interpolation). Computed
+// here because list_aggregate's median cost a quarter of the runs' INSERT.
+// sorted is scratch space, kept from run to run.
+func medianGap(gaps []int64, sorted *[]int64) float64 {
+	n := len(gaps)
+	if n == 0 {
+		return 0
+	}
+	s := append((*sorted)[:0], gaps...)
+	*sorted = s
+	slices.Sort(s)
+	lo := float64(s[(n-1)/2])
+	if n%2 == 1 {
+		return lo
+	}
+	return lo + (float64(s[n/2])-lo)*0.5
 }
 
 // recordSlowRuns runs recordRuns for the sessions slow of b, among the
@@ -315,43 +323,39 @@ func (c sessionCols) fields() []arrow.Field {
 func (c sessionCols) builders() []array.Builder { return []array.Builder{c.server, c.grant, c.key} }
 
 // beforeCols are a record's columns of the call before something: its
-// tool when it is in the batch, its tool's hash when it is stored, its
-// time; all null without one.
+// tool's hash (computed here when the call is in the batch, stored when it
+// is the stored last call) and its time; both null without one.
 type beforeCols struct {
-	tool *array.StringBuilder
-	th   *array.Uint64Builder
-	ts   *array.TimestampBuilder
+	th *array.Uint64Builder
+	ts *array.TimestampBuilder
 }
 
 func newBeforeCols(mem memory.Allocator) beforeCols {
-	return beforeCols{array.NewStringBuilder(mem), array.NewUint64Builder(mem), array.NewTimestampBuilder(mem, tsType)}
+	return beforeCols{array.NewUint64Builder(mem), array.NewTimestampBuilder(mem, tsType)}
 }
 
+// add appends the call before: tool when it is in the batch, else the
+// stored tool's hash th; none when set is false.
 func (c beforeCols) add(set bool, tool string, th uint64, us int64) {
 	switch {
 	case !set:
-		c.tool.AppendNull()
 		c.th.AppendNull()
 		c.ts.AppendNull()
 		return
 	case tool != "":
-		c.tool.Append(tool)
-		c.th.AppendNull()
+		c.th.Append(duckhash.String(tool))
 	default:
-		c.tool.AppendNull()
 		c.th.Append(th)
 	}
 	c.ts.Append(arrow.Timestamp(us))
 }
 
-// fields and builders are the columns', named prefix_tool, prefix_th and
-// prefix_ts.
+// fields and builders are the columns', named prefix_th and prefix_ts.
 func (c beforeCols) fields(prefix string) []arrow.Field {
-	return []arrow.Field{{Name: prefix + "_tool", Type: arrow.BinaryTypes.String, Nullable: true},
-		{Name: prefix + "_th", Type: arrow.PrimitiveTypes.Uint64, Nullable: true}, {Name: prefix + "_ts", Type: tsType, Nullable: true}}
+	return []arrow.Field{{Name: prefix + "_th", Type: arrow.PrimitiveTypes.Uint64, Nullable: true}, {Name: prefix + "_ts", Type: tsType, Nullable: true}}
 }
 
-func (c beforeCols) builders() []array.Builder { return []array.Builder{c.tool, c.th, c.ts} }
+func (c beforeCols) builders() []array.Builder { return []array.Builder{c.th, c.ts} }
 
 // tsType is the Arrow type of the records' times.
 var tsType = &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}
@@ -475,20 +479,24 @@ func dropOpenRuns(ctx context.Context, v *arrowViews, b *batchCalls, extended []
 		return nil
 	}
 	mem := v.allocator()
-	sc, tb := newSessionCols(mem), array.NewInt64Builder(mem)
+	sb, gb, skb, tb := array.NewStringBuilder(mem), array.NewStringBuilder(mem), array.NewUint64Builder(mem), array.NewInt64Builder(mem)
 	floor := int64(math.MaxInt64)
 	for _, si := range extended {
-		sc.add(b.sessions[si])
+		s := b.sessions[si]
+		sb.Append(s.server)
+		gb.Append(s.grant)
+		skb.Append(duckhash.String(s.key))
 		tb.Append(tails[si].bMS)
 		floor = min(floor, tails[si].bMS)
 	}
-	schema := arrow.NewSchema(slices.Concat(sc.fields(), []arrow.Field{{Name: "t0", Type: arrow.PrimitiveTypes.Int64}}), nil)
-	names, err := v.add(schema, "run_extended", 1, slices.Concat(sc.builders(), []array.Builder{tb})...)
+	schema := arrow.NewSchema([]arrow.Field{{Name: "server", Type: arrow.BinaryTypes.String}, {Name: "g", Type: arrow.BinaryTypes.String},
+		{Name: "skh", Type: arrow.PrimitiveTypes.Uint64}, {Name: "t0", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	names, err := v.add(schema, "run_extended", 1, sb, gb, skb, tb)
 	if err != nil {
 		return err
 	}
 	if _, err := v.conn.ExecContext(ctx, `DELETE FROM call_runs USING `+names[0]+` e
-	WHERE call_runs.t0 >= ? AND call_runs.server = e.server AND call_runs."grant" = e.g AND call_runs.skh = hash(e.sk) AND call_runs.t0 = e.t0`, floor); err != nil {
+	WHERE call_runs.t0 >= ? AND call_runs.server = e.server AND call_runs."grant" = e.g AND call_runs.skh = e.skh AND call_runs.t0 = e.t0`, floor); err != nil {
 		return fmt.Errorf("record runs: extended runs: %w", err)
 	}
 	return nil

@@ -20,6 +20,7 @@ import (
 	duckdb "github.com/duckdb/duckdb-go/v2"
 
 	"github.com/mcptrail/mcptrail/ingest"
+	"github.com/mcptrail/mcptrail/internal/duckhash"
 )
 
 // DefaultMemoryLimit bounds DuckDB's memory (buffers, sorts, hash tables), so
@@ -218,6 +219,10 @@ func (s *Store) openWriter(ctx context.Context) error {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("open write connection: %w", err)
+	}
+	if err := checkHashes(ctx, conn, duckhash.String, duckhash.Strings); err != nil {
+		_ = conn.Close()
+		return err
 	}
 	s.wconn = conn
 	return nil
