@@ -70,17 +70,15 @@ func sessionsFromIDs(evs []audit.Event) {
 // sessions receive calls earlier than their stored ones (late calls). Once
 // with sessions derived by the store and calls sent twice (the batches go
 // through recordRuns' SQL), once with every call's session given and each
-// call sent once (most sessions go through the Go path), and that again
-// with the tails looked up by their keys (tailKeys) however few, and with
-// sessions of more grants than a batch's staging keeps apart (maxKeys).
+// call sent once (most sessions go through the Go path), and with sessions
+// of more grants than a batch's staging keeps apart (maxKeys).
 func TestRunsIncremental(t *testing.T) {
 	for _, c := range []struct {
-		name                         string
-		sessionless, redeliver, keys bool
-	}{{"derived sessions, calls sent twice", true, true, false}, {"sessions given, calls sent once", false, false, false},
-		{"sessions given, calls sent once, tails found by their keys", false, false, true},
-		{"sessions from conversation, trace and gateway, calls sent once", false, false, false},
-		{"sessions of more grants than a batch keeps apart, calls sent once", false, false, false}} {
+		name                   string
+		sessionless, redeliver bool
+	}{{"derived sessions, calls sent twice", true, true}, {"sessions given, calls sent once", false, false},
+		{"sessions from conversation, trace and gateway, calls sent once", false, false},
+		{"sessions of more grants than a batch keeps apart, calls sent once", false, false}} {
 		t.Run(c.name, func(t *testing.T) {
 			evs, err := runtraffic.Generate(7, 12000, 36*time.Hour, time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), c.sessionless)
 			require.NoError(t, err)
@@ -96,12 +94,12 @@ func TestRunsIncremental(t *testing.T) {
 					}
 				}
 			}
-			checkRunsIncremental(t, evs, c.redeliver, c.keys)
+			checkRunsIncremental(t, evs, c.redeliver)
 		})
 	}
 }
 
-func checkRunsIncremental(t *testing.T, evs []audit.Event, redeliver, keys bool) {
+func checkRunsIncremental(t *testing.T, evs []audit.Event, redeliver bool) {
 	ctx := context.Background()
 
 	one := openTemp(t)
@@ -123,9 +121,6 @@ func checkRunsIncremental(t *testing.T, evs []audit.Event, redeliver, keys bool)
 		batches = append(batches, batch)
 	}
 	inOrder := openTemp(t)
-	if keys {
-		inOrder.tails.from = 1 // the tails' keys from the first tail on (tailKeysFrom)
-	}
 	for _, b := range batches {
 		_, err := inOrder.Append(ctx, ingest.Batch{Events: b})
 		require.NoError(t, err)
@@ -137,9 +132,6 @@ func checkRunsIncremental(t *testing.T, evs []audit.Event, redeliver, keys bool)
 	// Out of order, sessions are derived differently (SPEC §3): the runs
 	// kept are compared with those of the same stored calls.
 	shuffled := openTemp(t)
-	if keys {
-		shuffled.tails.from = 1
-	}
 	rand.New(rand.NewPCG(1, 2)).Shuffle(len(batches), func(i, j int) { batches[i], batches[j] = batches[j], batches[i] })
 	for _, b := range batches {
 		_, err := shuffled.Append(ctx, ingest.Batch{Events: b})

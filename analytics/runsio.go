@@ -34,11 +34,9 @@ const tailColumns = `epoch_ms(t.last_ts), epoch_us(t.last_ts), t.last_th, t.last
 // lookupTails reads run_tails for the batch's sessions, and whether each
 // session's first new call continues its stored last call; with every
 // session's key (pk, by session index), computed in Go as the SQL path's
-// hash() computes it. The sessions looked up are those whose key keys may
-// hold (all of them while the store does not keep the keys, when the
-// table is small enough to be joined whole); once it keeps them, the
-// recent tails come first, and the whole table is read for the sessions
-// not found among them alone.
+// hash() computes it. Only the sessions whose key keys holds are looked up:
+// among the recent tails first, then in the whole table for those not
+// found there.
 func lookupTails(ctx context.Context, v *arrowViews, keys *tailKeys, b *batchCalls) (map[int32]storedTail, []uint64, error) {
 	out := map[int32]storedTail{}
 	pks := make([]uint64, len(b.sessions))
@@ -48,8 +46,7 @@ func lookupTails(ctx context.Context, v *arrowViews, keys *tailKeys, b *batchCal
 	if len(pks) == 0 {
 		return out, pks, nil
 	}
-	kept, err := keys.use(ctx, v.conn)
-	if err != nil {
+	if err := keys.use(ctx, v.conn); err != nil {
 		return nil, nil, err
 	}
 	mem := v.allocator()
@@ -77,11 +74,8 @@ func lookupTails(ctx context.Context, v *arrowViews, keys *tailKeys, b *batchCal
 		t.continues = b.continuesStored(si, t)
 		out[si] = t
 	}
-	query := `SELECT f.i, ` + tailColumns + ` FROM ` + names[0] + ` f JOIN run_tails t ON t.pk = f.pk`
-	if !kept {
-		return out, pks, scanTails(ctx, v, query, each)
-	}
-	if err := scanTails(ctx, v, query+` WHERE t.last_ts >= ?`, each, time.UnixMilli(first).Add(-recentTails).UTC()); err != nil {
+	if err := scanTails(ctx, v, `SELECT f.i, `+tailColumns+` FROM `+names[0]+` f JOIN run_tails t ON t.pk = f.pk WHERE t.last_ts >= ?`,
+		each, time.UnixMilli(first).Add(-recentTails).UTC()); err != nil {
 		return nil, nil, err
 	}
 	if len(out) == asked {

@@ -1,7 +1,6 @@
 package analytics
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -9,54 +8,43 @@ import (
 )
 
 // tailKeys are the keys (pk) of the sessions with a row in run_tails, so
-// that a batch reads the whole table only for sessions that have an old
-// tail. run_tails holds one row per session ever seen; a batch's sessions
-// are mostly new, or continue from recent batches, whose tails the lookup
+// that a batch looks up the tails of the sessions that have one alone.
+// run_tails holds one row per session ever seen; a batch's sessions are
+// mostly new, or continue from recent batches, whose tails the lookup
 // finds among the rows with a recent last_ts (DuckDB skips the older row
-// groups by their min/max). Without the keys each batch scanned every tail
-// twice, a cost that grew with the sessions kept (8 bytes a session here).
+// groups by their min/max). Without the keys each batch joined all its
+// sessions with every tail, a cost that grew with the sessions kept (8
+// bytes a session here); a session's key is computed in Go (runSession.pk).
 //
-// They are read from the table at the first batch that finds it large
-// enough (use), and from then on every writer of run_tails on the store's
-// write connection adds the keys it stored; keys of a batch that was
-// rolled back stay, which only costs a scan. They live with the store,
-// guarded by its write lock.
+// They are read from the table at the store's first batch (use), and from
+// then on every writer of run_tails on the store's write connection adds
+// the keys it stored; keys of a batch that was rolled back stay, which
+// only costs that session a read of the whole table. They live with the
+// store, guarded by its write lock.
 type tailKeys struct {
-	from   int // the size from which they are kept: tailKeysFrom when 0 (tests set 1)
 	built  bool
 	sorted []uint64            // sorted
 	recent map[uint64]struct{} // added since sorted was last merged
 }
 
-// tailKeysFrom is the size of run_tails from which the store keeps the
-// tails' keys rather than lookupTails scanning the whole table each batch.
-// Measured per 1M events in 9 batches: scanning cost 58 ms with an empty table,
-// 217 ms at 318,234 tails and 877 ms at 3.3M; with the keys, ~110 ms at
-// any size, after reading the keys once (0.9 s at 3.3M).
-const tailKeysFrom = 100_000
-
-// use tells whether the keys are kept: once run_tails holds
-// tailKeysFrom rows (fewer cost less to scan each batch than to keep),
-// they are read from it (on conn, inside the batch's transaction, so that
-// they include its own writes) and kept from then on.
-func (k *tailKeys) use(ctx context.Context, conn execQuerier) (bool, error) {
+// use reads the keys from run_tails the first time it is called (on conn,
+// inside the batch's transaction, so that they include its own writes):
+// 0.9 s at 3.3M tails, once a store.
+func (k *tailKeys) use(ctx context.Context, conn execQuerier) error {
 	if k.built {
-		return true, nil
+		return nil
 	}
 	var n int
 	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM run_tails`).Scan(&n); err != nil {
-		return false, fmt.Errorf("record runs: tail keys: %w", err)
-	}
-	if n < cmp.Or(k.from, tailKeysFrom) {
-		return false, nil
+		return fmt.Errorf("record runs: tail keys: %w", err)
 	}
 	sorted := make([]uint64, 0, n) // 8 bytes a key, no room to grow into
 	if err := scanKeys(ctx, conn, `SELECT pk FROM run_tails`, func(pk uint64) { sorted = append(sorted, pk) }); err != nil {
-		return false, err
+		return err
 	}
 	slices.Sort(sorted) // here rather than in DuckDB, which would hold a sorted copy
-	*k = tailKeys{from: k.from, built: true, sorted: sorted, recent: map[uint64]struct{}{}}
-	return true, nil
+	*k = tailKeys{built: true, sorted: sorted, recent: map[uint64]struct{}{}}
+	return nil
 }
 
 // has tells whether run_tails may hold pk: always true before the keys are
