@@ -19,7 +19,10 @@
 #     (a policy whose all_tools limit sends every call through the evaluator)
 #   BASE=tree RECLUSTER=1 bench/recommend-pairs.sh   # what clustering the calls saves
 #   BASE=abc1234 MIGRATE=1 bench/recommend-pairs.sh  # against a build before a migration
-# MIGRATE=1 runs the working tree on a copy that its `recluster` migrated
+# MIGRATE=1 gives the base side the same calls stored by the base's own
+# bench/fill, catalog import and `recluster` (cached in OUT by the base's
+# hash), which the base can open whatever migrations the working tree
+# added, and the working tree a copy of it that its `recluster` migrated
 # (and counted); with BASE_RECLUSTER=1 the base side too reads a copy its
 # own `recluster` went over, for a base that counts aggregates at recluster
 # (since migration 11) against a tree that counts more.
@@ -34,18 +37,30 @@ source bench/recommend-window.sh pairs
 source bench/base.sh
 if [ "$BASE" = tree ]; then
 	cp "$OUT/mcptrail" "$WORK/mcptrail-base"
+	cp "$OUT/fill" "$WORK/fill-base"
 else
-	BASE=$(build_base "$BASE" "$WORK/mcptrail-base")
+	BASE=$(build_base "$BASE" "$WORK/mcptrail-base" "$WORK/fill-base")
 fi
-tree_db=$(window_db "$SIZE" 30)
+# MIGRATE=1: the working tree's schema may be newer than BASE's, which
+# cannot open a database the working tree made or migrated. The base side
+# reads the calls as the base stored them, the tree side a copy the working
+# tree migrated (and reclustered) once, so that no run pays the migration.
+if [ -n "${MIGRATE:-}" ]; then
+	base_db="$OUT/recommend-$SIZE-30d-base-$BASE.duckdb"
+	if [ ! -s "$base_db" ]; then
+		"$WORK/fill-base" -db "$WORK/base-fill.duckdb" -count "$SIZE" -days 30 >&2
+		"$WORK/mcptrail-base" --db "$WORK/base-fill.duckdb" --now 2026-11-29T00:00:00Z catalog import testdata/proxmox-mcp.tools.json --server proxmox-mcp >/dev/null
+		"$WORK/mcptrail-base" --db "$WORK/base-fill.duckdb" --now 2026-11-29T00:00:00Z recluster >&2
+		mv "$WORK/base-fill.duckdb" "$base_db"
+	fi
+	tree_db="$base_db"
+else
+	tree_db=$(window_db "$SIZE" 30)
+fi
 db="$tree_db"
 if [ -n "${RECLUSTER:-}" ]; then
 	db=$(window_db "$SIZE" 30 ingested)
 fi
-# MIGRATE=1: the working tree's schema is newer than BASE's, which cannot
-# open a database migrated by it. The base side reads the database as
-# cached, the tree side a copy the working tree migrated (and reclustered)
-# once, so that no run pays the migration.
 if [ -n "${MIGRATE:-}" ]; then
 	cp "$tree_db" "$WORK/migrated.duckdb"
 	# recluster, as serve does daily: it migrates, and counts what the
