@@ -16,9 +16,10 @@ import (
 // sessions with every tail, a cost that grew with the sessions kept (8
 // bytes a session here); a session's key is computed in Go (runSession.pk).
 //
-// They are read from the table at the store's first batch (use), and from
-// then on every writer of run_tails on the store's write connection adds
-// the keys it stored; keys of a batch that was rolled back stay, which
+// They are read from the table at the first batch whose runs the Go path
+// finds (use; until then a SQL recomputation adds none, and the read takes
+// its rows too), and from then on every writer of run_tails on the store's
+// write connection adds the keys it stored; keys of a batch that was rolled back stay, which
 // only costs that session a read of the whole table. They live with the
 // store, guarded by its write lock.
 type tailKeys struct {

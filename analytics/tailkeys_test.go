@@ -52,8 +52,8 @@ func TestTailsOfSessionsThatComeBack(t *testing.T) {
 				call("g1", "gone", "get_task_status", 0),
 				call("g2", "gone", "get_task_status", 30*time.Second),
 			}
-			// A first batch reads the keys (one tail); the sessions above
-			// are added to them after.
+			// A first batch: the store reads the keys (none yet) and stores
+			// one tail; the sessions above are added to the keys after.
 			appendBatch(call("z1", "zero", "get_vm_status", -time.Hour))
 			if c.viaSQL {
 				appendBatch(first[0]) // a batch of the Go path
