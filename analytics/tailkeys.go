@@ -19,9 +19,9 @@ import (
 // They are read from the table at the first batch whose runs the Go path
 // finds (use; until then a SQL recomputation adds none, and the read takes
 // its rows too), and from then on every writer of run_tails on the store's
-// write connection adds the keys it stored; keys of a batch that was rolled back stay, which
-// only costs that session a read of the whole table. They live with the
-// store, guarded by its write lock.
+// write connection adds the keys it stored; keys of a batch that was
+// rolled back stay, which only costs that session a read of the whole
+// table. They live with the store, guarded by its write lock.
 type tailKeys struct {
 	built  bool
 	sorted []uint64            // sorted
