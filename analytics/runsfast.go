@@ -20,18 +20,12 @@ import (
 // quarter of the ingest rate. Every other session goes through recordRuns'
 // SQL, which the tests hold the Go path to.
 
-// runSession is a session's key: its server, grant and session key; with
-// its key in run_tails (pk: hash(server, g, sk), as the SQL path's
-// sessionHash) and its key's hash in call_runs (skh), computed as the
-// batch is collected, beside DuckDB's insert.
-type runSession struct {
-	server, grant, key string
-	pk, skh            uint64
-}
+// runSession is a session's key: its server, grant and session key.
+type runSession struct{ server, grant, key string }
 
-func newRunSession(server, grant, key string) runSession {
-	return runSession{server: server, grant: grant, key: key, pk: duckhash.Strings(server, grant, key), skh: duckhash.String(key)}
-}
+// pk is the session's key in run_tails: hash(server, g, sk), as the SQL
+// path's sessionHash.
+func (s runSession) pk() uint64 { return duckhash.Strings(s.server, s.grant, s.key) }
 
 // runCall is one call of a tool in a staged batch. It holds no pointers:
 // its tool and arguments are indexes (batchCalls.tools, argsRef), so that
@@ -89,10 +83,8 @@ type batchCalls struct {
 	// the arguments of stored calls read back (openRunCalls).
 	cols       *columns
 	tools      []string
-	toolHashes []uint64 // hash() of each of tools
 	toolIDs    map[string]int32
 	storedArgs []string
-	sorted     []int64 // medianGap's scratch
 }
 
 // toolID is the index of the tool name in b.tools, added there if new.
@@ -102,7 +94,6 @@ func (b *batchCalls) toolID(name string) int32 {
 		id = int32(len(b.tools))
 		b.toolIDs[name] = id
 		b.tools = append(b.tools, name)
-		b.toolHashes = append(b.toolHashes, duckhash.String(name))
 	}
 	return id
 }
@@ -237,7 +228,7 @@ func collectCalls(c *columns, x *callScratch) *batchCalls {
 				// The key copied out of the staged column: the upkeep
 				// reads it thrice more (the sessions', runs' and tails'
 				// records), each a cache miss in the batch's ~70 MB.
-				b.sessions = append(b.sessions, newRunSession(serverGrants[sg].server, serverGrants[sg].grant, strings.Clone(key)))
+				b.sessions = append(b.sessions, runSession{server: serverGrants[sg].server, grant: serverGrants[sg].grant, key: strings.Clone(key)})
 				sessionSG = append(sessionSG, sg)
 				counts = append(counts, 0)
 			}
@@ -402,30 +393,29 @@ type storedTail struct {
 	aSet           bool
 }
 
-// runTail is a session's new run_tails row, from the Go path; its hashes
-// are hash()'s, of a NULL for a last call without arguments.
+// runTail is a session's new run_tails row, from the Go path.
 type runTail struct {
-	bMS            int64
-	aUS            int64 // the call before the cut; aSet false: none
-	aSet           bool
-	aTH            uint64
-	lastUS         int64
-	lastTH, lastHH uint64
-	sessionIndex   int32
-	atStart        bool // the cut is at the batch's first call: a is the stored last call
+	bMS          int64
+	aUS          int64 // the call before the cut; aSet false: none
+	aSet         bool
+	aTool        string // "" when the call before is the stored last call: aTH
+	aTH          uint64
+	lastUS       int64
+	lastTool     string
+	lastArgs     string
+	sessionIndex int32
+	atStart      bool // the cut is at the batch's first call: a is the stored last call
 }
 
-// fastRun is a run found in Go: its tool's and arguments' hashes (th, hh:
-// hash()'s, as call_runs holds them), the call before's tool's, and its
-// gaps' median (medianGap), computed as the batch is collected.
+// fastRun is a run found in Go.
 type fastRun struct {
 	session      int32
-	th, hh       uint64
+	tool, args   string
+	prevTool     string // "" when the call before is the stored last call (prevTH) or none (prevSet false)
 	prevTH       uint64
 	prevUS       int64
-	prevSet      bool // prevTH and prevUS: none without
+	prevSet      bool
 	gaps         []int64
-	median       float64
 	errors       int64
 	lastErr      bool
 	t0, t1       int64
@@ -503,7 +493,7 @@ func recordBatchRuns(v *arrowViews, keys *tailKeys, b *batchCalls, where string,
 			return err
 		}
 	}
-	if err := storeFastRuns(ctx, v, b, runs, newTails, tails); err != nil {
+	if err := storeFastRuns(ctx, v, b, runs, newTails, tails, pks); err != nil {
 		return err
 	}
 	if len(slow) == 0 {
@@ -551,7 +541,6 @@ func (b *batchCalls) sessionRuns(runs []fastRun, si int32, calls []runCall, befo
 	opened, gaps0 := false, 0
 	closeRun := func() {
 		open.gaps = b.gaps[gaps0:len(b.gaps):len(b.gaps)]
-		open.median = medianGap(open.gaps, &b.sorted)
 		runs = append(runs, open)
 		opened = false
 	}
@@ -565,10 +554,10 @@ func (b *batchCalls) sessionRuns(runs []fastRun, si int32, calls []runCall, befo
 			if !opened {
 				p := calls[i-1]
 				opened, gaps0 = true, len(b.gaps)
-				open = fastRun{session: si, th: b.toolHashes[p.tool], hh: duckhash.String(b.argsOf(p.args)), t0: p.ms, first: p.us, errors: b2i(p.err), atStart: i == 1}
+				open = fastRun{session: si, tool: b.tools[p.tool], args: b.argsOf(p.args), t0: p.ms, first: p.us, errors: b2i(p.err), atStart: i == 1}
 				switch {
 				case i > 1:
-					open.prevTH, open.prevUS, open.prevSet = b.toolHashes[calls[i-2].tool], calls[i-2].us, true
+					open.prevTool, open.prevUS, open.prevSet = b.tools[calls[i-2].tool], calls[i-2].us, true
 				case before.set:
 					open.prevTH, open.prevUS, open.prevSet = before.th, before.us, true
 				}
@@ -586,7 +575,7 @@ func (b *batchCalls) sessionRuns(runs []fastRun, si int32, calls []runCall, befo
 		t.bMS, t.atStart = c.ms, i == 0
 		switch {
 		case i > 0:
-			t.aUS, t.aTH, t.aSet = calls[i-1].us, b.toolHashes[calls[i-1].tool], true
+			t.aUS, t.aTool, t.aSet = calls[i-1].us, b.tools[calls[i-1].tool], true
 		case before.set:
 			t.aUS, t.aTH, t.aSet = before.us, before.th, true
 		}
@@ -595,10 +584,7 @@ func (b *batchCalls) sessionRuns(runs []fastRun, si int32, calls []runCall, befo
 		closeRun()
 	}
 	last := calls[len(calls)-1]
-	t.lastUS, t.lastTH, t.lastHH = last.us, b.toolHashes[last.tool], duckhash.Null
-	if args := b.argsOf(last.args); args != "" {
-		t.lastHH = duckhash.String(args)
-	}
+	t.lastUS, t.lastTool, t.lastArgs = last.us, b.tools[last.tool], b.argsOf(last.args)
 	return runs, t, tied
 }
 

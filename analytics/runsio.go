@@ -41,7 +41,7 @@ func lookupTails(ctx context.Context, v *arrowViews, keys *tailKeys, b *batchCal
 	out := map[int32]storedTail{}
 	pks := make([]uint64, len(b.sessions))
 	for si, s := range b.sessions {
-		pks[si] = s.pk
+		pks[si] = s.pk()
 	}
 	if len(pks) == 0 {
 		return out, pks, nil
@@ -101,7 +101,7 @@ func lookupTails(ctx context.Context, v *arrowViews, keys *tailKeys, b *batchCal
 func (b *batchCalls) continuesStored(si int32, t storedTail) bool {
 	c := b.calls[b.starts[si]]
 	return c.args != noArgs && c.ms-t.lastMS <= RunsMaxGap.Milliseconds() &&
-		b.toolHashes[c.tool] == t.lastTH && duckhash.String(b.argsOf(c.args)) == t.lastHH
+		duckhash.String(b.tools[c.tool]) == t.lastTH && duckhash.String(b.argsOf(c.args)) == t.lastHH
 }
 
 // scanTails runs a query of session index and tailColumns, and hands each
@@ -127,10 +127,10 @@ func scanTails(ctx context.Context, v *arrowViews, text string, each func(i int3
 }
 
 // storeFastRuns inserts the Go path's runs and replaces its sessions' tails
-// (stored: those lookupTails found). The keys and hashes the tables hold
-// were computed in Go as the batch was collected, so that no string
-// crosses into DuckDB but a run's server and grant.
-func storeFastRuns(ctx context.Context, v *arrowViews, b *batchCalls, runs []fastRun, tails []runTail, stored map[int32]storedTail) error {
+// (stored: those lookupTails found; pks: every session's key). The hashes
+// the tables hold are computed here, in Go, so that no string crosses
+// into DuckDB but a run's server and grant.
+func storeFastRuns(ctx context.Context, v *arrowViews, b *batchCalls, runs []fastRun, tails []runTail, stored map[int32]storedTail, pks []uint64) error {
 	mem := v.allocator()
 	if len(runs) > 0 {
 		sb, gb := array.NewStringBuilder(mem), array.NewStringBuilder(mem)
@@ -140,17 +140,18 @@ func storeFastRuns(ctx context.Context, v *arrowViews, b *batchCalls, runs []fas
 		eb, leb, t0b, t1b := array.NewInt64Builder(mem), array.NewBooleanBuilder(mem), array.NewInt64Builder(mem), array.NewInt64Builder(mem)
 		fb, lb := array.NewTimestampBuilder(mem, tsType), array.NewTimestampBuilder(mem, tsType)
 		mb := array.NewFloat64Builder(mem)
+		var sorted []int64
 		for _, r := range runs {
 			s := b.sessions[r.session]
 			sb.Append(s.server)
 			gb.Append(s.grant)
-			skb.Append(s.skh)
-			thb.Append(r.th)
-			hhb.Append(r.hh)
-			prev.add(r.prevSet, r.prevTH, r.prevUS)
+			skb.Append(duckhash.String(s.key))
+			thb.Append(duckhash.String(r.tool))
+			hhb.Append(duckhash.String(r.args))
+			prev.add(r.prevSet, r.prevTool, r.prevTH, r.prevUS)
 			gapsb.Append(true)
 			gapb.AppendValues(r.gaps, nil)
-			mb.Append(r.median)
+			mb.Append(medianGap(r.gaps, &sorted))
 			eb.Append(r.errors)
 			leb.Append(r.lastErr)
 			t0b.Append(r.t0)
@@ -188,12 +189,16 @@ FROM `+names[0]); err != nil {
 	pkb, bb, a := array.NewUint64Builder(mem), array.NewInt64Builder(mem), newBeforeCols(mem)
 	lub, ltb, lab := array.NewTimestampBuilder(mem, tsType), array.NewUint64Builder(mem), array.NewUint64Builder(mem)
 	for _, t := range tails {
-		pkb.Append(b.sessions[t.sessionIndex].pk)
+		pkb.Append(pks[t.sessionIndex])
 		bb.Append(t.bMS)
-		a.add(t.aSet, t.aTH, t.aUS)
+		a.add(t.aSet, t.aTool, t.aTH, t.aUS)
 		lub.Append(arrow.Timestamp(t.lastUS))
-		ltb.Append(t.lastTH)
-		lab.Append(t.lastHH)
+		ltb.Append(duckhash.String(t.lastTool))
+		if t.lastArgs == "" {
+			lab.Append(duckhash.Null)
+		} else {
+			lab.Append(duckhash.String(t.lastArgs))
+		}
 	}
 	schema := arrow.NewSchema(slices.Concat([]arrow.Field{
 		{Name: "pk", Type: arrow.PrimitiveTypes.Uint64}, {Name: "b_ms", Type: arrow.PrimitiveTypes.Int64},
@@ -312,7 +317,8 @@ func (c sessionCols) fields() []arrow.Field {
 func (c sessionCols) builders() []array.Builder { return []array.Builder{c.server, c.grant, c.key} }
 
 // beforeCols are a record's columns of the call before something: its
-// tool's hash and its time; both null without one.
+// tool's hash (computed here when the call is in the batch, stored when it
+// is the stored last call) and its time; both null without one.
 type beforeCols struct {
 	th *array.Uint64Builder
 	ts *array.TimestampBuilder
@@ -322,14 +328,19 @@ func newBeforeCols(mem memory.Allocator) beforeCols {
 	return beforeCols{array.NewUint64Builder(mem), array.NewTimestampBuilder(mem, tsType)}
 }
 
-// add appends the call before, none when set is false.
-func (c beforeCols) add(set bool, th uint64, us int64) {
-	if !set {
+// add appends the call before: tool when it is in the batch, else the
+// stored tool's hash th; none when set is false.
+func (c beforeCols) add(set bool, tool string, th uint64, us int64) {
+	switch {
+	case !set:
 		c.th.AppendNull()
 		c.ts.AppendNull()
 		return
+	case tool != "":
+		c.th.Append(duckhash.String(tool))
+	default:
+		c.th.Append(th)
 	}
-	c.th.Append(th)
 	c.ts.Append(arrow.Timestamp(us))
 }
 
@@ -468,7 +479,7 @@ func dropOpenRuns(ctx context.Context, v *arrowViews, b *batchCalls, extended []
 		s := b.sessions[si]
 		sb.Append(s.server)
 		gb.Append(s.grant)
-		skb.Append(s.skh)
+		skb.Append(duckhash.String(s.key))
 		tb.Append(tails[si].bMS)
 		floor = min(floor, tails[si].bMS)
 	}
