@@ -49,50 +49,56 @@ func lookupTails(ctx context.Context, v *arrowViews, keys *tailKeys, b *batchCal
 	if err := keys.use(ctx, v.conn); err != nil {
 		return nil, nil, err
 	}
-	mem := v.allocator()
-	ib, kb := array.NewInt32Builder(mem), array.NewUint64Builder(mem)
-	first := int64(math.MaxInt64)
-	for si, pk := range pks {
-		if keys.has(pk) {
-			ib.Append(int32(si))
-			kb.Append(pk)
-			first = min(first, b.calls[b.starts[si]].ms)
-		}
-	}
-	asked := ib.Len()
-	if asked == 0 {
-		ib.Release()
-		kb.Release()
-		return out, pks, nil
-	}
-	schema := arrow.NewSchema([]arrow.Field{{Name: "i", Type: arrow.PrimitiveTypes.Int32}, {Name: "pk", Type: arrow.PrimitiveTypes.Uint64}}, nil)
-	names, err := v.add(schema, "run_sessions", 1, ib, kb)
-	if err != nil {
-		return nil, nil, err
-	}
 	each := func(si int32, t storedTail) {
 		t.continues = b.continuesStored(si, t)
 		out[si] = t
 	}
-	if err := scanTails(ctx, v, `SELECT f.i, `+tailColumns+` FROM `+names[0]+` f JOIN run_tails t ON t.pk = f.pk WHERE t.last_ts >= ?`,
-		each, time.UnixMilli(first).Add(-recentTails).UTC()); err != nil {
-		return nil, nil, err
+	// lookup joins the sessions ask selects (as the view name: session
+	// index and key) with the tails cond (after the join) selects, and
+	// tells how many it asked for.
+	schema := arrow.NewSchema([]arrow.Field{{Name: "i", Type: arrow.PrimitiveTypes.Int32}, {Name: "pk", Type: arrow.PrimitiveTypes.Uint64}}, nil)
+	lookup := func(name string, ask func(si int32, pk uint64) bool, cond string, args ...any) (int, error) {
+		mem := v.allocator()
+		ib, kb := array.NewInt32Builder(mem), array.NewUint64Builder(mem)
+		for si, pk := range pks {
+			if ask(int32(si), pk) {
+				ib.Append(int32(si))
+				kb.Append(pk)
+			}
+		}
+		asked := ib.Len()
+		if asked == 0 {
+			ib.Release()
+			kb.Release()
+			return 0, nil
+		}
+		names, err := v.add(schema, name, 1, ib, kb)
+		if err != nil {
+			return 0, err
+		}
+		return asked, scanTails(ctx, v, `SELECT f.i, `+tailColumns+` FROM `+names[0]+` f JOIN run_tails t ON t.pk = f.pk`+cond, each, args...)
 	}
-	if len(out) == asked {
-		return out, pks, nil
-	}
-	ib, kb = array.NewInt32Builder(mem), array.NewUint64Builder(mem)
+	held := func(_ int32, pk uint64) bool { return keys.has(pk) }
+	first := int64(math.MaxInt64)
 	for si, pk := range pks {
-		if _, ok := out[int32(si)]; !ok && keys.has(pk) {
-			ib.Append(int32(si))
-			kb.Append(pk)
+		if held(int32(si), pk) {
+			first = min(first, b.calls[b.starts[si]].ms)
 		}
 	}
-	if names, err = v.add(schema, "run_sessions_older", 1, ib, kb); err != nil {
+	asked, err := lookup("run_sessions", held, ` WHERE t.last_ts >= ?`, time.UnixMilli(first).Add(-recentTails).UTC())
+	if err != nil {
 		return nil, nil, err
 	}
-	err = scanTails(ctx, v, `SELECT f.i, `+tailColumns+` FROM `+names[0]+` f JOIN run_tails t ON t.pk = f.pk`, each)
-	return out, pks, err
+	if len(out) < asked {
+		older := func(si int32, pk uint64) bool {
+			_, found := out[si]
+			return !found && keys.has(pk)
+		}
+		if _, err := lookup("run_sessions_older", older, ""); err != nil {
+			return nil, nil, err
+		}
+	}
+	return out, pks, nil
 }
 
 // continuesStored tells whether session si's first call in the batch
