@@ -110,6 +110,12 @@ func ScanChunks(ctx context.Context, db *sql.DB, query string, args []any, kinds
 		return err
 	}
 	defer conn.Close()
+	return ScanConnChunks(ctx, conn, query, args, kinds, each)
+}
+
+// ScanConnChunks is ScanChunks on conn: for a query that reads the
+// connection's temporary tables.
+func ScanConnChunks(ctx context.Context, conn *sql.Conn, query string, args []any, kinds []ColumnKind, each func(*Chunk) error) error {
 	named := namedValues(args)
 	return conn.Raw(func(dc any) error {
 		qc, ok := dc.(driver.QueryerContext)

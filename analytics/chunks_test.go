@@ -129,3 +129,29 @@ func TestScanChunksStops(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, 1, calls)
 }
+
+// TestScanConnChunksReadsItsConnectionsTables: ScanConnChunks runs on the
+// connection given, whose temporary tables no other connection sees, and
+// leaves it open for the statements after.
+func TestScanConnChunksReadsItsConnectionsTables(t *testing.T) {
+	s := openTemp(t)
+	ctx := context.Background()
+	conn, err := s.DB().Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, `CREATE TEMP TABLE minutes AS SELECT i::BIGINT AS m, hash(i) AS k, i / 4.0 AS r, i > 2 AS b FROM range(5) t(i)`)
+	require.NoError(t, err)
+	query := `SELECT m, k, r, b FROM minutes WHERE m >= $from ORDER BY m`
+	var ms []int64
+	err = ScanConnChunks(ctx, conn, query, []any{sql.Named("from", 1)}, chunkKinds, func(c *Chunk) error {
+		ms = append(ms, c.Int64(0)...)
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []int64{1, 2, 3, 4}, ms)
+	var n int
+	require.NoError(t, conn.QueryRowContext(ctx, `SELECT count(*) FROM minutes`).Scan(&n), "the connection stays open")
+	assert.Equal(t, 5, n)
+	err = ScanChunks(ctx, s.DB(), query, []any{sql.Named("from", 1)}, chunkKinds, func(*Chunk) error { return nil })
+	require.ErrorContains(t, err, "minutes", "another connection has no such table")
+}

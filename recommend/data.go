@@ -511,11 +511,12 @@ func peakStatsOf(tool string, cs []peakCount) *peakStats {
 // in the span of one of its session's loops, and the spans (excluded_runs)
 // are disjoint, so a LEFT JOIN on them keeps each call once (a second pass
 // over the calls for those inside, as a SEMI JOIN, cost ~35 ms more of
-// ops-bot's 650,000 polls over 5M calls). Every window rolls up from those
-// minutes (hours and days are whole minutes since the epoch), in one query
-// per window. The scope keys go by their hash, as sessions do everywhere
-// here: grouping ops-bot's 650,000 polls by a 64-bit key took 38–43 ms
-// warm against 50–54 ms by the key's string.
+// ops-bot's 650,000 polls over 5M calls). The scope keys go by their hash,
+// as sessions do everywhere here: grouping ops-bot's 650,000 polls by a
+// 64-bit key took 38–43 ms warm against 50–54 ms by the key's string.
+// Every window rolls up from those minutes (hours and days are whole
+// minutes since the epoch) in Go (pollWindow): ops-bot's ~70,000 minutes
+// rolled up by three queries over a temporary table of them took 27–74 ms.
 func (q query) pollPeaks(ctx context.Context, tool, scope string, windows []string, runaway []run) (map[string]*peakStats, map[string]windowBuckets, error) {
 	conn, err := q.db.Conn(ctx)
 	if err != nil {
@@ -526,25 +527,29 @@ func (q query) pollPeaks(ctx context.Context, tool, scope string, windows []stri
 		return nil, nil, err
 	}
 	defer q.timed("peaks " + tool)()
-	if _, err := conn.ExecContext(ctx, `
-CREATE OR REPLACE TEMP TABLE poll_minutes AS
+	var minutes []pollMinute
+	err = analytics.ScanConnChunks(ctx, conn, `
 WITH c AS (
 	SELECT hash(`+ScopeKeySQL(scope)+`) AS k, hash(`+sessionKey+`) AS skh, epoch_ms(ts) AS ms, `+consumesQuota(scope)+` AS consumes
 	FROM calls WHERE `+inWindow+` AND tool = $tool AND decision IN ('allowed', 'rate_limited')
 )
 SELECT k, ms // 60000 AS m, count(*) FILTER (x.skh IS NULL AND consumes) AS n, count(*) FILTER (x.skh IS NOT NULL AND consumes) AS n_loop
 FROM c LEFT JOIN (SELECT * FROM excluded_runs WHERE tool = $tool) x ON x.skh = c.skh AND c.ms BETWEEN x.t0 AND x.t1
-GROUP BY ALL`,
-		q.args(sql.Named("tool", tool))...); err != nil {
+GROUP BY ALL`, q.args(sql.Named("tool", tool)), pollMinuteColumns, func(c *analytics.Chunk) error {
+		k, m, n, nLoop := c.Uint64(0), c.Int64(1), c.Int64(2), c.Int64(3)
+		for i := range c.Len() {
+			minutes = append(minutes, pollMinute{k: k[i], m: m[i], n: n[i], nLoop: nLoop[i]})
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, nil, fmt.Errorf("peaks: %w", err)
 	}
+	slices.SortFunc(minutes, func(a, b pollMinute) int { return cmp.Or(cmp.Compare(a.k, b.k), cmp.Compare(a.m, b.m)) })
 	stats := map[string]*peakStats{}
 	cuts := map[string]windowBuckets{}
 	for _, window := range windows {
-		st, b, err := pollWindow(ctx, conn, tool, window)
-		if err != nil {
-			return nil, nil, err
-		}
+		st, b := pollWindow(tool, minutes, int64(policy.WindowLength(window)/time.Minute))
 		if st == nil {
 			continue
 		}
@@ -553,49 +558,64 @@ GROUP BY ALL`,
 	return stats, cuts, nil
 }
 
-// pollWindow rolls poll_minutes up into window: the peaks of the calls
-// outside runaway loops (nil without any), and the windows per scope key
-// by how many calls they hold, outside loops and inside. A window with no
-// call left outside loops is no peak.
-func pollWindow(ctx context.Context, conn *sql.Conn, tool, window string) (*peakStats, windowBuckets, error) {
+// pollMinute is a polled tool's calls under one scope key (its hash k) in
+// one minute since the epoch (m): outside its runaway loops (n) and inside
+// them (nLoop).
+type pollMinute struct {
+	k        uint64
+	m        int64
+	n, nLoop int64
+}
+
+var pollMinuteColumns = []analytics.ColumnKind{analytics.Uint64Column, analytics.Int64Column, analytics.Int64Column, analytics.Int64Column}
+
+// pollWindow rolls a polled tool's minutes (sorted by key, then minute) up
+// into windows of length minutes: the peaks of the calls outside runaway
+// loops (nil without any), and the windows per scope key by how many calls
+// they hold, outside loops and inside. A window with no call left outside
+// loops is no peak. A window is the minutes whose number divided by length
+// (truncated, as DuckDB's // divides) is the same: consecutive minutes of
+// a key.
+func pollWindow(tool string, minutes []pollMinute, length int64) (*peakStats, windowBuckets) {
 	b := windowBuckets{Runaway: bucketCounts{}, Normal: bucketCounts{}}
-	rows, err := conn.QueryContext(ctx, `
-WITH per AS (
-	SELECT k, m // $minutes AS w, sum(n)::BIGINT AS n, sum(n_loop)::BIGINT AS n_loop FROM poll_minutes GROUP BY ALL
-)
-SELECT 'peak', peak, count(*), sum(calls)::BIGINT FROM (
-	SELECT k, max(n) AS peak, sum(n) AS calls FROM per WHERE n > 0 GROUP BY k
-) GROUP BY peak
-UNION ALL SELECT 'normal', n, count(*), 0 FROM per WHERE n > 0 GROUP BY n
-UNION ALL SELECT 'runaway', n_loop, count(*), 0 FROM per WHERE n_loop > 0 GROUP BY n_loop`,
-		sql.Named("minutes", int64(policy.WindowLength(window)/time.Minute)))
-	if err != nil {
-		return nil, b, fmt.Errorf("peaks: %w", err)
-	}
-	defer rows.Close()
-	var peaks []peakCount
-	for rows.Next() {
-		var kind string
-		var c peakCount
-		if err := rows.Scan(&kind, &c.peak, &c.keys, &c.calls); err != nil {
-			return nil, b, fmt.Errorf("peaks: %w", err)
+	byPeak := map[int64]*peakCount{}
+	for i := 0; i < len(minutes); {
+		k := minutes[i].k
+		var peak, calls int64
+		for i < len(minutes) && minutes[i].k == k {
+			w := minutes[i].m / length
+			var n, nLoop int64
+			for ; i < len(minutes) && minutes[i].k == k && minutes[i].m/length == w; i++ {
+				n += minutes[i].n
+				nLoop += minutes[i].nLoop
+			}
+			if n > 0 {
+				b.Normal[n]++
+				peak = max(peak, n)
+				calls += n
+			}
+			if nLoop > 0 {
+				b.Runaway[nLoop]++
+			}
 		}
-		switch kind {
-		case "peak":
-			peaks = append(peaks, c)
-		case "normal":
-			b.Normal[c.peak] = c.keys
-		case "runaway":
-			b.Runaway[c.peak] = c.keys
+		if calls > 0 {
+			c := byPeak[peak]
+			if c == nil {
+				c = &peakCount{peak: peak}
+				byPeak[peak] = c
+			}
+			c.keys++
+			c.calls += calls
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return nil, b, fmt.Errorf("peaks: %w", err)
+	if len(byPeak) == 0 {
+		return nil, b
 	}
-	if len(peaks) == 0 {
-		return nil, b, nil
+	peaks := make([]peakCount, 0, len(byPeak))
+	for _, c := range byPeak {
+		peaks = append(peaks, *c)
 	}
-	return peakStatsOf(tool, peaks), b, nil
+	return peakStatsOf(tool, peaks), b
 }
 
 // bucketCounts counts the windows (per scope key) of some calls by how many
