@@ -7,8 +7,10 @@
 # the yardstick (one grouped scan of the window through `mcptrail query`),
 # run by each side's own build, SCANS times a pair (default 3).
 # Prints every pair, the medians of wall time, CPU time and peak RSS, each
-# side's ratio to the median of its own scan, how many pairs the working
-# tree won, and whether both printed the same output. One run moves by ±10–40% with the
+# side's ratio to the median of its own scan, the median of each side's
+# ratios within a pair (its run against its scans beside it: the host's
+# load moves between pairs more than within one), how many pairs the
+# working tree won, and whether both printed the same output. One run moves by ±10–40% with the
 # host's load; a change of a few percent needs many pairs.
 # Both read the calls clustered by grant (as serve keeps them); BASE=tree
 # builds both sides from the working tree, and RECLUSTER=1 gives the base
@@ -35,6 +37,7 @@ BASE="${BASE:-HEAD~1}"
 CMD="${CMD:-recommend --server proxmox-mcp --format json}"
 source bench/recommend-window.sh pairs
 source bench/base.sh
+source bench/median.sh
 if [ "$BASE" = tree ]; then
 	cp "$OUT/mcptrail" "$WORK/mcptrail-base"
 	cp "$OUT/fill" "$WORK/fill-base"
@@ -115,14 +118,26 @@ for i in $(seq "$PAIRS"); do
 		cat "$WORK/time" >>"$WORK/scan_tree"
 		tree_scans="$tree_scans $(cat "$WORK/time")"
 	done
-	echo "$line scans (s): base$base_scans, tree$tree_scans"
+	# Each side's own ratio in this pair: its run against the median of its
+	# scans beside it, taken within seconds of each other, so that the
+	# host's load, which moves between pairs, moves both.
+	for side in base tree; do
+		scans=$base_scans
+		[ "$side" = tree ] && scans=$tree_scans
+		echo "$(tail -1 "$WORK/$side" | cut -d' ' -f1) $(echo "$scans" | tr ' ' '\n' | grep . | median)" |
+			awk '{printf "%.3f\n", $1 / $2}' >>"$WORK/ratio_$side"
+	done
+	echo "$line scans (s): base$base_scans, tree$tree_scans | ratios: base $(tail -1 "$WORK/ratio_base"), tree $(tail -1 "$WORK/ratio_tree")"
 done
-source bench/median.sh
 for side in base tree; do
 	wall=$(cut -d' ' -f1 "$WORK/$side" | median)
 	scan=$(median <"$WORK/scan_$side")
 	printf '%s: median %.2f s (%.1f× its scan'"'"'s %.2f s), CPU %.2f s, peak RSS %.0f MiB\n' "$side" "$wall" \
 		"$(awk -v a="$wall" -v b="$scan" 'BEGIN{print a/b}')" "$scan" "$(cut -d' ' -f2 "$WORK/$side" | median)" "$(cut -d' ' -f3 "$WORK/$side" | median)"
+done
+for side in base tree; do
+	printf "%s: the pairs' own ratios to the scan: median %.2f× (%s–%s)\n" "$side" "$(median <"$WORK/ratio_$side")" \
+		"$(sort -g "$WORK/ratio_$side" | head -1)" "$(sort -g "$WORK/ratio_$side" | tail -1)"
 done
 won=$(paste -d' ' "$WORK/base" "$WORK/tree" | awk '$4 < $1 {n++} END {print n + 0}')
 echo "the working tree was faster in $won of $PAIRS pairs"
