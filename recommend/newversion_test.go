@@ -16,20 +16,22 @@ import (
 	"github.com/mcptrail/mcptrail/ingest"
 )
 
-// TestNewestVersionIsTheOneQuerys holds newestVersion, which reads the
-// window's last and first days alone where it can, to the one query over
-// every call of the window its comment gives, over scopes whose versions
-// begin and end anywhere around a five-day window: a last day without a
-// versioned call, a version first seen after the first day or at the
-// window's very start, two versions in use in the last hour, two first
-// seen at the same instant, calls without a version, calls on the window's
-// bounds.
-func TestNewestVersionIsTheOneQuerys(t *testing.T) {
+// versionScopes are the servers s00, s01, … newVersionScopes stores.
+const versionScopes = 60
+
+// newVersionScopes stores calls of versionScopes servers whose policy
+// versions begin and end anywhere around the five-day window (from, to]
+// it returns: a last day without a versioned call, a version first seen
+// after the first day or at the window's very start, two versions in use
+// in the last hour, two first seen at the same instant, calls without a
+// version, calls on the window's bounds, versioned calls around the
+// window only.
+func newVersionScopes(t *testing.T) (db *sql.DB, from, to time.Time) {
+	t.Helper()
 	ctx := context.Background()
-	from := time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
-	to := from.Add(5 * 24 * time.Hour)
+	from = time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
+	to = from.Add(5 * 24 * time.Hour)
 	rng := rand.New(rand.NewPCG(3, 5))
-	const scopes = 60
 	var evs []audit.Event
 	add := func(server, version string, ts time.Time) {
 		evs = append(evs, audit.Event{ID: fmt.Sprintf("v%d", len(evs)), TS: ts, Server: server, Tool: "t",
@@ -39,7 +41,7 @@ func TestNewestVersionIsTheOneQuerys(t *testing.T) {
 	at := func() time.Time {
 		return from.Add(-24*time.Hour + time.Duration(rng.Int64N(int64(7*24*time.Hour))))
 	}
-	for i := range scopes {
+	for i := range versionScopes {
 		server := fmt.Sprintf("s%02d", i)
 		if i%20 == 19 { // versioned calls around the window only
 			add(server, "v1", from.Add(-time.Hour))
@@ -91,10 +93,18 @@ func TestNewestVersionIsTheOneQuerys(t *testing.T) {
 	store := tempStore(t)
 	_, err := store.Append(ctx, ingest.Batch{Events: evs})
 	require.NoError(t, err)
-	db := store.DB()
+	return store.DB(), from, to
+}
 
+// TestNewestVersionIsTheOneQuerys holds newestVersion, which reads the
+// window's last and first days alone where it can, to the one query over
+// every call of the window its comment gives, over the scopes of
+// newVersionScopes.
+func TestNewestVersionIsTheOneQuerys(t *testing.T) {
+	ctx := context.Background()
+	db, from, to := newVersionScopes(t)
 	found, none := 0, 0
-	for i := range scopes {
+	for i := range versionScopes {
 		q := query{server: fmt.Sprintf("s%02d", i)}
 		var want *versionChange
 		var w versionChange
@@ -117,6 +127,29 @@ ORDER BY since DESC, version LIMIT 1`).Scan(&w.version, &w.since)
 		require.NoError(t, err)
 		assert.Equal(t, want, got, "scope %s", q.server)
 	}
-	assert.Greater(t, found, scopes/2)
+	assert.Greater(t, found, versionScopes/2)
 	assert.Positive(t, none, "a scope without a versioned call in the window")
+}
+
+// TestLastVersionIsTheOneQuerys holds lastVersion, which reads the
+// window's last day first, to one query over every call of the window,
+// over the scopes of newVersionScopes.
+func TestLastVersionIsTheOneQuerys(t *testing.T) {
+	ctx := context.Background()
+	db, from, to := newVersionScopes(t)
+	found := 0
+	for i := range versionScopes {
+		q := query{db: db, server: fmt.Sprintf("s%02d", i), from: from, to: to}
+		var want string
+		err := db.QueryRowContext(ctx, `SELECT policy_version FROM calls WHERE `+q.windowLit()+
+			` AND policy_version IS NOT NULL ORDER BY ts DESC, id DESC LIMIT 1`).Scan(&want)
+		if !errors.Is(err, sql.ErrNoRows) {
+			require.NoError(t, err)
+			found++
+		}
+		got, err := q.lastVersion(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "scope %s", q.server)
+	}
+	assert.Greater(t, found, versionScopes/2)
 }

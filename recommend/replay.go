@@ -515,16 +515,35 @@ func (q query) carriedRefusals(ctx context.Context, current *policy.Policy) (car
 	if len(c.refusals) == 0 {
 		return c, nil
 	}
-	err := q.db.QueryRowContext(ctx, `
-SELECT policy_version FROM calls WHERE `+inWindow+` AND policy_version IS NOT NULL ORDER BY ts DESC, id DESC LIMIT 1`,
-		q.args()...).Scan(&c.version)
-	if errors.Is(err, sql.ErrNoRows) {
-		return c, nil
-	}
-	if err != nil {
+	var err error
+	if c.version, err = q.lastVersion(ctx); err != nil {
 		return c, fmt.Errorf("replay: policy version in force: %w", err)
 	}
 	return c, nil
+}
+
+// lastVersion is the policy version of the window's newest call that has
+// one (of those at the same instant, the one with the greatest id), ""
+// for none. The window's last day is read first, the rest only where the
+// last day holds no such call: the calls are stored in time order per
+// grant, so a day's bounds skip the others' row groups, where the whole
+// window's times, ids and versions were read.
+func (q query) lastVersion(ctx context.Context) (string, error) {
+	lastDay := laterOf(q.from, q.to.Add(-24*time.Hour))
+	for _, r := range [][2]time.Time{{lastDay, q.to}, {q.from, lastDay}} {
+		if !r[1].After(r[0]) {
+			continue
+		}
+		var version string
+		err := q.db.QueryRowContext(ctx, `
+SELECT policy_version FROM calls WHERE `+inWindow+` AND ts > $lo AND ts <= $hi AND policy_version IS NOT NULL
+ORDER BY ts DESC, id DESC LIMIT 1`, q.args(sql.Named("lo", r[0]), sql.Named("hi", r[1]))...).Scan(&version)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		return version, err
+	}
+	return "", nil
 }
 
 // toolInfo are a tool's calls in the window: all, allowed, with stored
