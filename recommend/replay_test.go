@@ -420,3 +420,34 @@ func TestReplayLimitRuleEscapesItsCounter(t *testing.T) {
 	require.NotEmpty(t, fast.FirstAffected)
 	assert.Equal(t, "/tools/get_a/limits/per~1min", fast.FirstAffected[0].Rule)
 }
+
+// A refused tool's earliest affected calls are the first by time and id:
+// of several calls at the instant of the last one listed, those with the
+// least ids, on the SQL fast path as through the evaluator.
+func TestReplayEarliestAffectedAtOneInstant(t *testing.T) {
+	store := openStore(t)
+	base := now.Add(-time.Hour)
+	var evs []audit.Event
+	add := func(id, tool string, at time.Duration, d audit.Decision) {
+		evs = append(evs, audit.Event{ID: id, TS: base.Add(at), Server: "srv", Method: "tools/call", Grant: "g", Agent: "a",
+			Session: "s-" + id, Tool: tool, Decision: d})
+	}
+	add("k9", "get_c", 0, audit.Allowed)
+	add("k2", "get_c", time.Second, audit.Allowed)
+	add("k4", "get_c", 1500*time.Millisecond, audit.Denied) // refused already: not affected
+	for _, id := range []string{"m5", "m1", "m7", "m3"} {
+		add(id, "get_c", 2*time.Second, audit.Allowed) // four at one instant
+	}
+	add("a0", "get_c", 3*time.Second, audit.Allowed)
+	add("z1", "get_e", 5*time.Second, audit.Allowed)
+	_, err := store.Append(context.Background(), ingest.Batch{Events: evs})
+	require.NoError(t, err)
+	p := &policy.Policy{Version: "1", Default: policy.DefaultDeny, Hide: []string{"get_c", "get_e"}}
+	fast, _ := fastAndExact(t, store, recommend.ReplayOptions{Server: "srv", From: now.Add(-24 * time.Hour), To: now, Policy: p, FirstN: 3})
+	var got []string
+	for _, c := range fast.FirstAffected {
+		got = append(got, c.Tool+"/"+c.ID)
+	}
+	assert.Equal(t, []string{"get_c/k9", "get_c/k2", "get_c/m1"}, got, "the earliest three, the instant's by id")
+	assert.Equal(t, int64(8), fast.Changed)
+}
