@@ -155,8 +155,9 @@ func newVersion(ctx context.Context, db *sql.DB, q query, lookback time.Duration
 // for its newest call when the last day has none. The one query read the
 // versions and times of every call of the window, a cost that grows with
 // its calls: over 5M calls of 4 grants, where one version is in use
-// throughout, the regressions detector took 78 ms for all grants with it
-// and ~59 ms with these steps, most of it now their fixed costs.
+// throughout, the detector took 78 ms for all grants with it and ~59 ms
+// with these steps, and a whole recommendation 11% less time and ~20 MiB
+// less memory: no other step read the version column's blocks.
 func newestVersion(ctx context.Context, db *sql.DB, scope string, from, to time.Time) (*versionChange, error) {
 	versioned := scope + ` AND policy_version IS NOT NULL`
 	lastDay := laterOf(from, to.Add(-24*time.Hour))
