@@ -580,53 +580,105 @@ FROM calls WHERE `+inWindow+` AND tool IS NOT NULL GROUP BY tool`, sql.Named("ru
 // affectedStatic records the recorded-allowed calls of the tools (in order)
 // that the policy refuses outright (verdicts): their sessions and agents,
 // and each tool's earliest firstN calls, tool by tool. One query for all
-// the tools, reading the window once: its calls of those tools, then their
-// distinct sessions and agents (the rows without an id) and each tool's
-// earliest calls (a query per tool read the whole window again for each;
-// the two parts as two queries read it twice).
+// the tools reads the window's calls of those tools once, for their
+// distinct sessions and agents (the rows without an instant) and the
+// instant of each tool's firstN-th call (upto: a query per tool read the
+// whole window again for each; the two parts as two queries read it
+// twice). A second query reads each tool's calls up to that instant, the
+// only ones that can be among its earliest by time and id, with their ids
+// and sessions (earliestAllowed): read with the first, the ids of
+// ops-bot's ~1,000 such calls over 5M calls, scattered over the window,
+// loaded ~12 MB of the id column's blocks that no other step read.
 func (q query) affectedStatic(ctx context.Context, tools []string, verdicts map[string]policy.Verdict, acc *affected, firstN int) error {
 	rows, err := q.rows(ctx, "replay affected", `
 WITH a AS MATERIALIZED (
-	SELECT tool, id, ts, coalesce(session, '') AS session, coalesce(agent, '') AS agent, `+sessionID+` AS sk
+	SELECT tool, ts, coalesce(agent, '') AS agent, `+sessionID+` AS sk
 	FROM calls WHERE `+inWindow+` AND list_contains($tools, tool) AND decision = 'allowed'
 )
-SELECT DISTINCT tool, NULL::VARCHAR AS id, NULL::TIMESTAMPTZ AS ts, NULL::VARCHAR AS session, agent, sk FROM a
+SELECT DISTINCT tool, NULL::TIMESTAMPTZ AS upto, agent, sk FROM a
 UNION ALL
-SELECT tool, id, ts, session, agent, NULL FROM (
-	SELECT *, row_number() OVER (PARTITION BY tool ORDER BY ts, id) AS rn FROM a
-) WHERE rn <= $n`, sql.Named("tools", tools), sql.Named("n", firstN))
+SELECT tool, max(ts), NULL, NULL FROM (
+	SELECT tool, ts, row_number() OVER (PARTITION BY tool ORDER BY ts) AS rn FROM a
+) WHERE rn <= $n GROUP BY tool`, sql.Named("tools", tools), sql.Named("n", firstN))
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
-	byTool := map[string][]AffectedCall{}
+	upto := map[string]time.Time{}
 	for rows.Next() {
-		var c AffectedCall
-		var id, session, sk sql.NullString
-		var ts sql.NullTime
-		if err := rows.Scan(&c.Tool, &id, &ts, &session, &c.Agent, &sk); err != nil {
+		var tool string
+		var at sql.NullTime
+		var agent, sk sql.NullString
+		if err := rows.Scan(&tool, &at, &agent, &sk); err != nil {
 			return fmt.Errorf("replay: %w", err)
 		}
-		if !id.Valid { // a session and agent
-			acc.add(AffectedCall{Tool: c.Tool, Agent: c.Agent}, sk.String, 0)
+		if !at.Valid { // a session and agent
+			acc.add(AffectedCall{Tool: tool, Agent: agent.String}, sk.String, 0)
 			continue
 		}
-		v := verdicts[c.Tool]
-		c.ID, c.Session = id.String, session.String
-		c.TS, c.Recorded, c.Replayed, c.Rule = ts.Time.UTC(), policy.Allowed, v.Decision, v.Rule
-		byTool[c.Tool] = append(byTool[c.Tool], c)
+		upto[tool] = at.Time
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("replay: %w", err)
+	}
+	byTool, err := q.earliestAllowed(ctx, tools, upto, firstN)
+	if err != nil {
+		return err
 	}
 	// In the order the per-tool queries gave them: acc.add's bound on the
 	// earliest calls it keeps sees the same list.
 	for _, t := range tools {
 		calls := byTool[t]
+		for i := range calls {
+			v := verdicts[t]
+			calls[i].Recorded, calls[i].Replayed, calls[i].Rule = policy.Allowed, v.Decision, v.Rule
+		}
 		sortCalls(calls)
 		acc.first = append(acc.first, calls...)
 	}
 	return nil
+}
+
+// earliestAllowed reads each tool's earliest n recorded-allowed calls in the
+// window, by time and id, among its calls up to its instant in upto (that
+// of its n-th call by time), in one scan up to the latest of those
+// instants, a constant, so that it skips the row groups after it (the
+// tools' own instants, a join's condition, bound no scan). A scan per tool,
+// each bounded by its own instant, cost more than the ids it spared.
+func (q query) earliestAllowed(ctx context.Context, tools []string, upto map[string]time.Time, n int) (map[string][]AffectedCall, error) {
+	out := map[string][]AffectedCall{}
+	var last time.Time
+	var listed []string
+	var bounds []time.Time
+	for _, t := range tools {
+		if at, ok := upto[t]; ok {
+			listed, bounds = append(listed, t), append(bounds, at)
+			last = laterOf(last, at)
+		}
+	}
+	if len(listed) == 0 {
+		return out, nil
+	}
+	rows, err := q.db.QueryContext(ctx, `
+WITH u AS (SELECT unnest($listed::VARCHAR[]) AS u_tool, unnest($bounds::TIMESTAMPTZ[]) AS u_ts)
+SELECT tool, id, ts, coalesce(session, ''), coalesce(agent, '') FROM (
+	SELECT tool, id, ts, session, agent, row_number() OVER (PARTITION BY tool ORDER BY ts, id) AS rn
+	FROM calls JOIN u ON tool = u_tool
+	WHERE `+inWindow+` AND ts <= $last AND ts <= u_ts AND decision = 'allowed'
+) WHERE rn <= $n`, q.args(sql.Named("listed", listed), sql.Named("bounds", bounds), sql.Named("last", last), sql.Named("n", n))...)
+	if err != nil {
+		return nil, fmt.Errorf("replay: earliest affected calls: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c AffectedCall
+		if err := rows.Scan(&c.Tool, &c.ID, &c.TS, &c.Session, &c.Agent); err != nil {
+			return nil, fmt.Errorf("replay: earliest affected calls: %w", err)
+		}
+		c.TS = c.TS.UTC()
+		out[c.Tool] = append(out[c.Tool], c)
+	}
+	return out, rows.Err()
 }
 
 // ownMinutes are the call minutes of a replay of its own (a backtest's,
