@@ -628,9 +628,8 @@ SELECT tool, max(ts), NULL, NULL FROM (
 	// In the order the per-tool queries gave them: acc.add's bound on the
 	// earliest calls it keeps sees the same list.
 	for _, t := range tools {
-		calls := byTool[t]
+		calls, v := byTool[t], verdicts[t]
 		for i := range calls {
-			v := verdicts[t]
 			calls[i].Recorded, calls[i].Replayed, calls[i].Rule = policy.Allowed, v.Decision, v.Rule
 		}
 		sortCalls(calls)
