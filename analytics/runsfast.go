@@ -499,7 +499,7 @@ func recordBatchRuns(v *arrowViews, keys *tailKeys, b *batchCalls, where string,
 	if len(slow) == 0 {
 		return nil
 	}
-	return recordSlowRuns(ctx, v, b, slow, where, args...)
+	return recordSlowRuns(ctx, v, b, slow, pks, where, args...)
 }
 
 // findRuns finds each session's runs among its calls in the batch, and its

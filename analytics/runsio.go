@@ -139,8 +139,7 @@ func scanTails(ctx context.Context, v *arrowViews, text string, each func(i int3
 func storeFastRuns(ctx context.Context, v *arrowViews, b *batchCalls, runs []fastRun, tails []runTail, stored map[int32]storedTail, pks []uint64) error {
 	mem := v.allocator()
 	if len(runs) > 0 {
-		sb, gb := array.NewStringBuilder(mem), array.NewStringBuilder(mem)
-		skb, thb, hhb, prev := array.NewUint64Builder(mem), array.NewUint64Builder(mem), array.NewUint64Builder(mem), newBeforeCols(mem)
+		sc, thb, hhb, prev := newSessionHashCols(mem), array.NewUint64Builder(mem), array.NewUint64Builder(mem), newBeforeCols(mem)
 		gapsb := array.NewListBuilder(mem, arrow.PrimitiveTypes.Int64)
 		gapb := gapsb.ValueBuilder().(*array.Int64Builder)
 		eb, leb, t0b, t1b := array.NewInt64Builder(mem), array.NewBooleanBuilder(mem), array.NewInt64Builder(mem), array.NewInt64Builder(mem)
@@ -148,10 +147,7 @@ func storeFastRuns(ctx context.Context, v *arrowViews, b *batchCalls, runs []fas
 		mb := array.NewFloat64Builder(mem)
 		var sorted []int64
 		for _, r := range runs {
-			s := b.sessions[r.session]
-			sb.Append(s.server)
-			gb.Append(s.grant)
-			skb.Append(duckhash.String(s.key))
+			sc.add(b.sessions[r.session])
 			thb.Append(duckhash.String(r.tool))
 			hhb.Append(duckhash.String(r.args))
 			prev.add(r.prevSet, r.prevTool, r.prevTH, r.prevUS)
@@ -165,16 +161,15 @@ func storeFastRuns(ctx context.Context, v *arrowViews, b *batchCalls, runs []fas
 			fb.Append(arrow.Timestamp(r.first))
 			lb.Append(arrow.Timestamp(r.lastU))
 		}
-		schema := arrow.NewSchema(slices.Concat([]arrow.Field{
-			{Name: "server", Type: arrow.BinaryTypes.String}, {Name: "g", Type: arrow.BinaryTypes.String},
-			{Name: "skh", Type: arrow.PrimitiveTypes.Uint64}, {Name: "th", Type: arrow.PrimitiveTypes.Uint64}, {Name: "hh", Type: arrow.PrimitiveTypes.Uint64},
+		schema := arrow.NewSchema(slices.Concat(sc.fields(), []arrow.Field{
+			{Name: "th", Type: arrow.PrimitiveTypes.Uint64}, {Name: "hh", Type: arrow.PrimitiveTypes.Uint64},
 		}, prev.fields("prev"), []arrow.Field{
 			{Name: "gaps", Type: arrow.ListOf(arrow.PrimitiveTypes.Int64)}, {Name: "median_gap", Type: arrow.PrimitiveTypes.Float64},
 			{Name: "errors", Type: arrow.PrimitiveTypes.Int64}, {Name: "last_err", Type: arrow.FixedWidthTypes.Boolean},
 			{Name: "t0", Type: arrow.PrimitiveTypes.Int64}, {Name: "t1", Type: arrow.PrimitiveTypes.Int64},
 			{Name: "first_ts", Type: tsType}, {Name: "last_ts", Type: tsType},
 		}), nil)
-		names, err := v.add(schema, "run_found", 1, slices.Concat([]array.Builder{sb, gb, skb, thb, hhb}, prev.builders(), []array.Builder{gapsb, mb, eb, leb, t0b, t1b, fb, lb})...)
+		names, err := v.add(schema, "run_found", 1, slices.Concat(sc.builders(), []array.Builder{thb, hhb}, prev.builders(), []array.Builder{gapsb, mb, eb, leb, t0b, t1b, fb, lb})...)
 		if err != nil {
 			return err
 		}
@@ -256,18 +251,19 @@ func medianGap(gaps []int64, sorted *[]int64) float64 {
 	return lo + (float64(s[n/2])-lo)*0.5
 }
 
-// recordSlowRuns runs recordRuns for the sessions slow of b, among the
-// calls that where selects.
-func recordSlowRuns(ctx context.Context, v *arrowViews, b *batchCalls, slow []int32, where string, args ...any) error {
-	sc := newSessionCols(v.allocator())
+// recordSlowRuns runs recordRuns for the sessions slow of b (pks: every
+// session's key, by index), among the calls that where selects.
+func recordSlowRuns(ctx context.Context, v *arrowViews, b *batchCalls, slow []int32, pks []uint64, where string, args ...any) error {
+	kb := array.NewUint64Builder(v.allocator())
 	for _, si := range slow {
-		sc.add(b.sessions[si])
+		kb.Append(pks[si])
 	}
-	names, err := v.add(arrow.NewSchema(sc.fields(), nil), "run_slow", 1, sc.builders()...)
+	schema := arrow.NewSchema([]arrow.Field{{Name: "pk", Type: arrow.PrimitiveTypes.Uint64}}, nil)
+	names, err := v.add(schema, "run_slow", 1, kb)
 	if err != nil {
 		return err
 	}
-	if _, err := v.conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE run_slow AS SELECT hash(server, g, sk) AS pk FROM `+names[0]); err != nil {
+	if _, err := v.conn.ExecContext(ctx, `CREATE OR REPLACE TEMP TABLE run_slow AS SELECT pk FROM `+names[0]); err != nil {
 		return fmt.Errorf("record runs: sessions: %w", err)
 	}
 	defer func() { _, _ = v.conn.ExecContext(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS run_slow`) }()
@@ -321,6 +317,32 @@ func (c sessionCols) fields() []arrow.Field {
 }
 
 func (c sessionCols) builders() []array.Builder { return []array.Builder{c.server, c.grant, c.key} }
+
+// sessionHashCols are a record's columns of sessions as call_runs keys
+// them: server, grant and the session key's hash (duckhash, as the SQL
+// path's hash(sk)).
+type sessionHashCols struct {
+	server, grant *array.StringBuilder
+	skh           *array.Uint64Builder
+}
+
+func newSessionHashCols(mem memory.Allocator) sessionHashCols {
+	return sessionHashCols{array.NewStringBuilder(mem), array.NewStringBuilder(mem), array.NewUint64Builder(mem)}
+}
+
+func (c sessionHashCols) add(s runSession) {
+	c.server.Append(s.server)
+	c.grant.Append(s.grant)
+	c.skh.Append(duckhash.String(s.key))
+}
+
+// fields and builders are the columns', named server, g and skh.
+func (c sessionHashCols) fields() []arrow.Field {
+	return []arrow.Field{{Name: "server", Type: arrow.BinaryTypes.String}, {Name: "g", Type: arrow.BinaryTypes.String},
+		{Name: "skh", Type: arrow.PrimitiveTypes.Uint64}}
+}
+
+func (c sessionHashCols) builders() []array.Builder { return []array.Builder{c.server, c.grant, c.skh} }
 
 // beforeCols are a record's columns of the call before something: its
 // tool's hash (computed here when the call is in the batch, stored when it
@@ -479,19 +501,15 @@ func dropOpenRuns(ctx context.Context, v *arrowViews, b *batchCalls, extended []
 		return nil
 	}
 	mem := v.allocator()
-	sb, gb, skb, tb := array.NewStringBuilder(mem), array.NewStringBuilder(mem), array.NewUint64Builder(mem), array.NewInt64Builder(mem)
+	sc, tb := newSessionHashCols(mem), array.NewInt64Builder(mem)
 	floor := int64(math.MaxInt64)
 	for _, si := range extended {
-		s := b.sessions[si]
-		sb.Append(s.server)
-		gb.Append(s.grant)
-		skb.Append(duckhash.String(s.key))
+		sc.add(b.sessions[si])
 		tb.Append(tails[si].bMS)
 		floor = min(floor, tails[si].bMS)
 	}
-	schema := arrow.NewSchema([]arrow.Field{{Name: "server", Type: arrow.BinaryTypes.String}, {Name: "g", Type: arrow.BinaryTypes.String},
-		{Name: "skh", Type: arrow.PrimitiveTypes.Uint64}, {Name: "t0", Type: arrow.PrimitiveTypes.Int64}}, nil)
-	names, err := v.add(schema, "run_extended", 1, sb, gb, skb, tb)
+	schema := arrow.NewSchema(slices.Concat(sc.fields(), []arrow.Field{{Name: "t0", Type: arrow.PrimitiveTypes.Int64}}), nil)
+	names, err := v.add(schema, "run_extended", 1, slices.Concat(sc.builders(), []array.Builder{tb})...)
 	if err != nil {
 		return err
 	}
