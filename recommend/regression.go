@@ -160,12 +160,8 @@ func newVersion(ctx context.Context, db *sql.DB, q query, lookback time.Duration
 // less memory: no other step read the version column's blocks.
 func newestVersion(ctx context.Context, db *sql.DB, scope string, from, to time.Time) (*versionChange, error) {
 	versioned := scope + ` AND policy_version IS NOT NULL`
-	lastDay := laterOf(from, to.Add(-24*time.Hour))
 	var newest sql.NullTime
-	for _, r := range [][2]time.Time{{lastDay, to}, {from, lastDay}} {
-		if !r[1].After(r[0]) {
-			continue
-		}
+	for _, r := range lastDayFirst(from, to) {
 		err := db.QueryRowContext(ctx, `SELECT max(ts) FROM calls WHERE `+versioned+
 			` AND ts > `+sqlTime(r[0])+` AND ts <= `+sqlTime(r[1])).Scan(&newest)
 		if err != nil {
@@ -219,6 +215,22 @@ func laterOf(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// lastDayFirst splits the window (from, to] into its last day and the rest
+// before it, in that order, as (lo, hi] pairs; an empty part is left out.
+// A step that wants the window's newest call reads the first and stops
+// where it finds one: the calls are stored in time order per grant, so the
+// day's bounds skip the other row groups.
+func lastDayFirst(from, to time.Time) [][2]time.Time {
+	lastDay := laterOf(from, to.Add(-24*time.Hour))
+	var out [][2]time.Time
+	for _, r := range [][2]time.Time{{lastDay, to}, {from, lastDay}} {
+		if r[1].After(r[0]) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // firstCalls are the first calls in (from, to] of the versions given, of

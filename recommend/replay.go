@@ -525,15 +525,10 @@ func (q query) carriedRefusals(ctx context.Context, current *policy.Policy) (car
 // lastVersion is the policy version of the window's newest call that has
 // one (of those at the same instant, the one with the greatest id), ""
 // for none. The window's last day is read first, the rest only where the
-// last day holds no such call: the calls are stored in time order per
-// grant, so a day's bounds skip the others' row groups, where the whole
-// window's times, ids and versions were read.
+// last day holds no such call (lastDayFirst), where the whole window's
+// times, ids and versions were read.
 func (q query) lastVersion(ctx context.Context) (string, error) {
-	lastDay := laterOf(q.from, q.to.Add(-24*time.Hour))
-	for _, r := range [][2]time.Time{{lastDay, q.to}, {q.from, lastDay}} {
-		if !r[1].After(r[0]) {
-			continue
-		}
+	for _, r := range lastDayFirst(q.from, q.to) {
 		var version string
 		err := q.db.QueryRowContext(ctx, `
 SELECT policy_version FROM calls WHERE `+inWindow+` AND ts > $lo AND ts <= $hi AND policy_version IS NOT NULL
